@@ -1,0 +1,657 @@
+"""Primitive tensor operations, each with its backward beside its forward.
+
+Every public function here takes and returns :class:`Tensor` objects, works on NumPy or
+CuPy data alike (through the device's ``xp``), broadcasts like NumPy, and, inside
+``autograd.record()``, records a closure computing its inputs' gradients. Layer-level ops
+(convolution, pooling, normalisation, softmax, dropout, embedding) live in ``nn_ops.py``.
+
+An error raised inside an op names the op and its inputs' dtypes, shapes and devices.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import device as _device
+from .tensor import Tensor, _describe, _result, _transfer, _unbroadcast
+
+__all__ = [
+    "add", "subtract", "multiply", "divide", "power", "negative", "matmul", "dot",
+    "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to", "flatten",
+    "concat", "concatenate", "stack", "split", "getitem",
+    "sum", "mean", "max", "min",
+    "exp", "log", "sqrt", "square", "tanh", "sigmoid", "relu", "abs", "clip",
+    "maximum", "minimum", "where",
+    "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+    "argmax", "argmin", "one_hot", "to_device", "astype", "zeros_like", "ones_like",
+]
+
+
+def _run(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run primitive ``fn`` on the device of its tensors, naming ``name`` in any error."""
+    tensors = _tensors_in(args)
+    if not tensors:
+        raise TypeError(f"{name}: expected at least one Tensor argument, got {[_describe(a) for a in args]}")
+    dev = tensors[0]._device
+    for t in tensors[1:]:
+        if t._device != dev:
+            raise ValueError(
+                f"{name}: inputs live on different devices ({', '.join(_describe(x) for x in tensors)}); "
+                "move them with .to(device) first"
+            )
+    try:
+        with dev.use():
+            return fn(*args, **kwargs)
+    except (ValueError, TypeError, IndexError) as exc:
+        if getattr(exc, "_mx_named", False):
+            raise
+        msg = f"{name}: {exc} (inputs: {', '.join(_describe(t) for t in tensors)})"
+        try:
+            new = type(exc)(msg)
+        except Exception:  # an exception type whose constructor takes other arguments
+            new = ValueError(msg)
+        new._mx_named = True  # type: ignore[attr-defined]
+        raise new from exc
+
+
+def _op(name: str) -> Callable:
+    """Decorate a primitive: check its tensors share a device, run there, name it in errors."""
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return _run(name, fn, args, kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _tensors_in(args: Sequence[Any]) -> list[Tensor]:
+    found: list[Tensor] = []
+    for a in args:
+        if isinstance(a, Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(x for x in a if isinstance(x, Tensor))
+    return found
+
+
+def _as_tensor(x: Any, like: Tensor) -> Tensor:
+    """Coerce a scalar or array operand to a constant tensor on ``like``'s device."""
+    if isinstance(x, Tensor):
+        return x
+    xp = like._device.xp
+    if isinstance(x, numbers.Number) or (isinstance(x, np.generic)):
+        if isinstance(x, (bool, np.bool_)):
+            return Tensor(xp.asarray(x), like._device)
+        # Python scalars take the tensor's dtype (NumPy 2's NEP 50 rule): float32 stays float32.
+        dtype = np.result_type(like.dtype, x) if isinstance(x, np.generic) else _scalar_dtype(like.dtype, x)
+        return Tensor(xp.asarray(x, dtype=dtype), like._device)
+    if isinstance(x, np.ndarray):
+        return Tensor(_transfer(x, _device.cpu(0), like._device, copy=False), like._device)
+    raise TypeError(f"unsupported operand type {type(x).__name__}")
+
+
+def _scalar_dtype(dtype: np.dtype, x: numbers.Number) -> np.dtype:
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        return dtype
+    if isinstance(x, float):
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _binary_operands(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    if isinstance(a, Tensor):
+        return a, _as_tensor(b, a)
+    return _as_tensor(a, b), b
+
+
+# -- arithmetic ------------------------------------------------------------------------------
+def _binary(name: str, a: Any, b: Any, fwd: Callable, bwd: Callable) -> Tensor:
+    """Run a broadcasting binary op; ``bwd(g, x, y, out)`` gives both input gradients."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise TypeError(f"{name}: expected at least one Tensor argument, got {type(a).__name__}, {type(b).__name__}")
+    a, b = _binary_operands(a, b)
+    return _run(name, _binary_core, (name, a, b, fwd, bwd), {})
+
+
+def _binary_core(name: str, a: Tensor, b: Tensor, fwd: Callable, bwd: Callable) -> Tensor:
+    x, y = a._data, b._data
+    out = fwd(x, y)
+
+    def backward(g: Any) -> tuple[Any, Any]:
+        ga, gb = bwd(g, x, y, out)
+        return (
+            None if ga is None else _unbroadcast(ga, x.shape),
+            None if gb is None else _unbroadcast(gb, y.shape),
+        )
+
+    return _result(name, out, a._device, (a, b), backward)
+
+
+def add(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a + b`` with broadcasting."""
+    return _binary("add", a, b, lambda x, y: x + y, lambda g, x, y, o: (g, g))
+
+
+def subtract(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a - b`` with broadcasting."""
+    return _binary("subtract", a, b, lambda x, y: x - y, lambda g, x, y, o: (g, -g))
+
+
+def multiply(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a * b`` with broadcasting."""
+    return _binary("multiply", a, b, lambda x, y: x * y, lambda g, x, y, o: (g * y, g * x))
+
+
+def divide(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a / b`` with broadcasting."""
+    return _binary("divide", a, b, lambda x, y: x / y, lambda g, x, y, o: (g / y, -g * o / y))
+
+
+def power(a: Any, b: Any) -> Tensor:
+    """Elementwise ``a ** b``; the gradient w.r.t. ``b`` uses ``log(a)`` (needs a > 0)."""
+
+    def bwd(g: Any, x: Any, y: Any, o: Any) -> tuple[Any, Any]:
+        ga = g * y * x ** (y - 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gb = g * o * _xp(x).log(_xp(x).where(x > 0, x, 1))
+        return ga, gb
+
+    return _binary("power", a, b, lambda x, y: x**y, bwd)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    """Elementwise maximum; ties send the gradient to ``a``."""
+    return _binary("maximum", a, b, lambda x, y: _xp(x).maximum(x, y),
+                   lambda g, x, y, o: (g * (x >= y), g * (x < y)))
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    """Elementwise minimum; ties send the gradient to ``a``."""
+    return _binary("minimum", a, b, lambda x, y: _xp(x).minimum(x, y),
+                   lambda g, x, y, o: (g * (x <= y), g * (x > y)))
+
+
+def _xp(arr: Any) -> Any:
+    return np if isinstance(arr, np.ndarray | np.generic) else _device.device_of(arr).xp
+
+
+def _unary(name: str, x: Tensor, fwd: Callable, bwd: Callable) -> Tensor:
+    """``bwd(g, x_data, out_data)`` gives the input gradient."""
+    data = x._data
+    out = fwd(data)
+    return _result(name, out, x._device, (x,), lambda g: (bwd(g, data, out),))
+
+
+@_op("negative")
+def negative(x: Tensor) -> Tensor:
+    """Elementwise ``-x``."""
+    return _unary("negative", x, lambda d: -d, lambda g, d, o: -g)
+
+
+@_op("exp")
+def exp(x: Tensor) -> Tensor:
+    """Elementwise ``e ** x``."""
+    return _unary("exp", x, x._device.xp.exp, lambda g, d, o: g * o)
+
+
+@_op("log")
+def log(x: Tensor) -> Tensor:
+    """Elementwise natural logarithm."""
+    return _unary("log", x, x._device.xp.log, lambda g, d, o: g / d)
+
+
+@_op("sqrt")
+def sqrt(x: Tensor) -> Tensor:
+    """Elementwise square root."""
+    return _unary("sqrt", x, x._device.xp.sqrt, lambda g, d, o: g / (2 * o))
+
+
+@_op("square")
+def square(x: Tensor) -> Tensor:
+    """Elementwise ``x * x``."""
+    return _unary("square", x, lambda d: d * d, lambda g, d, o: 2 * g * d)
+
+
+@_op("tanh")
+def tanh(x: Tensor) -> Tensor:
+    """Elementwise hyperbolic tangent."""
+    return _unary("tanh", x, x._device.xp.tanh, lambda g, d, o: g * (1 - o * o))
+
+
+def _sigmoid_data(xp: Any, d: Any) -> Any:
+    # Two-branch form: never evaluates exp of a large positive number.
+    e = xp.exp(-xp.abs(d))
+    return xp.where(d >= 0, 1 / (1 + e), e / (1 + e)).astype(d.dtype, copy=False)
+
+
+@_op("sigmoid")
+def sigmoid(x: Tensor) -> Tensor:
+    """Elementwise logistic function ``1 / (1 + e^-x)``, computed without overflow."""
+    xp = x._device.xp
+    return _unary("sigmoid", x, lambda d: _sigmoid_data(xp, d), lambda g, d, o: g * o * (1 - o))
+
+
+@_op("relu")
+def relu(x: Tensor) -> Tensor:
+    """Elementwise ``max(x, 0)``; the gradient at 0 is 0."""
+    xp = x._device.xp
+    return _unary("relu", x, lambda d: xp.maximum(d, 0), lambda g, d, o: g * (d > 0))
+
+
+@_op("abs")
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - NumPy's name
+    """Elementwise absolute value; the gradient at 0 is 0."""
+    xp = x._device.xp
+    return _unary("abs", x, xp.abs, lambda g, d, o: g * xp.sign(d))
+
+
+@_op("clip")
+def clip(x: Tensor, a_min: float | None, a_max: float | None) -> Tensor:
+    """Clamp to ``[a_min, a_max]``; the gradient is zero where the value was clamped."""
+    xp = x._device.xp
+
+    def bwd(g: Any, d: Any, o: Any) -> Any:
+        mask = xp.ones(d.shape, dtype=bool)
+        if a_min is not None:
+            mask &= d >= a_min
+        if a_max is not None:
+            mask &= d <= a_max
+        return g * mask
+
+    return _unary("clip", x, lambda d: xp.clip(d, a_min, a_max), bwd)
+
+
+@_op("where")
+def where(cond: Tensor, x: Any, y: Any) -> Tensor:
+    """Elementwise ``x if cond else y`` with broadcasting (no gradient to ``cond``)."""
+    x, y = _binary_operands(x, y)
+    xp = cond._device.xp
+    c = cond._data.astype(bool)
+    out = xp.where(c, x._data, y._data)
+    xs, ys = x.shape, y.shape
+
+    def backward(g: Any) -> tuple[Any, Any, Any]:
+        zero = xp.zeros((), dtype=g.dtype)
+        return None, _unbroadcast(xp.where(c, g, zero), xs), _unbroadcast(xp.where(c, zero, g), ys)
+
+    return _result("where", out, cond._device, (cond, x, y), backward)
+
+
+# -- linear algebra --------------------------------------------------------------------------
+@_op("matmul")
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """Matrix product of the last two axes, batch axes broadcast (both inputs >= 2-D)."""
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"matmul needs inputs with at least 2 dimensions, got {a.ndim}-D and {b.ndim}-D")
+    xp = a._device.xp
+    x, y = a._data, b._data
+    out = xp.matmul(x, y)
+
+    def backward(g: Any) -> tuple[Any, Any]:
+        ga = xp.matmul(g, xp.swapaxes(y, -1, -2))
+        gb = xp.matmul(xp.swapaxes(x, -1, -2), g)
+        return _unbroadcast(ga, x.shape), _unbroadcast(gb, y.shape)
+
+    return _result("matmul", out, a._device, (a, b), backward)
+
+
+dot = matmul
+
+
+# -- shape -----------------------------------------------------------------------------------
+@_op("reshape")
+def reshape(x: Tensor, *shape: Any) -> Tensor:
+    """View with a new shape (one entry may be -1)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    in_shape = x.shape
+    out = x._data.reshape(shape)
+    return _result("reshape", out, x._device, (x,), lambda g: (g.reshape(in_shape),))
+
+
+def flatten(x: Tensor) -> Tensor:
+    """Collapse every axis but the first: ``(N, ...) -> (N, prod(...))``."""
+    return reshape(x, (x.shape[0], -1) if x.ndim else (1, 1))
+
+
+@_op("transpose")
+def transpose(x: Tensor, *axes: Any) -> Tensor:
+    """Permute axes (reverse them when none are given)."""
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = tuple(axes[0])
+    perm = tuple(axes) if axes else tuple(reversed(range(x.ndim)))
+    inverse = tuple(np.argsort(perm))
+    out = x._data.transpose(perm)
+    return _result("transpose", out, x._device, (x,), lambda g: (g.transpose(inverse),))
+
+
+def swapaxes(x: Tensor, axis1: int, axis2: int) -> Tensor:
+    """Exchange two axes."""
+    perm = list(range(x.ndim))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return transpose(x, tuple(perm))
+
+
+def expand_dims(x: Tensor, axis: int) -> Tensor:
+    """Insert an axis of length 1 at ``axis``."""
+    shape = list(x.shape)
+    axis = axis if axis >= 0 else x.ndim + 1 + axis
+    shape.insert(axis, 1)
+    return reshape(x, tuple(shape))
+
+
+def squeeze(x: Tensor, axis: int | tuple[int, ...] | None = None) -> Tensor:
+    """Remove axes of length 1 (all of them, or those in ``axis``)."""
+    return reshape(x, np.squeeze(np.empty(x.shape, dtype=np.bool_), axis=axis).shape)
+
+
+@_op("broadcast_to")
+def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """Broadcast to ``shape`` (a copy)."""
+    xp = x._device.xp
+    in_shape = x.shape
+    out = xp.array(xp.broadcast_to(x._data, tuple(shape)))
+    return _result("broadcast_to", out, x._device, (x,), lambda g: (_unbroadcast(g, in_shape),))
+
+
+@_op("getitem")
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """NumPy indexing (basic and advanced); repeated indices accumulate in the gradient."""
+    xp = x._device.xp
+    if isinstance(key, Tensor):
+        key = key._data
+    elif isinstance(key, tuple):
+        key = tuple(k._data if isinstance(k, Tensor) else k for k in key)
+    data = x._data
+    out = data[key]
+    if not isinstance(out, type(data)):  # NumPy returns scalars for full integer indexing
+        out = xp.asarray(out)
+
+    def backward(g: Any) -> tuple[Any]:
+        gx = xp.zeros(data.shape, dtype=g.dtype)
+        _scatter_add(xp, gx, key, g)
+        return (gx,)
+
+    return _result("getitem", out, x._device, (x,), backward)
+
+
+def _scatter_add(xp: Any, target: Any, key: Any, values: Any) -> None:
+    if xp is np:
+        np.add.at(target, key, values)
+    else:
+        import cupyx  # noqa: PLC0415 - only on GPU
+
+        cupyx.scatter_add(target, key, values)
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis (MXNet's ``concat(*arrays, dim=)``, NumPy's axis)."""
+    return _concat(list(tensors), axis)
+
+
+concatenate = concat
+
+
+@_op("concat")
+def _concat(tensors: list[Tensor], axis: int) -> Tensor:
+    xp = tensors[0]._device.xp
+    out = xp.concatenate([t._data for t in tensors], axis=axis)
+    bounds = np.cumsum([t.shape[axis] for t in tensors])[:-1]
+
+    def backward(g: Any) -> list[Any]:
+        return xp.split(g, bounds, axis=axis)
+
+    return _result("concat", out, tensors[0]._device, tuple(tensors), backward)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new axis."""
+    return _stack(list(tensors), axis)
+
+
+@_op("stack")
+def _stack(tensors: list[Tensor], axis: int) -> Tensor:
+    xp = tensors[0]._device.xp
+    out = xp.stack([t._data for t in tensors], axis=axis)
+    n = len(tensors)
+
+    def backward(g: Any) -> list[Any]:
+        return [xp.take(g, i, axis=axis) for i in range(n)]
+
+    return _result("stack", out, tensors[0]._device, tuple(tensors), backward)
+
+
+def split(x: Tensor, num_outputs: int, axis: int = 0) -> list[Tensor]:
+    """Split into ``num_outputs`` equal parts along ``axis`` (each a differentiable slice)."""
+    n = x.shape[axis]
+    if n % num_outputs:
+        raise ValueError(f"split: axis {axis} of length {n} is not divisible into {num_outputs} parts")
+    step = n // num_outputs
+    index: list[Any] = [slice(None)] * x.ndim
+    parts = []
+    for i in range(num_outputs):
+        index[axis] = slice(i * step, (i + 1) * step)
+        parts.append(getitem(x, tuple(index)))
+    return parts
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _norm_axis(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        axis = (axis,)
+    return tuple(a % ndim if ndim else a for a in axis)
+
+
+def _expand_to(g: Any, shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> Any:
+    if not keepdims:
+        kept = [1 if i in axes else n for i, n in enumerate(shape)]
+        g = g.reshape(kept)
+    return g
+
+
+@_op("sum")
+def sum(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (all axes when None)."""
+    xp = x._device.xp
+    axes = _norm_axis(axis, x.ndim)
+    shape = x.shape
+    out = xp.asarray(x._data.sum(axis=axes, keepdims=keepdims))
+    return _result("sum", out, x._device, (x,),
+                   lambda g: (xp.broadcast_to(_expand_to(g, shape, axes, keepdims), shape).copy(),))
+
+
+@_op("mean")
+def mean(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over ``axis`` (all axes when None)."""
+    xp = x._device.xp
+    axes = _norm_axis(axis, x.ndim)
+    shape = x.shape
+    count = int(np.prod([shape[a] for a in axes])) if axes else 1
+    out = xp.asarray(x._data.mean(axis=axes, keepdims=keepdims))
+
+    def backward(g: Any) -> tuple[Any]:
+        return (xp.broadcast_to(_expand_to(g, shape, axes, keepdims) / count, shape).astype(g.dtype),)
+
+    return _result("mean", out, x._device, (x,), backward)
+
+
+def _extreme(name: str, reduce: str, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
+    xp = x._device.xp
+    axes = _norm_axis(axis, x.ndim)
+    data = x._data
+    out = xp.asarray(getattr(data, reduce)(axis=axes, keepdims=keepdims))
+    shape = x.shape
+
+    def backward(g: Any) -> tuple[Any]:
+        kept = _expand_to(out, shape, axes, keepdims)
+        mask = data == kept
+        # Ties share the gradient equally, so the sum of the gradient is preserved.
+        count = mask.sum(axis=axes, keepdims=True)
+        return ((_expand_to(g, shape, axes, keepdims) * mask / count).astype(g.dtype),)
+
+    return _result(name, out, x._device, (x,), backward)
+
+
+@_op("max")
+def max(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis``; tied maxima share the gradient equally."""
+    return _extreme("max", "max", x, axis, keepdims)
+
+
+@_op("min")
+def min(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Minimum over ``axis``; tied minima share the gradient equally."""
+    return _extreme("min", "min", x, axis, keepdims)
+
+
+# -- non-differentiable ----------------------------------------------------------------------
+def _constant(name: str, fn: Callable) -> Callable:
+    @_op(name)
+    def op(a: Any, b: Any) -> Tensor:
+        a, b = _binary_operands(a, b)
+        return Tensor(fn(a._data, b._data), a._device)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise ``{name}`` comparison as a bool tensor (no gradient)."
+    return op
+
+
+equal = _constant("equal", lambda x, y: x == y)
+not_equal = _constant("not_equal", lambda x, y: x != y)
+greater = _constant("greater", lambda x, y: x > y)
+greater_equal = _constant("greater_equal", lambda x, y: x >= y)
+less = _constant("less", lambda x, y: x < y)
+less_equal = _constant("less_equal", lambda x, y: x <= y)
+
+
+@_op("argmax")
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the maximum along ``axis`` (int64, no gradient)."""
+    out = x._device.xp.argmax(x._data, axis=axis)
+    if keepdims and axis is not None:
+        out = x._device.xp.expand_dims(out, axis)
+    return Tensor(x._device.xp.asarray(out), x._device)
+
+
+@_op("argmin")
+def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the minimum along ``axis`` (int64, no gradient)."""
+    out = x._device.xp.argmin(x._data, axis=axis)
+    if keepdims and axis is not None:
+        out = x._device.xp.expand_dims(out, axis)
+    return Tensor(x._device.xp.asarray(out), x._device)
+
+
+@_op("one_hot")
+def one_hot(indices: Tensor, depth: int, on_value: float = 1.0, off_value: float = 0.0,
+            dtype: Any = np.float32) -> Tensor:
+    """``(..., depth)`` tensor with ``on_value`` at each index (no gradient)."""
+    xp = indices._device.xp
+    idx = indices._data.astype(np.int64)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= depth):
+        raise ValueError(f"indices must lie in [0, {depth}), got range [{int(idx.min())}, {int(idx.max())}]")
+    out = xp.full(idx.shape + (depth,), off_value, dtype=dtype)
+    xp.put_along_axis(out, idx[..., None], on_value, axis=-1)
+    return Tensor(out, indices._device)
+
+
+def zeros_like(x: Tensor) -> Tensor:
+    """Zeros with ``x``'s shape, dtype and device."""
+    with x._device.use():
+        return Tensor(x._device.xp.zeros_like(x._data), x._device)
+
+
+def ones_like(x: Tensor) -> Tensor:
+    """Ones with ``x``'s shape, dtype and device."""
+    with x._device.use():
+        return Tensor(x._device.xp.ones_like(x._data), x._device)
+
+
+# -- copies ----------------------------------------------------------------------------------
+def to_device(x: Tensor, device: _device.Device) -> Tensor:
+    """Copy to ``device`` (``x`` itself when already there); the gradient flows back."""
+    if device == x._device:
+        return x
+    src = x._device
+    out = _transfer(x._data, src, device, copy=True)
+    return _result("to_device", out, device, (x,), lambda g: (_transfer(g, device, src, copy=True),))
+
+
+@_op("astype")
+def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
+    """Cast to ``dtype``; the gradient is cast back to ``x``'s dtype."""
+    dtype = np.dtype(dtype)
+    if dtype == x.dtype and not copy:
+        return x
+    in_dtype = x.dtype
+    out = x._data.astype(dtype)
+    return _result("astype", out, x._device, (x,), lambda g: (g.astype(in_dtype),))
+
+
+# -- Tensor methods and operators --------------------------------------------------------------
+def _install_methods() -> None:
+    def r(fn: Callable) -> Callable:
+        return lambda self, other: fn(other, self)
+
+    T = Tensor
+    T.__add__ = add
+    T.__radd__ = r(add)
+    T.__sub__ = subtract
+    T.__rsub__ = r(subtract)
+    T.__mul__ = multiply
+    T.__rmul__ = r(multiply)
+    T.__truediv__ = divide
+    T.__rtruediv__ = r(divide)
+    T.__pow__ = power
+    T.__rpow__ = r(power)
+    T.__matmul__ = matmul
+    T.__rmatmul__ = r(matmul)
+    T.__neg__ = negative
+    T.__pos__ = lambda self: self
+    T.__abs__ = abs
+    T.__eq__ = equal
+    T.__ne__ = not_equal
+    T.__gt__ = greater
+    T.__ge__ = greater_equal
+    T.__lt__ = less
+    T.__le__ = less_equal
+    T.__hash__ = object.__hash__
+    T.__getitem__ = getitem
+    T.reshape = reshape
+    T.transpose = transpose
+    T.swapaxes = swapaxes
+    T.expand_dims = expand_dims
+    T.squeeze = squeeze
+    T.broadcast_to = broadcast_to
+    T.flatten = flatten
+    T.sum = sum
+    T.mean = mean
+    T.max = max
+    T.min = min
+    T.exp = exp
+    T.log = log
+    T.sqrt = sqrt
+    T.square = square
+    T.tanh = tanh
+    T.sigmoid = sigmoid
+    T.relu = relu
+    T.abs = abs
+    T.clip = clip
+    T.argmax = argmax
+    T.argmin = argmin
+    T.astype = astype
+    T.one_hot = one_hot
+    T.T = property(lambda self: transpose(self))
+
+
+_install_methods()

@@ -1,0 +1,433 @@
+"""Tensor: an array on one device, with define-by-run autograd.
+
+A :class:`Tensor` wraps one NumPy (CPU device) or CuPy (GPU device) array. Inside
+``autograd.record()`` every primitive op (see ``ops.py``) that consumes a tensor needing a
+gradient attaches a :class:`_Node` to its result: the parents and a closure computing the
+parents' gradients from the result's gradient (micrograd's shape, with the backward beside
+the forward in each op).
+
+``backward`` walks the graph in dependency order (Kahn's algorithm): a tensor is processed
+once every consumer has sent its gradient. A leaf's gradient is written (``grad_req='write'``)
+or added (``'add'``) into its ``grad`` buffer *in place*, so a parameter's gradient stays a
+view into its flat arena; then the leaf's ready-hooks run. Leaves therefore become final in the
+order backward produces them, which is what the communication layer overlaps with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import device as _device
+from . import _state
+
+Array = Any  # numpy.ndarray or cupy.ndarray
+BackwardFn = Callable[[Array], Sequence[Array | None]]
+
+_GRAD_REQS = ("write", "add", "null")
+
+
+class _Node:
+    """How a recorded result was made: its parents and the closure giving their gradients."""
+
+    __slots__ = ("parents", "backward", "op")
+
+    def __init__(self, op: str, parents: tuple[Tensor, ...], backward: BackwardFn) -> None:
+        self.op = op
+        self.parents = parents
+        self.backward = backward
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"{x.dtype}{list(x.shape)}@{x.device}"
+    return type(x).__name__
+
+
+class Tensor:
+    """An n-dimensional array on one device, recording operations for autograd.
+
+    Build tensors with :func:`mxlite.array`, :func:`mxlite.zeros` and friends rather than
+    this constructor, which wraps an existing NumPy/CuPy array without copying.
+
+    Attributes:
+        shape, dtype, ndim, size: as NumPy's.
+        device: the :class:`~mxlite.Device` holding the data.
+        grad: the gradient buffer after :meth:`attach_grad`, else ``None``.
+    """
+
+    __slots__ = ("_data", "_device", "_grad", "_grad_req", "_node", "_fresh_grad", "_hooks", "__weakref__")
+    __array_priority__ = 1000.0  # make ``ndarray + Tensor`` dispatch to Tensor.__radd__
+
+    def __init__(self, data: Array, device: _device.Device | None = None) -> None:
+        self._data = data
+        self._device = device if device is not None else _device.device_of(data)
+        self._grad: Any = None
+        self._grad_req = "null"
+        self._node: _Node | None = None
+        self._fresh_grad = False
+        self._hooks: list[Callable[[Tensor], None]] | None = None
+
+    # -- basic properties -----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape as a tuple of ints."""
+        return tuple(self._data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """NumPy dtype of the elements."""
+        return self._data.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(self._data.size)
+
+    @property
+    def device(self) -> _device.Device:
+        """The device holding this tensor."""
+        return self._device
+
+    @property
+    def stype(self) -> str:
+        """Storage type: always ``'default'`` (dense) for a Tensor."""
+        return "default"
+
+    @property
+    def grad(self) -> Any:
+        """Gradient buffer (a Tensor, or a RowSparseTensor for sparse gradients), or None."""
+        return self._grad
+
+    @property
+    def grad_req(self) -> str:
+        """How backward stores this leaf's gradient: 'write', 'add' or 'null'."""
+        return self._grad_req
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.asnumpy(), separator=", ", precision=6)
+        return f"tensor({body}, device={self._device}, dtype={self.dtype})"
+
+    # -- conversion -----------------------------------------------------------------------
+    def asnumpy(self) -> np.ndarray:
+        """A NumPy copy of the data (blocking on GPU)."""
+        if self._device.is_gpu:
+            return self._data.get()
+        return np.array(self._data, copy=True)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.asnumpy()
+        return out.astype(dtype) if dtype is not None else out
+
+    def item(self) -> Any:
+        """The single element as a Python scalar. Raises ValueError unless size == 1."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.asnumpy().reshape(-1)[0].item()
+
+    asscalar = item
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __index__(self) -> int:
+        return int(self.item())
+
+    def wait_to_read(self) -> None:
+        """Block until the data is computed (synchronises the device's stream on GPU)."""
+        if self._device.is_gpu:
+            with self._device.use():
+                self._device.xp.cuda.get_current_stream().synchronize()
+
+    def tostype(self, stype: str) -> Any:
+        """Convert storage: ``'default'`` returns self, ``'row_sparse'`` keeps non-zero rows."""
+        from .. import sparse  # noqa: PLC0415 - sparse imports this module
+
+        return sparse.cast_storage(self, stype)
+
+    # -- DLPack ---------------------------------------------------------------------------
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if stream is None:
+            return self._data.__dlpack__(**kwargs)
+        return self._data.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._data.__dlpack_device__()
+
+    # -- autograd -------------------------------------------------------------------------
+    def attach_grad(self, grad_req: str = "write", stype: str | None = None) -> None:
+        """Allocate a zero gradient buffer and make this tensor a leaf that receives gradients.
+
+        Args:
+            grad_req: 'write' (backward overwrites the buffer), 'add' (accumulates) or
+                'null' (no gradient).
+            stype: None/'default' for a dense buffer, 'row_sparse' for a sparse one.
+
+        Raises:
+            ValueError: unknown grad_req or stype; TypeError: integer tensors have no gradient.
+        """
+        if grad_req not in _GRAD_REQS:
+            raise ValueError(f"grad_req must be one of {_GRAD_REQS}, got {grad_req!r}")
+        if grad_req != "null" and not np.issubdtype(self.dtype, np.floating):
+            raise TypeError(f"attach_grad: {self.dtype} tensors cannot have gradients")
+        self._node = None
+        self._grad_req = grad_req
+        if grad_req == "null":
+            self._grad = None
+        elif stype in (None, "default"):
+            self._grad = Tensor(self._device.xp.zeros_like(self._data), self._device)
+        elif stype == "row_sparse":
+            from .. import sparse  # noqa: PLC0415
+
+            self._grad = sparse.zeros_row_sparse(self.shape, self.dtype, self._device)
+        else:
+            raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
+
+    def _requires_grad(self) -> bool:
+        return self._node is not None or self._grad_req != "null"
+
+    def _add_ready_hook(self, hook: Callable[[Tensor], None]) -> None:
+        """Call ``hook(self)`` each time backward has finished writing this leaf's gradient."""
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's data, outside any graph."""
+        return Tensor(self._data, self._device)
+
+    def backward(self, out_grad: Tensor | None = None, retain_graph: bool = False, train_mode: bool = True) -> None:
+        """Compute gradients of this tensor w.r.t. every leaf it depends on.
+
+        ``out_grad`` defaults to ones (so a non-scalar head means the gradient of its sum).
+        """
+        backward([self], None if out_grad is None else [out_grad], retain_graph, train_mode)
+
+    # -- copies between devices -----------------------------------------------------------
+    def to(self, device: _device.Device) -> Tensor:
+        """This tensor on ``device`` (itself if already there); differentiable."""
+        from . import ops  # noqa: PLC0415 - ops builds on this module
+
+        return ops.to_device(self, _device.as_device(device))
+
+    as_in_context = to
+    to_device = to
+
+    def copyto(self, other: Tensor | _device.Device) -> Tensor:
+        """Copy into ``other``'s buffer (a Tensor of the same shape) or onto a device.
+
+        Raises:
+            ValueError: shape mismatch with the destination tensor.
+        """
+        if isinstance(other, Tensor):
+            if other.shape != self.shape:
+                raise ValueError(f"copyto: shape mismatch, source {self.shape} vs destination {other.shape}")
+            other._assign(self)
+            return other
+        dev = _device.as_device(other)
+        return Tensor(_transfer(self._data, self._device, dev, copy=True), dev)
+
+    def _assign(self, value: Any) -> None:
+        """Write ``value`` (Tensor, array or scalar) into this tensor's buffer in place."""
+        if isinstance(value, Tensor):
+            value = _transfer(value._data, value._device, self._device, copy=False)
+        elif isinstance(value, np.ndarray) and self._device.is_gpu:
+            value = _transfer(value, _device.cpu(0), self._device, copy=False)
+        with self._device.use():
+            self._data[...] = value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, Tensor):
+            value = _transfer(value._data, value._device, self._device, copy=False)
+        elif isinstance(value, np.ndarray) and self._device.is_gpu:
+            value = _transfer(value, _device.cpu(0), self._device, copy=False)
+        key = key._data if isinstance(key, Tensor) else key
+        with self._device.use():
+            self._data[key] = value
+
+
+def _transfer(data: Array, src: _device.Device, dst: _device.Device, copy: bool) -> Array:
+    """Move raw array data between devices; copies only when needed unless ``copy``."""
+    if src == dst:
+        if not copy:
+            return data
+        with dst.use():
+            return data.copy()
+    if not src.is_gpu and not dst.is_gpu:  # virtual CPU devices share host memory
+        return np.array(data, copy=True) if copy else data
+    if src.is_gpu and not dst.is_gpu:
+        with src.use():
+            return data.get()
+    with dst.use():
+        return dst.xp.asarray(data)  # host->device, or peer copy between GPUs
+
+
+# -- graph construction -----------------------------------------------------------------------
+def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...], backward_fn: BackwardFn) -> Tensor:
+    """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient."""
+    out = Tensor(data, device)
+    if _state.is_recording() and any(p._requires_grad() for p in parents):
+        out._node = _Node(op, parents, backward_fn)
+    return out
+
+
+def _unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
+    """Sum ``grad`` down to ``shape``, undoing NumPy broadcasting."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad.reshape(shape)
+
+
+# -- backward ---------------------------------------------------------------------------------
+def backward(
+    heads: Tensor | Sequence[Tensor],
+    head_grads: Sequence[Tensor | None] | None = None,
+    retain_graph: bool = False,
+    train_mode: bool = True,
+) -> None:
+    """Back-propagate from ``heads`` (e.g. one loss per device) into every leaf's ``grad``.
+
+    Each head's graph is independent when heads live on different devices; they are
+    processed together. Leaves with ``grad_req='write'`` get the gradient of this pass,
+    ``'add'`` accumulate it.
+
+    Raises:
+        ValueError: a head was not recorded (no ``autograd.record()``), or head/head_grads
+            lengths or shapes disagree.
+    """
+    if isinstance(heads, Tensor):
+        heads = [heads]
+    heads = list(heads)
+    if head_grads is None:
+        head_grads = [None] * len(heads)
+    if len(head_grads) != len(heads):
+        raise ValueError(f"backward: {len(heads)} heads but {len(head_grads)} head_grads")
+    for i, h in enumerate(heads):
+        if not isinstance(h, Tensor):
+            raise TypeError(f"backward: head {i} is a {type(h).__name__}, not a Tensor")
+        if not h._requires_grad():
+            raise ValueError(
+                f"backward: head {i} ({_describe(h)}) is not part of a recorded graph; "
+                "compute it inside `with autograd.record():` from tensors with attach_grad()"
+            )
+
+    # Count, for every tensor reachable from the heads, how many consumers will send it a gradient.
+    pending: dict[int, int] = {}
+    nodes: dict[int, Tensor] = {}
+    stack = list(heads)
+    for h in heads:
+        nodes[id(h)] = h
+    while stack:
+        t = stack.pop()
+        if t._node is None:
+            continue
+        for p in t._node.parents:
+            if not p._requires_grad():
+                continue
+            pending[id(p)] = pending.get(id(p), 0) + 1
+            if id(p) not in nodes:
+                nodes[id(p)] = p
+                stack.append(p)
+
+    grads: dict[int, Array] = {}
+    for h, hg in zip(heads, head_grads):
+        if hg is None:
+            with h._device.use():
+                g = h._device.xp.ones_like(h._data)
+        else:
+            if tuple(hg.shape) != h.shape:
+                raise ValueError(f"backward: head_grad shape {tuple(hg.shape)} != head shape {h.shape}")
+            g = hg._data if isinstance(hg, Tensor) else hg
+        _accumulate(grads, h, g)
+
+    ready = [h for h in dict.fromkeys(heads) if pending.get(id(h), 0) == 0]
+    with _state._scope(False, train_mode):
+        while ready:
+            t = ready.pop()
+            g = grads.pop(id(t), None)
+            node = t._node
+            if node is None:
+                _write_leaf_grad(t, g)
+                continue
+            if g is not None:
+                with t._device.use():
+                    parent_grads = node.backward(g)
+            else:
+                parent_grads = [None] * len(node.parents)
+            if not retain_graph:
+                t._node = None
+            for p, pg in zip(node.parents, parent_grads):
+                if not p._requires_grad():
+                    continue
+                if pg is not None:
+                    _accumulate(grads, p, pg)
+                pending[id(p)] -= 1
+                if pending[id(p)] == 0:
+                    ready.append(p)
+
+
+def _accumulate(grads: dict[int, Array], t: Tensor, g: Any) -> None:
+    key = id(t)
+    if key in grads:
+        prev = grads[key]
+        if _is_sparse(prev) or _is_sparse(g):
+            from .. import sparse  # noqa: PLC0415
+
+            grads[key] = sparse.add_any(prev, g, t.shape)
+        else:
+            grads[key] = prev + g
+    else:
+        grads[key] = g
+
+
+def _is_sparse(g: Any) -> bool:
+    return hasattr(g, "indices") and hasattr(g, "stype")
+
+
+def _write_leaf_grad(t: Tensor, g: Any) -> None:
+    """Store a leaf's final gradient of this pass according to its grad_req, in place."""
+    req = t._grad_req
+    if req == "null" or g is None:
+        return
+    from .. import sparse  # noqa: PLC0415
+
+    buf = t._grad
+    if isinstance(buf, sparse.RowSparseTensor):
+        rs = g if _is_sparse(g) else sparse.dense_to_row_sparse(g, t._device)
+        t._grad = rs if req == "write" else sparse.add_any(buf, rs, t.shape)
+    else:
+        if _is_sparse(g):
+            g = g._dense_data()
+        g = g.astype(buf.dtype, copy=False)
+        if req == "write":
+            buf._data[...] = g
+        else:
+            buf._data += g
+    t._fresh_grad = True
+    if t._hooks:
+        for hook in t._hooks:
+            hook(t)

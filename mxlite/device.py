@@ -1,0 +1,206 @@
+"""Devices: where an array lives and which array library computes on it.
+
+A :class:`Device` is ``cpu(i)`` or ``gpu(i)``. CPU devices are NumPy-backed and any number
+of them may exist in one process ("virtual devices"): that is how CI exercises multi-device
+code without a GPU. GPU devices are CuPy-backed; creating one on a machine without a usable
+CUDA stack raises :class:`DeviceUnavailableError` saying why (CuPy missing, no driver, no such
+device).
+
+``with device:`` makes ``device`` the current one, which is where creation functions put
+arrays when no device is given (MXNet's ``with mx.gpu(0):`` idiom).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Device",
+    "DeviceUnavailableError",
+    "cpu",
+    "gpu",
+    "num_gpus",
+    "gpu_devices",
+    "current_device",
+    "device_of",
+]
+
+
+class DeviceUnavailableError(RuntimeError):
+    """A GPU device was asked for on a machine that cannot provide it."""
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy_status() -> tuple[ModuleType | None, int, str]:
+    """Return ``(cupy or None, number of visible GPUs, reason when 0)``; probed once."""
+    try:
+        import cupy  # noqa: PLC0415 - optional dependency, probed lazily
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return None, 0, (
+            f"CuPy is not importable ({type(exc).__name__}: {exc}); install mxlite with the "
+            "'cuda12' or 'cuda13' extra, e.g. pip install 'mxlite[cuda12]'"
+        )
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # cudaErrorNoDevice, cudaErrorInsufficientDriver, ...
+        return cupy, 0, f"CuPy is installed but CUDA reports no usable GPU ({exc}); is the NVIDIA driver loaded?"
+    if count == 0:
+        return cupy, 0, "CuPy is installed but CUDA sees no GPU"
+    return cupy, count, ""
+
+
+def num_gpus() -> int:
+    """Number of GPUs CUDA can see (0 without CuPy, driver or device)."""
+    return _cupy_status()[1]
+
+
+class Device:
+    """A place where arrays live: ``Device('cpu', 0)`` or ``Device('gpu', 1)``.
+
+    Devices compare and hash by ``(device_type, device_id)``; ``repr`` is ``cpu(0)`` /
+    ``gpu(1)`` as in MXNet. Use :func:`cpu` and :func:`gpu` to build them.
+
+    Raises:
+        ValueError: unknown ``device_type`` or a negative ``device_id``.
+        DeviceUnavailableError: a GPU device without CuPy, driver, or that many GPUs.
+    """
+
+    __slots__ = ("device_type", "device_id", "_token")
+
+    def __init__(self, device_type: str | Device, device_id: int = 0) -> None:
+        if isinstance(device_type, Device):
+            device_type, device_id = device_type.device_type, device_type.device_id
+        if device_type not in ("cpu", "gpu"):
+            raise ValueError(f"device_type must be 'cpu' or 'gpu', got {device_type!r}")
+        device_id = int(device_id)
+        if device_id < 0:
+            raise ValueError(f"device_id must be >= 0, got {device_id}")
+        if device_type == "gpu":
+            _, count, reason = _cupy_status()
+            if count == 0:
+                raise DeviceUnavailableError(f"cannot use gpu({device_id}): {reason}")
+            if device_id >= count:
+                raise DeviceUnavailableError(
+                    f"cannot use gpu({device_id}): only {count} GPU(s) visible (gpu(0)..gpu({count - 1}))"
+                )
+        self.device_type = device_type
+        self.device_id = device_id
+        self._token: list[Any] = []
+
+    # -- identity -------------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Device)
+            and self.device_type == other.device_type
+            and self.device_id == other.device_id
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.device_type, self.device_id))
+
+    def __repr__(self) -> str:
+        return f"{self.device_type}({self.device_id})"
+
+    __str__ = __repr__
+
+    # -- array library --------------------------------------------------------------------
+    @property
+    def is_gpu(self) -> bool:
+        """True for CUDA devices."""
+        return self.device_type == "gpu"
+
+    @property
+    def xp(self) -> ModuleType:
+        """The array module computing on this device: ``numpy`` or ``cupy``."""
+        if self.device_type == "cpu":
+            return np
+        return _cupy_status()[0]
+
+    def use(self) -> Any:
+        """A context manager making this device CUDA's current one (a no-op on CPU)."""
+        if self.device_type == "cpu":
+            return _NULL_CONTEXT
+        return self.xp.cuda.Device(self.device_id)
+
+    # -- current device -------------------------------------------------------------------
+    def __enter__(self) -> Device:
+        _STATE.stack.append(self)
+        cuda_ctx = self.use()
+        cuda_ctx.__enter__()
+        self._token.append(cuda_ctx)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._token.pop().__exit__(*exc)
+        _STATE.stack.pop()
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL_CONTEXT = _NullContext()
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Device] = []
+
+
+_STATE = _State()
+
+
+def cpu(device_id: int = 0) -> Device:
+    """The ``device_id``-th CPU device (NumPy-backed; any id is valid: a virtual device)."""
+    return Device("cpu", device_id)
+
+
+def gpu(device_id: int = 0) -> Device:
+    """The ``device_id``-th GPU. Raises :class:`DeviceUnavailableError` when CUDA cannot provide it."""
+    return Device("gpu", device_id)
+
+
+def gpu_devices() -> list[Device]:
+    """Every visible GPU as a device, ``[]`` when CUDA is unavailable."""
+    return [Device("gpu", i) for i in range(num_gpus())]
+
+
+_DEFAULT = Device("cpu", 0)
+
+
+def current_device() -> Device:
+    """The device set by the innermost ``with device:`` block, else ``cpu(0)``."""
+    return _STATE.stack[-1] if _STATE.stack else _DEFAULT
+
+
+def device_of(array: Any) -> Device:
+    """The device holding a raw NumPy or CuPy array (NumPy arrays report ``cpu(0)``)."""
+    if isinstance(array, np.ndarray):
+        return _DEFAULT
+    dev = getattr(array, "device", None)
+    if dev is not None and hasattr(dev, "id"):
+        return Device("gpu", dev.id)
+    raise TypeError(f"not a NumPy or CuPy array: {type(array).__name__}")
+
+
+def as_device(device: Device | str | None) -> Device:
+    """Normalise ``None`` (current device), a :class:`Device` or a string like ``'gpu:1'``."""
+    if device is None:
+        return current_device()
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, str):
+        kind, _, idx = device.partition(":")
+        if not _:
+            kind, _, idx = device.rstrip(")").partition("(")
+        return Device(kind.strip(), int(idx) if idx else 0)
+    raise TypeError(f"expected a Device, got {type(device).__name__}: {device!r}")

@@ -1,0 +1,133 @@
+"""Random numbers, seeded and reproducible per device.
+
+Each device draws from its own stream, derived from the seed and the device's identity, so
+``seed(s)`` followed by the same calls gives the same numbers on every run; on CPU devices
+NumPy's PCG64, on GPUs CuPy's generator. Initializers draw from a separate host stream so that
+every mirror of a parameter gets the same values. Without a call to :func:`seed` the streams
+start from fresh OS entropy (as MXNet's do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .autograd.tensor import Tensor
+from .device import Device, as_device
+
+__all__ = ["seed", "normal", "uniform", "randint", "shuffle"]
+
+_HOST_STREAM = 2**31 - 1  # device-id slot reserved for the host (initializer) stream
+_seed_entropy: int | None = None
+_generators: dict[Any, Any] = {}
+
+
+def seed(seed_state: int, device: Device | str = "all") -> None:
+    """Seed the random streams of every device (``device='all'``) or of one device.
+
+    Raises:
+        ValueError: ``seed_state`` is not a non-negative integer.
+    """
+    global _seed_entropy
+    if not isinstance(seed_state, (int, np.integer)) or seed_state < 0:
+        raise ValueError(f"seed_state must be a non-negative integer, got {seed_state!r}")
+    if device == "all":
+        _seed_entropy = int(seed_state)
+        _generators.clear()
+    else:
+        dev = as_device(device)
+        _generators[dev] = _make_generator(dev, int(seed_state))
+
+
+def _entropy() -> int:
+    global _seed_entropy
+    if _seed_entropy is None:
+        _seed_entropy = int(np.random.SeedSequence().entropy % 2**63)
+    return _seed_entropy
+
+
+def _make_generator(dev: Device | None, seed_state: int) -> Any:
+    if dev is None:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed_state, _HOST_STREAM])))
+    kind = 0 if dev.device_type == "cpu" else 1
+    ss = np.random.SeedSequence([seed_state, kind, dev.device_id])
+    if dev.device_type == "cpu":
+        return np.random.Generator(np.random.PCG64(ss))
+    with dev.use():
+        return dev.xp.random.RandomState(int(ss.generate_state(1, np.uint32)[0]))
+
+
+def _generator(dev: Device | None) -> Any:
+    """The generator of ``dev`` (``None``: the host stream used by initializers)."""
+    key = dev if dev is not None else "host"
+    gen = _generators.get(key)
+    if gen is None:
+        gen = _generators[key] = _make_generator(dev, _entropy())
+    return gen
+
+
+def host_generator() -> np.random.Generator:
+    """The host NumPy generator used for parameter initialisation (seeded by :func:`seed`)."""
+    return _generator(None)
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    return (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+
+
+def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (), dtype: Any = None,
+           device: Device | str | None = None) -> Tensor:
+    """Samples of N(loc, scale²) on ``device`` (float32 by default).
+
+    Raises:
+        ValueError: negative ``scale``.
+    """
+    if scale < 0:
+        raise ValueError(f"normal: scale must be >= 0, got {scale}")
+    dev = as_device(device)
+    dtype = np.dtype(dtype or np.float32)
+    gen = _generator(dev)
+    with dev.use():
+        data = gen.normal(loc, scale, size=_shape(shape)).astype(dtype)
+    return Tensor(data, dev)
+
+
+def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None,
+            device: Device | str | None = None) -> Tensor:
+    """Samples of U[low, high) on ``device`` (float32 by default).
+
+    Raises:
+        ValueError: ``high < low``.
+    """
+    if high < low:
+        raise ValueError(f"uniform: high ({high}) must be >= low ({low})")
+    dev = as_device(device)
+    dtype = np.dtype(dtype or np.float32)
+    gen = _generator(dev)
+    with dev.use():
+        data = gen.uniform(low, high, size=_shape(shape)).astype(dtype)
+    return Tensor(data, dev)
+
+
+def randint(low: int, high: int, shape: Any = (), dtype: Any = None, device: Device | str | None = None) -> Tensor:
+    """Integers uniform in ``[low, high)`` on ``device`` (int32 by default)."""
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be > low ({low})")
+    dev = as_device(device)
+    gen = _generator(dev)
+    dtype = np.dtype(dtype or np.int32)
+    with dev.use():
+        if dev.device_type == "cpu":
+            data = gen.integers(low, high, size=_shape(shape)).astype(dtype)
+        else:
+            data = gen.randint(low, high, size=_shape(shape)).astype(dtype)
+    return Tensor(data, dev)
+
+
+def shuffle(data: Tensor) -> Tensor:
+    """A copy of ``data`` with its first axis permuted by the data's device stream."""
+    gen = _generator(data.device)
+    with data.device.use():
+        perm = gen.permutation(data.shape[0])
+        return Tensor(data._data[perm], data.device)

@@ -1,0 +1,179 @@
+"""Row-sparse tensors: a few rows of a large matrix (e.g. the touched rows of an embedding).
+
+A :class:`RowSparseTensor` of logical shape ``(N, ...)`` stores ``data`` of shape
+``(k, ...)`` and sorted, unique ``indices`` (int64, length ``k``); every other row is zero.
+``Embedding(sparse_grad=True)`` produces its weight gradient in this form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .autograd.tensor import Tensor
+from .device import Device, as_device
+
+__all__ = ["RowSparseTensor", "row_sparse_array", "zeros", "cast_storage"]
+
+
+class RowSparseTensor:
+    """A row-sparse tensor: ``data`` rows at ``indices`` of a ``shape``-shaped matrix.
+
+    Attributes:
+        data: Tensor of shape ``(k,) + shape[1:]``.
+        indices: int64 Tensor of ``k`` sorted, unique row ids.
+        shape, dtype, device: the logical dense tensor's.
+    """
+
+    stype = "row_sparse"
+
+    def __init__(self, data: Tensor, indices: Tensor, shape: tuple[int, ...]) -> None:
+        self.data = data
+        self.indices = indices
+        self.shape = tuple(int(n) for n in shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element dtype."""
+        return self.data.dtype
+
+    @property
+    def device(self) -> Device:
+        """Device holding the rows."""
+        return self.data.device
+
+    def _dense_data(self) -> Any:
+        xp = self.device.xp
+        with self.device.use():
+            out = xp.zeros(self.shape, dtype=self.dtype)
+            if self.indices.size:
+                out[self.indices._data] = self.data._data
+        return out
+
+    def tostype(self, stype: str) -> Any:
+        """``'default'``: the dense Tensor; ``'row_sparse'``: self."""
+        if stype == "row_sparse":
+            return self
+        if stype == "default":
+            return Tensor(self._dense_data(), self.device)
+        raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
+
+    def asnumpy(self) -> np.ndarray:
+        """The dense value as a NumPy array."""
+        return self.tostype("default").asnumpy()
+
+    def copy(self) -> RowSparseTensor:
+        """A deep copy."""
+        return RowSparseTensor(self.data.copyto(self.device), self.indices.copyto(self.device), self.shape)
+
+    def __repr__(self) -> str:
+        return f"RowSparseTensor(shape={self.shape}, rows={self.indices.asnumpy().tolist()}, device={self.device})"
+
+
+def row_sparse_array(arg1: Any, shape: Any = None, device: Device | str | None = None,
+                     dtype: Any = None) -> RowSparseTensor:
+    """Build a row-sparse tensor from ``(values, row_ids)`` and a ``shape``.
+
+    Row ids may be unsorted; duplicates are summed. ``shape`` defaults to
+    ``(max(row_ids) + 1,) + values.shape[1:]``.
+
+    Raises:
+        ValueError: values and row ids disagree in length, a row id is out of range, or the
+            trailing shape of values does not match ``shape``.
+    """
+    if not (isinstance(arg1, tuple) and len(arg1) == 2):
+        raise TypeError("row_sparse_array expects a (values, row_ids) tuple")
+    values, row_ids = arg1
+    dev = as_device(device) if device is not None else (
+        values.device if isinstance(values, Tensor) else as_device(None))
+    vals = np.asarray(values.asnumpy() if isinstance(values, Tensor) else values,
+                      dtype=dtype if dtype is not None else None)
+    if vals.dtype == np.float64 and dtype is None and not isinstance(values, (np.ndarray, Tensor)):
+        vals = vals.astype(np.float32)
+    ids = np.asarray(row_ids.asnumpy() if isinstance(row_ids, Tensor) else row_ids).astype(np.int64).reshape(-1)
+    if vals.shape[0] != ids.shape[0]:
+        raise ValueError(f"row_sparse_array: {vals.shape[0]} value rows but {ids.shape[0]} row ids")
+    if shape is None:
+        shape = (int(ids.max()) + 1 if ids.size else 0,) + vals.shape[1:]
+    shape = tuple(int(n) for n in shape)
+    if tuple(vals.shape[1:]) != shape[1:]:
+        raise ValueError(f"row_sparse_array: value rows have shape {vals.shape[1:]}, shape says {shape[1:]}")
+    if ids.size and (ids.min() < 0 or ids.max() >= shape[0]):
+        raise ValueError(f"row_sparse_array: row ids must lie in [0, {shape[0]}), got {ids.min()}..{ids.max()}")
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    merged = np.zeros((uniq.size,) + vals.shape[1:], dtype=vals.dtype)
+    np.add.at(merged, inverse, vals)
+    from ._creation import array  # noqa: PLC0415 - _creation imports autograd only
+
+    return RowSparseTensor(array(merged, dev, merged.dtype), array(uniq, dev, np.int64), shape)
+
+
+def zeros(shape: Any, dtype: Any = np.float32, device: Device | str | None = None) -> RowSparseTensor:
+    """An all-zero row-sparse tensor (no stored rows)."""
+    dev = as_device(device)
+    shape = tuple(shape)
+    xp = dev.xp
+    with dev.use():
+        data = Tensor(xp.zeros((0,) + shape[1:], dtype=dtype), dev)
+        idx = Tensor(xp.zeros((0,), dtype=np.int64), dev)
+    return RowSparseTensor(data, idx, shape)
+
+
+def zeros_row_sparse(shape: Any, dtype: Any, device: Device) -> RowSparseTensor:
+    """Alias of :func:`zeros` used by ``Tensor.attach_grad(stype='row_sparse')``."""
+    return zeros(shape, dtype, device)
+
+
+def dense_to_row_sparse(data: Any, device: Device) -> RowSparseTensor:
+    """Keep the rows of a raw dense array that hold any non-zero."""
+    xp = device.xp
+    with device.use():
+        nz = xp.nonzero(data.reshape(data.shape[0], -1).any(axis=1))[0].astype(np.int64)
+        return RowSparseTensor(Tensor(data[nz], device), Tensor(nz, device), data.shape)
+
+
+def cast_storage(t: Any, stype: str) -> Any:
+    """Convert a Tensor or RowSparseTensor to ``'default'`` or ``'row_sparse'`` storage."""
+    if stype not in ("default", "row_sparse"):
+        raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
+    if isinstance(t, RowSparseTensor):
+        return t.tostype(stype)
+    if stype == "default":
+        return t
+    if t.ndim < 1:
+        raise ValueError("tostype('row_sparse') needs a tensor with at least one dimension")
+    return dense_to_row_sparse(t._data, t.device)
+
+
+def from_rows(values: Any, rows: Any, shape: tuple[int, ...], device: Device) -> RowSparseTensor:
+    """Row-sparse tensor from raw ``values`` for (possibly repeated, unsorted) ``rows``; duplicates summed."""
+    xp = device.xp
+    with device.use():
+        uniq, inverse = xp.unique(rows.astype(np.int64).reshape(-1), return_inverse=True)
+        merged = xp.zeros((uniq.size,) + tuple(shape[1:]), dtype=values.dtype)
+        vals = values.reshape((-1,) + tuple(shape[1:]))
+        if xp is np:
+            np.add.at(merged, inverse.reshape(-1), vals)
+        else:
+            import cupyx  # noqa: PLC0415
+
+            cupyx.scatter_add(merged, inverse.reshape(-1), vals)
+    return RowSparseTensor(Tensor(merged, device), Tensor(uniq, device), shape)
+
+
+def add_any(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
+    """Sum two gradients, each a raw dense array or a RowSparseTensor.
+
+    Two row-sparse inputs give a row-sparse sum; anything else a raw dense array.
+    """
+    if isinstance(a, RowSparseTensor) and isinstance(b, RowSparseTensor):
+        dev = a.device
+        xp = dev.xp
+        with dev.use():
+            values = xp.concatenate([a.data._data, b.data._data])
+            rows = xp.concatenate([a.indices._data, b.indices._data])
+        return from_rows(values, rows, shape, dev)
+    da = a._dense_data() if isinstance(a, RowSparseTensor) else a
+    db = b._dense_data() if isinstance(b, RowSparseTensor) else b
+    return da + db
