@@ -1,8 +1,33 @@
-"""mxlite: data-parallel training on CuPy/NumPy behind a Gluon-like API (see README.md)."""
+"""mxlite: data-parallel training on CuPy/NumPy behind a Gluon-like API.
 
-from . import autograd, random, sparse
+    import mxlite as mx
+    devices = mx.gpu_devices() or [mx.cpu(0), mx.cpu(1)]
+    net = mx.nn.Sequential(mx.nn.Dense(256, activation="relu"), mx.nn.Dense(10))
+    net.initialize(mx.init.Xavier(), device=devices)
+    trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 1e-3})
+
+Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gives the same
+objects under Gluon's spelling. See README.md and docs/design.md.
+"""
+
+from . import autograd, data, datasets, init, loss, metric, nn, optimizer, random, sparse
 from ._creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
+from .autograd import nn_ops, ops
+from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, cpu, current_device, gpu, gpu_devices, num_gpus
+from .parallel import DataParallelExecutor, split_and_load, split_data
+from .trainer import Trainer
+from . import gluon  # noqa: E402,I001 - gluon re-exports the modules above
+
+NDArray = Tensor  # MXNet's name for the array type
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Device", "DeviceUnavailableError", "DataParallelExecutor", "NDArray", "Tensor", "Trainer",
+    "arange", "array", "autograd", "concat", "cpu", "current_device", "data", "datasets", "empty",
+    "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "loss", "metric", "nn",
+    "nn_ops", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
+    "split_data", "stack", "zeros",
+]

@@ -1,0 +1,38 @@
+# The two commands a new user needs (see README.md):
+#   make train   create .venv, install mxlite, run the main training job
+#   make test    create .venv, install what the tests need, run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+comma := ,
+CUDA_EXTRA := $(shell $(PYTHON) tools/cuda_extra.py 2>/dev/null)
+TRAIN_EXTRAS := train$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA))
+ARGS ?=
+
+.PHONY: train test test-gpu lint info clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+train: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[$(TRAIN_EXTRAS)]'
+	$(BIN)/mxlite train $(ARGS)
+
+test: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,mpi]'
+	$(BIN)/python -m pytest -q
+
+# GPU-marked tests, run from the checkout with the machine's own Python, CuPy and NCCL
+# (for lent GPU machines that cannot install anything).
+test-gpu:
+	PYTHONPATH=. $(PYTHON) -m pytest -q -m gpu
+
+lint: $(BIN)/python
+	$(BIN)/python -m ruff check mxlite tests benchmarks tools
+
+info: $(BIN)/python
+	$(BIN)/mxlite info
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info out

@@ -1,0 +1,86 @@
+"""Safe, atomic file formats: NumPy ``.npz`` archives read with ``allow_pickle=False``.
+
+Writers go to a temporary file in the destination folder, fsync it and rename it over the
+target, so a crash during a save leaves the previous file intact. Readers load everything into
+memory and report a damaged or foreign file as a :class:`ValueError` naming the file, before
+any caller has changed state.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+import numpy as np
+
+__all__ = ["atomic_write", "save_arrays", "load_arrays"]
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write(fileobj)`` on a temporary file, fsync it, then rename it to ``path``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Atomically write ``arrays`` (name -> NumPy array) as an uncompressed ``.npz`` at ``path``.
+
+    The file name is used exactly as given (no ``.npz`` suffix is appended).
+    """
+    def write(f: IO[bytes]) -> None:
+        np.savez(f, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+
+    atomic_write(path, write)
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read every array of an ``.npz`` file written by :func:`save_arrays`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is truncated, corrupt, not an npz archive, or holds pickled
+            objects (never unpickled).
+    """
+    path = os.fspath(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError(f"holds a single {type(loaded).__name__}, not an .npz archive of named arrays")
+        with loaded as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: {exc})") from exc
+
+
+def as_host(value: Any) -> np.ndarray:
+    """A NumPy copy of a Tensor, CuPy or NumPy array."""
+    if hasattr(value, "asnumpy"):
+        return value.asnumpy()
+    if hasattr(value, "get"):
+        return value.get()
+    return np.asarray(value)

@@ -1,0 +1,236 @@
+"""Basic layers: Dense, Dropout, BatchNorm, LayerNorm, Embedding, Flatten, Activation, Lambda.
+
+Every layer follows Gluon 2.x: constructor arguments and defaults as MXNet's, input
+dimensions inferred from the first batch when not given (deferred initialisation), and the
+layer's parameters used on whichever device the input lives (each device has its mirror).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import autograd
+from ..autograd import nn_ops, ops
+from ..autograd.tensor import Tensor
+from .block import Block
+from .parameter import Parameter
+
+__all__ = ["Dense", "Dropout", "BatchNorm", "LayerNorm", "Embedding", "Flatten", "Activation", "Lambda"]
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": ops.relu,
+    "sigmoid": ops.sigmoid,
+    "tanh": ops.tanh,
+    "softrelu": lambda x: ops.log(1 + ops.exp(-ops.abs(x))) + ops.relu(x),  # stable log(1 + e^x)
+    "softsign": lambda x: x / (1 + ops.abs(x)),
+}
+
+
+def _activation(name: str | None) -> Callable[[Tensor], Tensor] | None:
+    if name is None:
+        return None
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; known: {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+def _ready(param: Parameter, x: Tensor) -> Tensor:
+    """The mirror of ``param`` on ``x``'s device (finishing a deferred initialisation)."""
+    if not param.is_initialized:
+        param._finish_deferred_init()
+    return param.data(x.device)
+
+
+class Activation(Block):
+    """Applies an activation: 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign'.
+
+    Raises:
+        ValueError: unknown activation name.
+    """
+
+    def __init__(self, activation: str) -> None:
+        super().__init__()
+        self._act_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._act(x)
+
+    def _extra_repr(self) -> str:
+        return self._act_name
+
+
+class Dense(Block):
+    """Fully connected layer: ``y = activation(x · Wᵀ + b)``.
+
+    Args:
+        units: output dimension.
+        activation: optional activation name.
+        use_bias: add a bias vector.
+        flatten: collapse all input axes but the first (else apply to the last axis).
+        dtype: parameter dtype.
+        weight_initializer, bias_initializer: initializers (bias defaults to zeros).
+        in_units: input dimension; 0 infers it from the first batch.
+
+    Parameters: ``weight`` of shape (units, in_units), ``bias`` of shape (units,).
+    """
+
+    def __init__(self, units: int, activation: str | None = None, use_bias: bool = True, flatten: bool = True,
+                 dtype: Any = np.float32, weight_initializer: Any = None, bias_initializer: Any = "zeros",
+                 in_units: int = 0) -> None:
+        super().__init__()
+        if units <= 0:
+            raise ValueError(f"Dense: units must be > 0, got {units}")
+        self._units, self._flatten, self._in_units = units, flatten, in_units
+        self._act_name = activation
+        self._act = _activation(activation)
+        self.weight = Parameter("weight", shape=(units, in_units), dtype=dtype, init=weight_initializer,
+                                allow_deferred_init=True)
+        self.bias = (Parameter("bias", shape=(units,), dtype=dtype, init=bias_initializer, allow_deferred_init=True)
+                     if use_bias else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        in_units = int(np.prod(x.shape[1:])) if self._flatten else x.shape[-1]
+        if not self.weight.is_initialized:
+            self.weight.shape = (self._units, in_units)
+        w = _ready(self.weight, x)
+        b = _ready(self.bias, x) if self.bias is not None else None
+        y = nn_ops.fully_connected(x, w, b, flatten=self._flatten)
+        return self._act(y) if self._act else y
+
+    def _extra_repr(self) -> str:
+        shape = self.weight.shape
+        return f"{shape[1] if shape[1] > 0 else None} -> {self._units}" + (
+            f", {self._act_name}" if self._act_name else "")
+
+
+class Dropout(Block):
+    """Zeroes inputs with probability ``rate`` during training (inverted scaling).
+
+    Args:
+        rate: drop probability in [0, 1).
+        axes: axes on which the mask is shared.
+    """
+
+    def __init__(self, rate: float, axes: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"Dropout: rate must lie in [0, 1), got {rate}")
+        self._rate, self._axes = rate, tuple(axes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.dropout(x, self._rate, self._axes, training=autograd.is_training())
+
+    def _extra_repr(self) -> str:
+        return f"p = {self._rate}"
+
+
+class Flatten(Block):
+    """Collapses all axes but the first: ``(N, ...) -> (N, prod(...))``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.flatten(x)
+
+
+class Lambda(Block):
+    """Wraps a function ``fn(x) -> y`` as a Block."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self._fn = function
+
+    def forward(self, *args: Any) -> Any:
+        return self._fn(*args)
+
+
+class BatchNorm(Block):
+    """Batch normalisation over ``axis`` (channels), MXNet's arguments and defaults.
+
+    In training the batch statistics normalise and the running statistics are updated as
+    ``running = momentum * running + (1 - momentum) * batch``; in inference the running
+    statistics are used. Each device keeps its own running statistics (as MXNet does).
+
+    Parameters: ``gamma``, ``beta`` (learned), ``running_mean``, ``running_var``
+    (grad_req 'null').
+    """
+
+    def __init__(self, axis: int = 1, momentum: float = 0.9, epsilon: float = 1e-5, center: bool = True,
+                 scale: bool = True, use_global_stats: bool = False, beta_initializer: Any = "zeros",
+                 gamma_initializer: Any = "ones", running_mean_initializer: Any = "zeros",
+                 running_variance_initializer: Any = "ones", in_channels: int = 0) -> None:
+        super().__init__()
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"BatchNorm: momentum must lie in [0, 1], got {momentum}")
+        if epsilon <= 0:
+            raise ValueError(f"BatchNorm: epsilon must be > 0, got {epsilon}")
+        self._axis, self._momentum, self._eps = axis, momentum, epsilon
+        self._use_global_stats, self._fix_gamma = use_global_stats, not scale
+        self.gamma = Parameter("gamma", grad_req="write" if scale else "null", shape=(in_channels,),
+                               init=gamma_initializer, allow_deferred_init=True, differentiable=scale)
+        self.beta = Parameter("beta", grad_req="write" if center else "null", shape=(in_channels,),
+                              init=beta_initializer, allow_deferred_init=True, differentiable=center)
+        self.running_mean = Parameter("running_mean", grad_req="null", shape=(in_channels,),
+                                      init=running_mean_initializer, allow_deferred_init=True, differentiable=False)
+        self.running_var = Parameter("running_var", grad_req="null", shape=(in_channels,),
+                                     init=running_variance_initializer, allow_deferred_init=True,
+                                     differentiable=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        channels = x.shape[self._axis]
+        params = (self.gamma, self.beta, self.running_mean, self.running_var)
+        for p in params:
+            if not p.is_initialized:
+                p.shape = (channels,)
+        gamma, beta, mean, var = (_ready(p, x) for p in params)
+        return nn_ops.batch_norm(x, gamma, beta, mean, var, axis=self._axis, eps=self._eps,
+                                 momentum=self._momentum, training=autograd.is_training(),
+                                 use_global_stats=self._use_global_stats, fix_gamma=self._fix_gamma)
+
+
+class LayerNorm(Block):
+    """Layer normalisation over ``axis``: ``gamma * (x - mean) / sqrt(var + eps) + beta``."""
+
+    def __init__(self, axis: int = -1, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
+                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0) -> None:
+        super().__init__()
+        if epsilon <= 0:
+            raise ValueError(f"LayerNorm: epsilon must be > 0, got {epsilon}")
+        self._axis, self._eps = axis, epsilon
+        self.gamma = Parameter("gamma", shape=(in_channels,), init=gamma_initializer, allow_deferred_init=True,
+                               differentiable=scale)
+        self.beta = Parameter("beta", shape=(in_channels,), init=beta_initializer, allow_deferred_init=True,
+                              differentiable=center)
+
+    def forward(self, x: Tensor) -> Tensor:
+        channels = x.shape[self._axis]
+        for p in (self.gamma, self.beta):
+            if not p.is_initialized:
+                p.shape = (channels,)
+        return nn_ops.layer_norm(x, _ready(self.gamma, x), _ready(self.beta, x), axis=self._axis, eps=self._eps)
+
+
+class Embedding(Block):
+    """Maps integer ids to dense vectors: ``out[..., :] = weight[x[...], :]``.
+
+    Args:
+        input_dim: vocabulary size; output_dim: vector size.
+        sparse_grad: produce a row-sparse weight gradient (only the looked-up rows).
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, dtype: Any = np.float32, weight_initializer: Any = None,
+                 sparse_grad: bool = False) -> None:
+        super().__init__()
+        if input_dim <= 0 or output_dim <= 0:
+            raise ValueError(f"Embedding: input_dim and output_dim must be > 0, got {input_dim}, {output_dim}")
+        self._sparse_grad = sparse_grad
+        self.weight = Parameter("weight", shape=(input_dim, output_dim), dtype=dtype, init=weight_initializer,
+                                grad_stype="row_sparse" if sparse_grad else "default")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.embedding(x, _ready(self.weight, x), sparse_grad=self._sparse_grad)
+
+    def _extra_repr(self) -> str:
+        return f"{self.weight.shape[0]} -> {self.weight.shape[1]}"

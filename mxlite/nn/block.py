@@ -1,0 +1,281 @@
+"""Block: the base of every layer and model (Gluon's ``Block``), and ``Sequential``.
+
+Assigning a Block or a Parameter to an attribute registers it. ``collect_params()`` returns
+every parameter under its structural name (``'0.weight'``, ``'encoder.dense.bias'``; MXNet
+2.x naming), and ``initialize`` puts all of a model's mirrors in one :class:`ParameterStore`,
+so each (device, dtype) has one flat arena for the whole model.
+
+Checkpoints (``save_parameters``) are ``.npz`` archives keyed by structural name, written
+atomically; ``load_parameters`` validates the whole file before changing any parameter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import init as _init
+from .._serialization import load_arrays, save_arrays
+from ..device import current_device
+from ..store import ParameterStore
+from .parameter import Parameter, _device_list
+
+__all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
+
+
+class Block:
+    """Base class of layers and models.
+
+    Subclasses create child Blocks and Parameters in ``__init__`` (as attributes) and
+    implement ``forward(*inputs)``. Calling the block calls ``forward``.
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_children", OrderedDict())
+        object.__setattr__(self, "_reg_params", OrderedDict())
+
+    # -- registration ---------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_children" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning attributes")
+        if isinstance(value, Block):
+            self._reg_params.pop(name, None)
+            self.register_child(value, name)
+        elif isinstance(value, Parameter):
+            self._children.pop(name, None)
+            self._reg_params[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._children.pop(name, None)
+        self._reg_params.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_child(self, block: Block, name: str | None = None) -> None:
+        """Register ``block`` as a child under ``name`` (default: its index)."""
+        if not isinstance(block, Block):
+            raise TypeError(f"register_child expects a Block, got {type(block).__name__}")
+        self._children[str(len(self._children)) if name is None else name] = block
+
+    @property
+    def params(self) -> dict[str, Parameter]:
+        """This block's own parameters (not its children's), by attribute name."""
+        return dict(self._reg_params)
+
+    # -- parameters -----------------------------------------------------------------------
+    def collect_params(self, select: str | None = None) -> dict[str, Parameter]:
+        """Every parameter of this block and its descendants, by structural name.
+
+        Args:
+            select: a regular expression; only names it matches (``re.match``) are kept,
+                e.g. ``'.*weight'`` or ``'0\\.|1\\.'``.
+        """
+        pattern = re.compile(select) if select is not None else None
+        out: dict[str, Parameter] = {}
+        for name, param in self._iter_params(""):
+            if param._path is None:
+                param._path = name
+            if pattern is None or pattern.match(name):
+                out[name] = param
+        return out
+
+    def _iter_params(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
+        for name, param in self._reg_params.items():
+            yield prefix + name, param
+        for name, child in self._children.items():
+            yield from child._iter_params(prefix + name + ".")
+
+    def initialize(self, init: Any = None, device: Any = None, verbose: bool = False,
+                   force_reinit: bool = False) -> None:
+        """Initialise every parameter on ``device`` (a Device or a list: one mirror each).
+
+        ``init`` (default ``Uniform()``) applies to parameters without their own initializer,
+        following MXNet's name rules (biases zero, gammas one). Parameters of unknown shape
+        are initialised during the first forward pass.
+
+        Raises:
+            ValueError: duplicate devices, or an unknown shape on a parameter that cannot defer.
+        """
+        devices = _device_list(device)
+        default = _init.create(init) if init is not None else _init.Uniform()
+        store = ParameterStore()
+        todo = [p for p in self.collect_params().values() if force_reinit or not p.is_initialized]
+        # If any shape must wait for the first batch, every parameter waits: the arena then
+        # holds them in order of first use in forward, so gradients lie in backward's order.
+        defer = any(not p._shape_known() for p in todo)
+        for param in todo:
+            param.initialize(None, devices, default_init=default, force_reinit=force_reinit,
+                             store=param._store or store, defer=defer)
+
+    def zero_grad(self) -> None:
+        """Zero every parameter's gradient."""
+        for param in self.collect_params().values():
+            param.zero_grad()
+
+    def reset_device(self, device: Any) -> None:
+        """Move every parameter to ``device`` (a Device or list), keeping values."""
+        for param in self.collect_params().values():
+            param.reset_device(device)
+
+    reset_ctx = reset_device
+
+    def cast(self, dtype: Any) -> None:
+        """Change every parameter's dtype."""
+        for param in self.collect_params().values():
+            param.cast(dtype)
+
+    def share_parameters(self, shared: dict[str, Parameter]) -> Block:
+        """Use the given Parameters (by structural name) in place of this block's own."""
+        for name, param in shared.items():
+            owner, _, attr = name.rpartition(".")
+            block: Block = self
+            for part in owner.split(".") if owner else []:
+                block = block._children[part]
+            if attr not in block._reg_params:
+                raise ValueError(f"share_parameters: this block has no parameter named {name!r}")
+            setattr(block, attr, param)
+        return self
+
+    def apply(self, fn: Callable[[Block], None]) -> Block:
+        """Call ``fn`` on every descendant and then on this block."""
+        for child in self._children.values():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def hybridize(self, active: bool = True, **kwargs: Any) -> None:
+        """Accepted for Gluon compatibility; mxlite always runs imperatively."""
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False) -> None:
+        """Write every parameter's value (first mirror) to ``filename`` as an ``.npz`` archive.
+
+        The write is atomic: a crash leaves any previous file at ``filename`` intact.
+        With ``deduplicate``, a shared parameter is saved once, under its first name.
+        """
+        arrays: dict[str, np.ndarray] = {}
+        seen: set[int] = set()
+        for name, param in self.collect_params().items():
+            if deduplicate and id(param) in seen:
+                continue
+            seen.add(id(param))
+            arrays[name] = param._first_mirror().asnumpy()
+        save_arrays(filename, arrays)
+
+    def load_parameters(self, filename: str | os.PathLike, device: Any = None, allow_missing: bool = False,
+                        ignore_extra: bool = False, cast_dtype: bool = False, dtype_source: str = "current") -> None:
+        """Load values saved by :meth:`save_parameters`; all-or-nothing.
+
+        Everything is validated before any parameter changes: names missing from the file
+        (unless ``allow_missing``), names the model lacks (unless ``ignore_extra``), shape
+        mismatches, and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
+        'current' keeps the model's dtype, 'saved' adopts the file's).
+        Uninitialised parameters are initialised on ``device`` (default: current device).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unreadable file, or mismatches (every problem listed at once).
+        """
+        if dtype_source not in ("current", "saved"):
+            raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
+        loaded = load_arrays(filename)
+        params = self.collect_params()
+        problems: list[str] = []
+        missing = [n for n in params if n not in loaded]
+        extra = [n for n in loaded if n not in params]
+        if missing and not allow_missing:
+            problems.append(f"missing from the file: {missing} (pass allow_missing=True to skip them)")
+        if extra and not ignore_extra:
+            problems.append(f"not in the model: {extra} (pass ignore_extra=True to skip them)")
+        plan: list[tuple[Parameter, np.ndarray]] = []
+        for name, param in params.items():
+            if name not in loaded:
+                continue
+            value = loaded[name]
+            shape = param.shape
+            if shape is not None and (len(shape) != value.ndim or any(
+                    a != -1 and a != b for a, b in zip(shape, value.shape))):
+                problems.append(f"{name!r}: shape {tuple(shape)} in the model, {value.shape} in the file")
+                continue
+            if value.dtype != param.dtype:
+                if not cast_dtype:
+                    problems.append(f"{name!r}: dtype {param.dtype} in the model, {value.dtype} in the file "
+                                    "(pass cast_dtype=True to convert)")
+                    continue
+                if dtype_source == "current":
+                    value = value.astype(param.dtype)
+            plan.append((param, value))
+        if problems:
+            raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
+        devices = _device_list(device) if device is not None else [current_device()]
+        for param, value in plan:
+            if value.dtype != param.dtype:
+                param.cast(value.dtype)
+            if param.is_initialized:
+                param.set_data(value)
+            else:
+                param.shape = value.shape
+                param._init_impl(value.astype(param.dtype), param._deferred[2] if param._deferred else devices,
+                                 param._deferred[3] if param._deferred else (param._store or ParameterStore()))
+
+    # -- calling --------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args: Any) -> Any:
+        """Compute the block's output; subclasses override."""
+        raise NotImplementedError(f"{type(self).__name__} must implement forward()")
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}("]
+        for name, child in self._children.items():
+            body = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        lines.append(")")
+        return "\n".join(lines) if self._children else f"{type(self).__name__}({self._extra_repr()})"
+
+    def _extra_repr(self) -> str:
+        return ""
+
+
+HybridBlock = Block  # mxlite has no symbolic mode: every block is imperative
+
+
+class Sequential(Block):
+    """Children applied in order: ``net = Sequential(); net.add(Dense(64), Dense(10))``."""
+
+    def __init__(self, *blocks: Block) -> None:
+        super().__init__()
+        if blocks:
+            self.add(*blocks)
+
+    def add(self, *blocks: Block) -> None:
+        """Append blocks; their structural names are their positions ('0', '1', ...)."""
+        for block in blocks:
+            self.register_child(block)
+
+    def forward(self, x: Any, *args: Any) -> Any:
+        for block in self._children.values():
+            x = block(x, *args)
+            args = ()
+        return x
+
+    def __getitem__(self, key: int | slice) -> Any:
+        children = list(self._children.values())
+        if isinstance(key, slice):
+            net = type(self)()
+            net.add(*children[key])
+            return net
+        return children[key]
+
+    def __len__(self) -> int:
+        return len(self._children)
+
+
+HybridSequential = Sequential
+

@@ -1,0 +1,412 @@
+"""Parameter: a learnable tensor mirrored on every device it was initialised on.
+
+Each mirror is a view into its device's flat arena (see :mod:`mxlite.store`): data in
+registration order, gradient in reverse order. All mirrors start with identical values (the
+initializer runs once on the host) and the Trainer keeps them identical.
+
+Shapes may be partly unknown (``-1`` or ``0`` entries) with ``allow_deferred_init=True``:
+``initialize`` then only records the request, and the owning layer completes it during the
+first forward pass once the input shape is known (``Dense(10)`` without ``in_units``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import init as _init
+from ..autograd.tensor import Tensor
+from ..device import Device, as_device, current_device
+from ..store import Arena, ParameterStore, Slot
+
+__all__ = ["Parameter", "Constant", "DeferredInitializationError"]
+
+_GRAD_REQS = ("write", "add", "null")
+
+
+class DeferredInitializationError(RuntimeError):
+    """A parameter's initialisation was deferred and has not happened yet (no forward pass)."""
+
+
+def _normalize_shape(shape: Any) -> tuple[int, ...] | None:
+    if shape is None:
+        return None
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    return tuple(-1 if int(n) <= 0 else int(n) for n in shape)
+
+
+def _device_list(device: Device | str | Sequence[Device] | None) -> list[Device]:
+    if device is None:
+        devices = [current_device()]
+    elif isinstance(device, (Device, str)):
+        devices = [as_device(device)]
+    else:
+        devices = [as_device(d) for d in device]
+    if not devices:
+        raise ValueError("device list is empty")
+    seen: set[Device] = set()
+    dups = [d for d in devices if d in seen or seen.add(d)]  # type: ignore[func-returns-value]
+    if dups:
+        raise ValueError(f"duplicate devices in {devices}: {sorted(set(map(str, dups)))}; each device may appear once")
+    return devices
+
+
+class Parameter:
+    """A learnable parameter with one mirror per device (Gluon's ``Parameter``).
+
+    Args:
+        name: short name (``'weight'``); the name a Block collects it under is longer
+            (``'0.weight'``) and is what error messages and checkpoints use.
+        grad_req: 'write', 'add' (accumulate across backward calls) or 'null' (no gradient).
+        shape: int or tuple; entries <= 0 are unknown until deferred initialisation.
+        dtype: element dtype (default float32).
+        lr_mult, wd_mult: multipliers of the optimizer's learning rate and weight decay.
+        init: this parameter's own initializer (wins over the one given to Block.initialize).
+        allow_deferred_init: allow ``initialize`` before the shape is complete.
+        differentiable: False makes grad_req 'null'.
+        grad_stype: 'default' (dense, in the arena) or 'row_sparse' (e.g. sparse embeddings).
+
+    Raises:
+        ValueError: unknown grad_req or grad_stype.
+    """
+
+    def __init__(self, name: str = "weight", grad_req: str = "write", shape: Any = None, dtype: Any = np.float32,
+                 lr_mult: float = 1.0, wd_mult: float = 1.0, init: Any = None, allow_deferred_init: bool = False,
+                 differentiable: bool = True, stype: str = "default", grad_stype: str = "default") -> None:
+        if not differentiable:
+            grad_req = "null"
+        if grad_req not in _GRAD_REQS:
+            raise ValueError(f"Parameter {name!r}: grad_req must be one of {_GRAD_REQS}, got {grad_req!r}")
+        if grad_stype not in ("default", "row_sparse"):
+            raise ValueError(f"Parameter {name!r}: grad_stype must be 'default' or 'row_sparse', got {grad_stype!r}")
+        if stype != "default":
+            raise ValueError(f"Parameter {name!r}: only stype='default' weights are supported, got {stype!r}")
+        self.name = name
+        self._path: str | None = None  # the name a Block collected it under
+        self._grad_req = grad_req
+        self._shape = _normalize_shape(shape)
+        self.dtype = np.dtype(dtype)
+        self.lr_mult = lr_mult
+        self.wd_mult = wd_mult
+        self.init = init
+        self.allow_deferred_init = allow_deferred_init
+        self._differentiable = differentiable
+        self._stype = stype
+        self._grad_stype = grad_stype
+        self._slots: dict[Device, tuple[Arena, Slot]] = {}
+        self._store: ParameterStore | None = None
+        self._deferred: tuple[Any, bool, list[Device], ParameterStore] | None = None
+
+    # -- naming and attributes ------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """The name used in messages: the collected name if known, else ``name``."""
+        return self._path or self.name
+
+    def __repr__(self) -> str:
+        return f"Parameter {self.label} (shape={self.shape}, dtype={self.dtype})"
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """The shape; unknown entries are -1 until deferred initialisation."""
+        return self._shape
+
+    @shape.setter
+    def shape(self, new_shape: Any) -> None:
+        new_shape = _normalize_shape(new_shape)
+        if self._shape is None or new_shape is None:
+            self._shape = new_shape
+            return
+        if len(self._shape) != len(new_shape) or any(
+            a != -1 and b != -1 and a != b for a, b in zip(self._shape, new_shape)
+        ):
+            raise ValueError(
+                f"Parameter '{self.label}': expected shape {self._shape} is incompatible with given shape {new_shape}"
+            )
+        self._shape = tuple(b if a == -1 else a for a, b in zip(self._shape, new_shape))
+
+    def _shape_known(self) -> bool:
+        return self._shape is not None and all(n > 0 for n in self._shape)
+
+    @property
+    def grad_req(self) -> str:
+        """'write', 'add' or 'null'; changing it after initialisation keeps the values."""
+        return self._grad_req
+
+    @grad_req.setter
+    def grad_req(self, req: str) -> None:
+        if req not in _GRAD_REQS:
+            raise ValueError(f"Parameter '{self.label}': grad_req must be one of {_GRAD_REQS}, got {req!r}")
+        if not self._differentiable:
+            req = "null"
+        old, self._grad_req = self._grad_req, req
+        if not self._slots or old == req:
+            return
+        if (old == "null") != (req == "null"):  # gradient buffer appears or disappears: re-slot
+            self._reslot(list(self._slots), self.dtype)
+        else:
+            for _, slot in self._slots.values():
+                slot.data._grad_req = req
+
+    @property
+    def grad_stype(self) -> str:
+        """Storage of the gradient: 'default' or 'row_sparse'."""
+        return self._grad_stype
+
+    @property
+    def is_initialized(self) -> bool:
+        """True once the mirrors exist (False while initialisation is deferred)."""
+        return bool(self._slots)
+
+    # -- initialisation -------------------------------------------------------------------
+    def initialize(self, init: Any = None, device: Any = None, default_init: Any = None,
+                   force_reinit: bool = False, *, store: ParameterStore | None = None, defer: bool = False) -> None:
+        """Create one mirror per device, all with the same initial values.
+
+        Args:
+            init: initializer for this call (wins over ``self.init``).
+            device: a Device or a list of distinct Devices (default: the current device).
+            default_init: used when neither ``init`` nor ``self.init`` is given, with
+                MXNet's name rules (``bias`` -> zeros, ...). Default ``Uniform()``.
+            force_reinit: re-initialise even if already initialised.
+            store: the ParameterStore whose arenas hold the mirrors (Block.initialize passes
+                one per model; a private store otherwise).
+            defer: allocate at first use even if the shape is known (Block.initialize uses it
+                so that a model's arena order is the order of first use in forward).
+
+        Raises:
+            ValueError: duplicate devices, or an unknown shape without ``allow_deferred_init``.
+        """
+        devices = _device_list(device)
+        if self._slots and not force_reinit:
+            warnings.warn(f"Parameter '{self.label}' is already initialized, ignoring; "
+                          "set force_reinit=True to re-initialize", stacklevel=2)
+            return
+        if init is not None:
+            chosen, own = _init.create(init), True
+        elif self.init is not None:
+            chosen, own = _init.create(self.init), True
+        else:
+            chosen, own = _init.create(default_init) or _init.Uniform(), False
+        store = store or self._store or ParameterStore()
+        if not self._shape_known() or defer:
+            if not self._shape_known() and not self.allow_deferred_init:
+                raise ValueError(
+                    f"cannot initialize Parameter '{self.label}': its shape {self._shape} is not fully known "
+                    "(set allow_deferred_init=True to defer initialisation to the first forward pass)"
+                )
+            self._deferred = (chosen, own, devices, store)
+            return
+        self._init_impl(self._initial_values(chosen, own), devices, store)
+
+    def _initial_values(self, initializer: _init.Initializer, own: bool) -> np.ndarray:
+        values = np.zeros(self._shape, dtype=np.float64)
+        (initializer.init_weight if own else initializer)(self.label, values)
+        return values.astype(self.dtype)
+
+    def _init_impl(self, values: np.ndarray, devices: list[Device], store: ParameterStore) -> None:
+        if self._slots:
+            if list(self._slots) == devices and all(s.shape == values.shape for _, s in self._slots.values()):
+                self.set_data(values)
+                return
+            self._release()
+        self._store = store
+        self._deferred = None
+        for dev in devices:
+            self._allocate(dev, store, values)
+
+    def _allocate(self, dev: Device, store: ParameterStore, values: Any) -> None:
+        arena = store.arena(dev, self.dtype)
+        dense_grad = self._grad_req != "null" and self._grad_stype == "default"
+        slot = arena.add(self, self._shape, with_grad=dense_grad)
+        slot.data._assign(values)
+        leaf = slot.data
+        if dense_grad:
+            leaf._grad, leaf._grad_req = slot.grad, self._grad_req
+        elif self._grad_req != "null":
+            leaf.attach_grad(self._grad_req, stype="row_sparse")
+        self._slots[dev] = (arena, slot)
+
+    def _release(self) -> None:
+        for arena, slot in self._slots.values():
+            arena.remove(slot)
+        self._slots = {}
+
+    def _reslot(self, devices: list[Device], dtype: Any) -> None:
+        values = self._first_mirror().asnumpy().astype(dtype)
+        store = self._store or ParameterStore()
+        self._release()
+        self.dtype = np.dtype(dtype)
+        for dev in devices:
+            self._allocate(dev, store, values)
+
+    def _finish_deferred_init(self) -> None:
+        """Complete a deferred initialisation once the shape is known (called by layers)."""
+        if self._slots:
+            return
+        if self._deferred is None:
+            raise self._uninitialized_error()
+        if not self._shape_known():
+            raise ValueError(f"cannot finish initializing Parameter '{self.label}': shape {self._shape} still unknown")
+        chosen, own, devices, store = self._deferred
+        self._init_impl(self._initial_values(chosen, own), devices, store)
+
+    def _uninitialized_error(self) -> RuntimeError:
+        if self._deferred is not None:
+            return DeferredInitializationError(
+                f"Parameter '{self.label}' has not been initialized yet because initialization was deferred "
+                "(its shape is not known); pass one batch through the network before accessing it"
+            )
+        return RuntimeError(
+            f"Parameter '{self.label}' has not been initialized; call net.initialize() "
+            "(or param.initialize()) before using it"
+        )
+
+    # -- access ---------------------------------------------------------------------------
+    def _materialize(self) -> None:
+        """Finish a pending deferred initialisation whose shape is known; else raise."""
+        if not self._slots:
+            if self._deferred is not None and self._shape_known():
+                self._finish_deferred_init()
+            else:
+                raise self._uninitialized_error()
+
+    def _check_and_get(self, device: Device | None, what: str) -> tuple[Arena, Slot]:
+        self._materialize()
+        if device is None:
+            if len(self._slots) == 1:
+                return next(iter(self._slots.values()))
+            device = current_device()
+        device = as_device(device)
+        found = self._slots.get(device)
+        if found is None:
+            raise RuntimeError(
+                f"Parameter '{self.label}' was not initialized on {device}; its {what} lives on "
+                f"{list(self._slots)}"
+            )
+        return found
+
+    def _first_mirror(self) -> Tensor:
+        self._materialize()
+        return next(iter(self._slots.values()))[1].data
+
+    def data(self, device: Device | str | None = None) -> Tensor:
+        """The mirror on ``device`` (default: the only device, else the current device).
+
+        Raises:
+            RuntimeError: not initialised, or not initialised on ``device`` (lists where it is).
+        """
+        return self._check_and_get(device, "data")[1].data
+
+    def list_data(self) -> list[Tensor]:
+        """Every mirror, in the order of ``list_device()``."""
+        self._materialize()
+        return [slot.data for _, slot in self._slots.values()]
+
+    def grad(self, device: Device | str | None = None) -> Any:
+        """The gradient buffer on ``device`` (a Tensor, or a RowSparseTensor for sparse grads).
+
+        Raises:
+            RuntimeError: not initialised, not on ``device``, or ``grad_req='null'``.
+        """
+        slot = self._check_and_get(device, "gradient")[1]
+        if self._grad_req == "null":
+            raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
+        return slot.data._grad
+
+    def list_grad(self) -> list[Any]:
+        """Every mirror's gradient, in the order of ``list_device()``."""
+        self._materialize()
+        if self._grad_req == "null":
+            raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
+        return [slot.data._grad for _, slot in self._slots.values()]
+
+    def list_device(self) -> list[Device]:
+        """The devices holding a mirror (also pending devices of a deferred initialisation)."""
+        if self._slots:
+            return list(self._slots)
+        if self._deferred is not None:
+            return list(self._deferred[2])
+        raise self._uninitialized_error()
+
+    list_ctx = list_device
+
+    def set_data(self, data: Any) -> None:
+        """Write ``data`` (Tensor or array of the parameter's shape) into every mirror.
+
+        On a deferred parameter, ``data`` fixes the shape and completes initialisation.
+
+        Raises:
+            ValueError: shape mismatch (names the parameter and both shapes).
+        """
+        shape = tuple(data.shape)
+        if not self._slots and self._deferred is not None:
+            self.shape = shape
+        self._materialize()
+        if shape != self._shape:
+            raise ValueError(f"Parameter '{self.label}': cannot set data of shape {shape}, expected {self._shape}")
+        host = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
+        for _, slot in self._slots.values():
+            slot.data._assign(host.astype(self.dtype, copy=False))
+
+    def zero_grad(self) -> None:
+        """Set every mirror's gradient to zero (no-op for grad_req='null')."""
+        if self._grad_req == "null":
+            return
+        from .. import sparse  # noqa: PLC0415
+
+        for _, slot in self._slots.values():
+            g = slot.data._grad
+            if isinstance(g, sparse.RowSparseTensor):
+                slot.data._grad = sparse.zeros(self._shape, self.dtype, slot.data.device)
+            else:
+                g._data[...] = 0
+
+    def reset_device(self, device: Any) -> None:
+        """Move the mirrors to ``device`` (a Device or list), keeping the current values."""
+        devices = _device_list(device)
+        if self._slots:
+            self._reslot(devices, self.dtype)
+        elif self._deferred is not None:
+            chosen, own, _, store = self._deferred
+            self._deferred = (chosen, own, devices, store)
+        else:
+            raise self._uninitialized_error()
+
+    reset_ctx = reset_device
+
+    def cast(self, dtype: Any) -> None:
+        """Change the dtype of every mirror (values are converted; gradients restart at zero)."""
+        dtype = np.dtype(dtype)
+        if self._slots and dtype != self.dtype:
+            self._reslot(list(self._slots), dtype)
+        else:
+            self.dtype = dtype
+
+    def _fresh(self, device: Device) -> bool:
+        """Whether backward wrote this mirror's gradient since the last ``_mark_stale``."""
+        return self._slots[device][1].data._fresh_grad
+
+    def _mark_stale(self) -> None:
+        for _, slot in self._slots.values():
+            slot.data._fresh_grad = False
+
+    def _arena_slots(self) -> list[tuple[Arena, Slot]]:
+        """(arena, slot) of each mirror, in device order (for the update and sync layers)."""
+        return list(self._slots.values())
+
+
+class Constant(Parameter):
+    """A parameter that never changes (grad_req 'null'), initialised to ``value``."""
+
+    def __init__(self, value: Any, name: str = "const") -> None:
+        value = np.asarray(value.asnumpy() if isinstance(value, Tensor) else value)
+        if value.dtype == np.float64:
+            value = value.astype(np.float32)
+        super().__init__(name, grad_req="null", shape=value.shape, dtype=value.dtype,
+                         init=_init.Constant(value), differentiable=False)
+        self.value = value

@@ -1,0 +1,172 @@
+"""Data parallelism within one process: splitting batches over devices, and an executor.
+
+``split_and_load(batch, devices)`` cuts a batch along ``batch_axis`` into one slice per
+device (optionally weighted by each device's ``workload``) and copies each slice there. The
+model's parameters are mirrored on every device, so each device runs forward and backward
+on its slice; the Trainer then sums the gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import autograd
+from ._creation import array
+from .autograd.tensor import Tensor
+from .device import Device, as_device
+
+__all__ = ["split_data", "split_and_load", "slice_sizes", "DataParallelExecutor"]
+
+
+def slice_sizes(batch: int, num_slice: int, even_split: bool = True,
+                workload: Sequence[float] | None = None) -> list[int]:
+    """Sizes of the slices a batch of ``batch`` samples is cut into.
+
+    Without ``workload``: equal slices; with ``even_split=False`` the last slice also takes
+    the remainder (MXNet's rule). With ``workload``: slice ``i`` gets
+    ``round(w_i * batch / sum(w))`` samples and the last gets what remains.
+
+    Raises:
+        ValueError: ``num_slice`` < 1, a batch that does not split evenly with
+            ``even_split=True``, a negative/zero-sum workload or one of the wrong length, or
+            any slice that would be empty.
+    """
+    if num_slice < 1:
+        raise ValueError(f"num_slice must be >= 1, got {num_slice}")
+    if workload is not None:
+        w = [float(x) for x in workload]
+        if len(w) != num_slice:
+            raise ValueError(f"workload has {len(w)} entries for {num_slice} devices")
+        if any(x < 0 for x in w) or sum(w) <= 0:
+            raise ValueError(f"workload must be non-negative with a positive sum, got {list(workload)}")
+        total = sum(w)
+        sizes = [int(round(x * batch / total)) for x in w[:-1]]
+        sizes.append(batch - sum(sizes))
+    else:
+        if batch < num_slice:
+            raise ValueError(f"too many slices for the data: batch of {batch} cannot be split into {num_slice} "
+                             "non-empty slices; use a larger batch or fewer devices")
+        if even_split and batch % num_slice:
+            raise ValueError(f"data with shape[batch_axis]={batch} cannot be evenly split into {num_slice} slices; "
+                             "use a batch size that's a multiple of the number of devices, or set even_split=False")
+        step = batch // num_slice
+        sizes = [step] * (num_slice - 1) + [batch - step * (num_slice - 1)]
+    if any(s <= 0 for s in sizes):
+        raise ValueError(f"splitting a batch of {batch} by workload {list(workload or [])} gives slice sizes "
+                         f"{sizes}: every device needs at least one sample")
+    return sizes
+
+
+def split_data(data: Any, num_slice: int, batch_axis: int = 0, even_split: bool = True,
+               workload: Sequence[float] | None = None) -> list[Any]:
+    """Cut ``data`` (Tensor or NumPy array) into ``num_slice`` slices along ``batch_axis``.
+
+    Slices are views where the input allows; see :func:`slice_sizes` for sizes and errors.
+    """
+    shape = data.shape
+    if not shape or batch_axis >= len(shape):
+        raise ValueError(f"batch_axis {batch_axis} is out of range for data of shape {tuple(shape)}")
+    sizes = slice_sizes(shape[batch_axis], num_slice, even_split, workload)
+    if num_slice == 1:
+        return [data]
+    slices = []
+    start = 0
+    for size in sizes:
+        index = [slice(None)] * len(shape)
+        index[batch_axis] = slice(start, start + size)
+        slices.append(data[tuple(index)])
+        start += size
+    return slices
+
+
+def split_and_load(data: Any, device_list: Sequence[Device] | Device, batch_axis: int = 0,
+                   even_split: bool = True, workload: Sequence[float] | None = None) -> list[Tensor]:
+    """Split ``data`` along ``batch_axis`` and copy slice ``i`` to ``device_list[i]``.
+
+    Args:
+        data: a Tensor, NumPy array or nested list.
+        device_list: the devices, one slice each.
+        workload: relative speed of each device (slice sizes proportional to it).
+
+    Raises:
+        ValueError: as :func:`slice_sizes`, or an empty device list.
+    """
+    if isinstance(device_list, (Device, str)):
+        device_list = [device_list]
+    devices = [as_device(d) for d in device_list]
+    if not devices:
+        raise ValueError("split_and_load: device_list is empty")
+    if not isinstance(data, (Tensor, np.ndarray)):
+        data = np.asarray(data)
+    if len(devices) == 1:
+        return [data.to(devices[0]) if isinstance(data, Tensor) else array(data, devices[0], data.dtype)]
+    parts = split_data(data, len(devices), batch_axis, even_split, workload)
+    out = []
+    for part, dev in zip(parts, devices):
+        out.append(part.to(dev) if isinstance(part, Tensor) else array(part, dev, part.dtype))
+    return out
+
+
+class DataParallelExecutor:
+    """Runs one model on several devices, one slice of each batch per device.
+
+    In the spirit of MXNet's ``DataParallelExecutorManager``: ``forward_backward`` splits a
+    batch by ``workload``, runs forward and backward on every device (recording), and updates
+    ``metric`` with every device's outputs; ``step`` then applies the trainer; ``get_params``
+    returns each parameter averaged over its device mirrors (equal to any mirror while the
+    trainer keeps them in sync).
+
+    Args:
+        net: an initialised Block whose parameters live on every device in ``devices``.
+        loss_fn: ``loss_fn(output, label) -> per-sample loss``.
+        devices: the devices, in order.
+        trainer: a Trainer over ``net``'s parameters (optional: needed for ``step``).
+        workload: relative speed per device (slice sizes proportional to it).
+        metric: an EvalMetric updated with ``(labels, outputs)`` after each forward.
+    """
+
+    def __init__(self, net: Any, loss_fn: Callable, devices: Sequence[Device], trainer: Any = None,
+                 workload: Sequence[float] | None = None, metric: Any = None) -> None:
+        self.net = net
+        self.loss_fn = loss_fn
+        self.devices = [as_device(d) for d in devices]
+        self.trainer = trainer
+        self.workload = list(workload) if workload is not None else None
+        self.metric = metric
+        self.last_outputs: list[Tensor] = []
+        self.last_losses: list[Tensor] = []
+
+    def forward_backward(self, data: Any, label: Any) -> float:
+        """Forward and backward on every device; returns the batch's summed loss."""
+        even = self.workload is None and len(data) % len(self.devices) == 0
+        xs = split_and_load(data, self.devices, even_split=even, workload=self.workload)
+        ys = split_and_load(label, self.devices, even_split=even, workload=self.workload)
+        with autograd.record():
+            outputs = [self.net(x) for x in xs]
+            losses = [self.loss_fn(o, y) for o, y in zip(outputs, ys)]
+        autograd.backward(losses)
+        self.last_outputs, self.last_losses = outputs, losses
+        if self.metric is not None:
+            self.metric.update(ys, outputs)
+        return float(sum(loss.sum().item() for loss in losses))
+
+    def step(self, batch_size: int) -> None:
+        """Apply the trainer (sum gradients over devices, update every mirror)."""
+        if self.trainer is None:
+            raise RuntimeError("DataParallelExecutor.step needs a trainer (pass trainer=...)")
+        self.trainer.step(batch_size)
+
+    def get_params(self) -> dict[str, np.ndarray]:
+        """Every parameter averaged over its mirrors, as NumPy arrays by structural name."""
+        out = {}
+        for name, param in self.net.collect_params().items():
+            mirrors = [d.asnumpy() for d in param.list_data()]
+            out[name] = np.mean(np.stack(mirrors), axis=0).astype(mirrors[0].dtype)
+        return out
+
+    def copy_params_to(self, arg_params: dict[str, np.ndarray]) -> None:
+        """Write the averaged parameters into ``arg_params`` (MXNet's ``copy_to``)."""
+        arg_params.update(self.get_params())
