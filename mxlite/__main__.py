@@ -1,0 +1,7 @@
+"""``python -m mxlite`` runs the ``mxlite`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

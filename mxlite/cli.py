@@ -1,0 +1,66 @@
+"""The ``mxlite`` command: ``train`` (the main job) and ``info`` (versions and devices)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import sys
+
+
+def _version(module: str) -> str:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a broken native library
+        return f"not available ({type(exc).__name__})"
+    return getattr(mod, "__version__", "installed")
+
+
+def info() -> None:
+    """Print versions and what this machine offers: devices, CUDA, NCCL, MPI."""
+    import mxlite  # noqa: PLC0415
+    from mxlite import device  # noqa: PLC0415
+
+    print(f"mxlite {mxlite.__version__}  (python {platform.python_version()}, {platform.platform()})")
+    print(f"numpy  {_version('numpy')}")
+    cupy, count, reason = device._cupy_status()
+    print(f"cupy   {_version('cupy') if cupy else 'not installed'}")
+    if cupy is not None and count:
+        rt = cupy.cuda.runtime
+        print(f"CUDA   runtime {rt.runtimeGetVersion()}, driver {rt.driverGetVersion()}")
+        for i in range(count):
+            props = rt.getDeviceProperties(i)
+            name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            print(f"  gpu({i}): {name}, {props['totalGlobalMem'] / 2**30:.1f} GiB")
+        try:
+            from cupy.cuda import nccl  # noqa: PLC0415
+
+            print(f"NCCL   {nccl.get_version()}")
+        except Exception as exc:
+            print(f"NCCL   not available ({type(exc).__name__}: {exc})")
+    else:
+        print(f"GPUs   none: {reason}")
+    print(f"mpi4py {_version('mpi4py')}")
+    print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mxlite`` console script."""
+    parser = argparse.ArgumentParser(prog="mxlite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    from . import train_job  # noqa: PLC0415
+
+    train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)")
+    train_job.add_arguments(train_parser)
+    sub.add_parser("info", help="versions, devices, CUDA, NCCL and MPI availability")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info()
+    elif args.command == "train":
+        history = train_job.run(args)
+        return 0 if history.test_acc else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
