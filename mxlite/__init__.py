@@ -10,7 +10,19 @@ Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gi
 objects under Gluon's spelling. See README.md and docs/design.md.
 """
 
-from . import autograd, data, datasets, init, loss, metric, nn, optimizer, random, sparse
+from . import (
+    autograd,
+    data,
+    datasets,
+    gluon,  # noqa: E402,I001 - gluon re-exports the modules above
+    init,
+    loss,
+    metric,
+    nn,
+    optimizer,
+    random,
+    sparse,
+)
 from ._creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
 from .autograd import nn_ops, ops
 from .autograd.ops import concat, stack
@@ -18,7 +30,6 @@ from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, cpu, current_device, gpu, gpu_devices, num_gpus
 from .parallel import DataParallelExecutor, split_and_load, split_data
 from .trainer import Trainer
-from . import gluon  # noqa: E402,I001 - gluon re-exports the modules above
 
 NDArray = Tensor  # MXNet's name for the array type
 

@@ -45,10 +45,12 @@ def test_wheel_contains_kernels_and_dataset(tmp_path):
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "ruff")),
-                    reason="ruff not installed")
+RUFF = shutil.which("ruff", path=os.path.dirname(sys.executable)) or shutil.which("ruff")
+
+
+@pytest.mark.skipif(RUFF is None, reason="ruff not installed")
 def test_ruff_clean():
-    ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
+    ruff = RUFF
     result = subprocess.run([ruff, "check", "mxlite", "tests", "benchmarks", "tools"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

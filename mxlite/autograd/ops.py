@@ -327,7 +327,8 @@ def transpose(x: Tensor, *axes: Any) -> Tensor:
     """Permute axes (reverse them when none are given)."""
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
-    perm = tuple(axes) if axes else tuple(reversed(range(x.ndim)))
+    # Negative axes made positive, else argsort would give a wrong inverse; bad ones still raise below.
+    perm = tuple(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes) if axes else tuple(reversed(range(x.ndim)))
     inverse = tuple(np.argsort(perm))
     out = x._data.transpose(perm)
     return _result("transpose", out, x._device, (x,), lambda g: (g.transpose(inverse),))

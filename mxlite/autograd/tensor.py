@@ -281,7 +281,8 @@ def _transfer(data: Array, src: _device.Device, dst: _device.Device, copy: bool)
 
 
 # -- graph construction -----------------------------------------------------------------------
-def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...], backward_fn: BackwardFn) -> Tensor:
+def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...],
+            backward_fn: BackwardFn) -> Tensor:
     """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient."""
     out = Tensor(data, device)
     if _state.is_recording() and any(p._requires_grad() for p in parents):

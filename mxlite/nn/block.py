@@ -42,7 +42,8 @@ class Block:
     # -- registration ---------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
         if "_children" not in self.__dict__:
-            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning attributes")
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
+                               "before assigning attributes")
         if isinstance(value, Block):
             self._reg_params.pop(name, None)
             self.register_child(value, name)
