@@ -24,6 +24,7 @@ import numpy as np
 
 from .autograd import nn_ops, ops
 from .autograd.tensor import Tensor
+from .nn.block import Block
 
 __all__ = [
     "Loss", "L2Loss", "L1Loss", "SigmoidBinaryCrossEntropyLoss", "SigmoidBCELoss",
@@ -52,8 +53,8 @@ def _reshape_like(x: Tensor, y: Tensor) -> Tensor:
     return ops.reshape(x, y.shape)
 
 
-class Loss:
-    """Base class of losses: weighting and the per-sample mean (Gluon's ``Loss``).
+class Loss(Block):
+    """Base class of losses: weighting and the per-sample mean (Gluon's ``Loss``, a Block).
 
     Args:
         weight: a global scalar multiplying the loss, or ``None`` for no scaling.
@@ -66,14 +67,12 @@ class Loss:
     def __init__(self, weight: float | None = None, batch_axis: int = 0) -> None:
         if weight is not None and not isinstance(weight, numbers.Number):
             raise TypeError(f"weight must be a number or None, got {type(weight).__name__}: {weight!r}")
+        super().__init__()
         self._weight = weight
         self._batch_axis = batch_axis
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_axis={self._batch_axis}, w={self._weight})"
-
-    def __call__(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
-        return self.forward(pred, label, sample_weight)
 
     def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
         """The per-sample loss, shape ``(pred.shape[batch_axis],)``."""

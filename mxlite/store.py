@@ -106,6 +106,10 @@ class Arena:
     # -- registration ---------------------------------------------------------------------
     def add(self, key: Any, shape: tuple[int, ...], with_grad: bool = True) -> Slot:
         """Append a slot for a parameter of ``shape``; returns it with zeroed data/grad views."""
+        with self.device.use():
+            return self._add(key, shape, with_grad)
+
+    def _add(self, key: Any, shape: tuple[int, ...], with_grad: bool) -> Slot:
         slot = Slot(key, tuple(int(n) for n in shape), with_grad)
         need = self._used + slot.span
         need_grad = self._grad_used + (slot.span if with_grad else 0)
@@ -125,9 +129,13 @@ class Arena:
 
     def remove(self, slot: Slot) -> None:
         """Drop a slot and compact the buffers (other slots' Tensors are re-pointed)."""
+        with self.device.use():
+            self._remove(slot)
+
+    def _remove(self, slot: Slot) -> None:
         self.slots.remove(slot)
         kept = self.slots
-        old_data, old_grad, old_gcap = self._data_buf, self._grad_buf, self._grad_capacity
+        old_data, old_grad = self._data_buf, self._grad_buf
         old_offsets = [(s.offset, s.grad_offset) for s in kept]
         self._used = self._grad_used = 0
         self._data_buf = self._zeros(self._capacity)
@@ -141,7 +149,6 @@ class Arena:
                 s.grad_offset = self._grad_capacity - self._grad_used
                 self._grad_buf[s.grad_offset: s.grad_offset + s.span] = old_grad[goff: goff + s.span]
             self._rebind(s)
-        del old_gcap
 
     # -- internals ------------------------------------------------------------------------
     def _zeros(self, n: int) -> Any:

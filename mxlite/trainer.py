@@ -175,9 +175,10 @@ class Trainer:
 def _sum_into_all(grads: list[Any]) -> None:
     """Sum dense gradient Tensors in device order and copy the sum into each of them."""
     first = grads[0]
-    total = first._data.copy()
-    for g in grads[1:]:
-        total += _transfer(g._data, g.device, first.device, copy=False)
+    with first.device.use():
+        total = first._data.copy()
+        for g in grads[1:]:
+            total += _transfer(g._data, g.device, first.device, copy=False)
     for g in grads:
         g._assign(Tensor(total, first.device))
 

@@ -89,10 +89,12 @@ def _as_tensor(x: Any, like: Tensor) -> Tensor:
     xp = like._device.xp
     if isinstance(x, numbers.Number) or (isinstance(x, np.generic)):
         if isinstance(x, (bool, np.bool_)):
-            return Tensor(xp.asarray(x), like._device)
-        # Python scalars take the tensor's dtype (NumPy 2's NEP 50 rule): float32 stays float32.
-        dtype = np.result_type(like.dtype, x) if isinstance(x, np.generic) else _scalar_dtype(like.dtype, x)
-        return Tensor(xp.asarray(x, dtype=dtype), like._device)
+            dtype = np.dtype(np.bool_)
+        else:
+            # Python scalars take the tensor's dtype (NumPy 2's NEP 50 rule): float32 stays float32.
+            dtype = np.result_type(like.dtype, x) if isinstance(x, np.generic) else _scalar_dtype(like.dtype, x)
+        with like._device.use():
+            return Tensor(xp.asarray(x, dtype=dtype), like._device)
     if isinstance(x, np.ndarray):
         return Tensor(_transfer(x, _device.cpu(0), like._device, copy=False), like._device)
     raise TypeError(f"unsupported operand type {type(x).__name__}")

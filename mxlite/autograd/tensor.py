@@ -277,7 +277,9 @@ def _transfer(data: Array, src: _device.Device, dst: _device.Device, copy: bool)
         with src.use():
             return data.get()
     with dst.use():
-        return dst.xp.asarray(data)  # host->device, or peer copy between GPUs
+        if src.is_gpu:
+            return data.copy()  # CuPy's copy() lands on the current device: a peer copy
+        return dst.xp.asarray(data)  # host -> device
 
 
 # -- graph construction -----------------------------------------------------------------------
@@ -372,7 +374,8 @@ def backward(
             g = grads.pop(id(t), None)
             node = t._node
             if node is None:
-                _write_leaf_grad(t, g)
+                with t._device.use():
+                    _write_leaf_grad(t, g)
                 continue
             if g is not None:
                 with t._device.use():
@@ -385,7 +388,8 @@ def backward(
                 if not p._requires_grad():
                     continue
                 if pg is not None:
-                    _accumulate(grads, p, pg)
+                    with p._device.use():
+                        _accumulate(grads, p, pg)
                 pending[id(p)] -= 1
                 if pending[id(p)] == 0:
                     ready.append(p)

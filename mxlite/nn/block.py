@@ -214,6 +214,7 @@ class Block:
         if problems:
             raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
         devices = _device_list(device) if device is not None else [current_device()]
+        store = ParameterStore()  # one arena set for every parameter initialised here, as initialize() does
         for param, value in plan:
             if value.dtype != param.dtype:
                 param.cast(value.dtype)
@@ -222,7 +223,7 @@ class Block:
             else:
                 param.shape = value.shape
                 param._init_impl(value.astype(param.dtype), param._deferred[2] if param._deferred else devices,
-                                 param._deferred[3] if param._deferred else (param._store or ParameterStore()))
+                                 param._deferred[3] if param._deferred else (param._store or store))
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -364,7 +364,8 @@ class Parameter:
             if isinstance(g, sparse.RowSparseTensor):
                 slot.data._grad = sparse.zeros(self._shape, self.dtype, slot.data.device)
             else:
-                g._data[...] = 0
+                with slot.data.device.use():
+                    g._data[...] = 0
 
     def reset_device(self, device: Any) -> None:
         """Move the mirrors to ``device`` (a Device or list), keeping the current values."""
