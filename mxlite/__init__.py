@@ -38,7 +38,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Device", "DeviceUnavailableError", "DataParallelExecutor", "NDArray", "Tensor", "Trainer",
     "arange", "array", "autograd", "concat", "cpu", "current_device", "data", "datasets", "empty",
-    "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "loss", "metric", "nn",
+    "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "loss", "lr_scheduler", "metric",
+    "nn",
     "nn_ops", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "zeros",
 ]

@@ -44,6 +44,10 @@ class Block:
         if "_children" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
                                "before assigning attributes")
+        registered = self._children.get(name) or self._reg_params.get(name)
+        if registered is not None and not isinstance(value, (Block, Parameter)):
+            raise TypeError(f"changing attribute {name!r} of {type(self).__name__} from "
+                            f"{type(registered).__name__} to {type(value).__name__} is not allowed")
         if isinstance(value, Block):
             self._reg_params.pop(name, None)
             self.register_child(value, name)
@@ -104,8 +108,10 @@ class Block:
         """
         devices = _device_list(device)
         default = _init.create(init) if init is not None else _init.Uniform()
-        store = ParameterStore()
-        todo = [p for p in self.collect_params().values() if force_reinit or not p.is_initialized]
+        params = list(self.collect_params().values())
+        # Parameters added after a first initialize join the model's existing arenas.
+        store = next((p._store for p in params if p._store is not None), None) or ParameterStore()
+        todo = [p for p in params if force_reinit or not p.is_initialized]
         # If any shape must wait for the first batch, every parameter waits: the arena then
         # holds them in order of first use in forward, so gradients lie in backward's order.
         defer = any(not p._shape_known() for p in todo)

@@ -193,7 +193,7 @@ class Parameter:
         else:
             chosen, own = _init.create(default_init) or _init.Uniform(), False
         store = store or self._store or ParameterStore()
-        if not self._shape_known() or defer:
+        if not self._shape_known() or (defer and not self._slots):
             if not self._shape_known() and not self.allow_deferred_init:
                 raise ValueError(
                     f"cannot initialize Parameter '{self.label}': its shape {self._shape} is not fully known "

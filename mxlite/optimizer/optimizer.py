@@ -88,7 +88,9 @@ class Optimizer:
         self.rescale_grad = rescale_grad
         self.clip_gradient = clip_gradient
         self.lr_scheduler = lr_scheduler
-        if lr_scheduler is not None and hasattr(lr_scheduler, "base_lr"):
+        if lr_scheduler is not None and getattr(lr_scheduler, "base_lr", learning_rate) != learning_rate:
+            warnings.warn("learning rate from lr_scheduler has been overwritten by learning_rate in optimizer",
+                          UserWarning, stacklevel=2)
             lr_scheduler.base_lr = learning_rate
         self.begin_num_update = begin_num_update
         self.num_update = begin_num_update

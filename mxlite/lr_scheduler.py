@@ -1,0 +1,456 @@
+"""Learning-rate schedules (``mx.lr_scheduler``, Apache MXNet master semantics).
+
+A scheduler is a callable ``num_update -> lr``. The :class:`~mxlite.optimizer.Optimizer`
+counts updates per parameter index, increments the count *before* reading the rate (so the
+first update asks for ``num_update = 1``), and calls ``scheduler(num_update)`` with the
+largest count. At construction the Optimizer also assigns ``scheduler.base_lr =
+learning_rate``.
+
+Schedules:
+
+* :class:`FactorScheduler`: multiply by ``factor`` every ``step`` updates (stateful).
+* :class:`MultiFactorScheduler`: multiply by ``factor`` at each listed update (stateful).
+* :class:`PolyScheduler`: polynomial decay from ``base_lr`` to ``final_lr``.
+* :class:`CosineScheduler`: half-cosine decay from ``base_lr`` to ``final_lr``.
+* :class:`ExponentialDecay`: Apache SINGA's ``init_value * decay_rate ** (step / decay_steps)``.
+
+The first four take MXNet's optional warm-up (``warmup_steps``, ``warmup_begin_lr``,
+``warmup_mode``); see :class:`LRScheduler`.
+
+Every schedule has ``state_dict()`` / ``load_state_dict(d)`` returning and taking a dict of
+JSON-serialisable values (class name, arguments, and position), so a resumed run continues
+at the same point of the schedule: build the scheduler with the same arguments, build the
+Optimizer (which overwrites ``base_lr``), then call ``load_state_dict``.
+
+Where mxlite differs from MXNet (each one turns a crash or a silent non-decay into an
+error at construction, or makes a resumed query agree with the uninterrupted run):
+
+* argument errors raise ``ValueError``/``TypeError`` naming the argument and the value
+  (MXNet uses bare ``assert`` for types and for an empty step list);
+* ``PolyScheduler``/``CosineScheduler`` reject ``warmup_steps >= max_update`` (MXNet divides
+  by zero at ``num_update == max_update`` or never decays) and ``PolyScheduler`` rejects
+  ``pwr < 0`` (MXNet raises ``ZeroDivisionError`` at ``max_update``);
+* ``PolyScheduler``/``CosineScheduler`` past ``max_update`` return the rate at
+  ``max_update`` (``final_lr`` for ``pwr > 0``). MXNet returns whatever rate it computed
+  last, which is the same value after an uninterrupted run, but is the stale ``base_lr``
+  when the first query already lies past ``max_update``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from typing import Any
+
+__all__ = [
+    "LRScheduler",
+    "FactorScheduler",
+    "MultiFactorScheduler",
+    "PolyScheduler",
+    "CosineScheduler",
+    "ExponentialDecay",
+]
+
+_LOG = logging.getLogger(__name__)
+
+_WARMUP_MODES = ("linear", "constant")
+
+
+def _as_int(name: str, value: Any) -> int:
+    """``value`` as a Python int; TypeError naming ``name`` for a non-integer (MXNet asserts int)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
+    return int(value)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-serialisable copy of ``value`` (NumPy scalars become Python numbers, lists are copied)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
+
+
+class _Schedule:
+    """State save/restore shared by every schedule: the instance's attributes are its state."""
+
+    base_lr: float
+
+    def __call__(self, num_update: int) -> float:
+        raise NotImplementedError(f"{type(self).__name__} must override __call__")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's arguments and position as a dict of JSON-serialisable values.
+
+        Holds ``"type"`` (the class name) and one entry per attribute: the arguments, the
+        current ``base_lr`` and any counters (``count``, ``cur_step_ind``).
+        """
+        state = {"type": type(self).__name__}
+        state.update({key: _plain(value) for key, value in vars(self).items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of the same class, so the schedule continues from there.
+
+        Raises:
+            ValueError: the dict comes from another class, or its keys differ from this
+                schedule's (lists the missing and the unexpected ones).
+        """
+        kind = state.get("type")
+        if kind != type(self).__name__:
+            raise ValueError(f"state_dict is for {kind!r}, cannot load it into {type(self).__name__}; "
+                             f"save and load with the same scheduler class")
+        expected = set(vars(self))
+        given = set(state) - {"type"}
+        if given != expected:
+            raise ValueError(f"state_dict keys do not match {type(self).__name__}: "
+                             f"missing {sorted(expected - given)}, unexpected {sorted(given - expected)}")
+        for key in expected:
+            value = state[key]
+            setattr(self, key, list(value) if isinstance(value, (list, tuple)) else value)
+
+
+class LRScheduler(_Schedule):
+    """Base class of MXNet schedules: holds ``base_lr`` and the optional warm-up.
+
+    For ``num_update < warmup_steps`` a subclass returns :meth:`get_warmup_lr`:
+
+    * ``'linear'``:   ``lr = warmup_begin_lr + (warmup_final_lr - warmup_begin_lr) * num_update / warmup_steps``
+    * ``'constant'``: ``lr = warmup_begin_lr``
+
+    where ``warmup_final_lr`` is ``base_lr`` as given to the constructor.
+
+    Warning:
+        As in MXNet, ``warmup_final_lr`` is fixed at construction: the Optimizer's
+        ``base_lr = learning_rate`` assignment does not move it, so when the two differ the
+        rate jumps from the warm-up target to ``learning_rate`` at ``warmup_steps``. Pass the
+        same value to both.
+
+    Args:
+        base_lr: the rate the schedule starts from after warm-up (default 0.01).
+        warmup_steps: number of updates that use the warm-up rate (0 disables it).
+        warmup_begin_lr: warm-up rate at ``num_update = 0``; must not exceed ``base_lr``.
+        warmup_mode: ``'linear'`` (ramp to ``base_lr``) or ``'constant'`` (hold ``warmup_begin_lr``).
+
+    Raises:
+        TypeError: ``warmup_steps`` not an integer.
+        ValueError: ``warmup_begin_lr > base_lr``, ``warmup_steps < 0`` or an unknown ``warmup_mode``.
+    """
+
+    def __init__(self, base_lr: float = 0.01, warmup_steps: int = 0, warmup_begin_lr: float = 0,
+                 warmup_mode: str = "linear") -> None:
+        self.base_lr = base_lr
+        self.warmup_steps = _as_int("warmup_steps", warmup_steps)
+        self.warmup_final_lr = base_lr
+        self.warmup_begin_lr = warmup_begin_lr
+        # Same order of checks as MXNet: begin vs final rate, step count, mode.
+        if self.warmup_begin_lr > self.warmup_final_lr:
+            raise ValueError(f"base_lr ({base_lr}) has to be higher than warmup_begin_lr ({warmup_begin_lr}); "
+                             f"lower warmup_begin_lr or raise base_lr")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps has to be positive or 0, got {warmup_steps}")
+        if warmup_mode not in _WARMUP_MODES:
+            raise ValueError(f"warmup_mode must be one of {_WARMUP_MODES}, got {warmup_mode!r}")
+        self.warmup_mode = warmup_mode
+
+    def get_warmup_lr(self, num_update: int) -> float:
+        """The warm-up rate at ``num_update`` (see the class docstring for the formulas).
+
+        Raises:
+            ValueError: ``num_update >= warmup_steps`` (outside the warm-up), or an unknown mode.
+        """
+        if num_update >= self.warmup_steps:
+            raise ValueError(f"get_warmup_lr: num_update ({num_update}) must be below warmup_steps "
+                             f"({self.warmup_steps})")
+        if self.warmup_mode == "linear":
+            # begin + (final - begin) * n / W, in MXNet's order of operations
+            increase = (self.warmup_final_lr - self.warmup_begin_lr) * float(num_update) / float(self.warmup_steps)
+            return self.warmup_begin_lr + increase
+        if self.warmup_mode == "constant":
+            return self.warmup_begin_lr
+        raise ValueError(f"warmup_mode must be one of {_WARMUP_MODES}, got {self.warmup_mode!r}")
+
+    def __call__(self, num_update: int) -> float:
+        """The learning rate for update number ``num_update``.
+
+        ``num_update`` is the largest number of updates applied to any one weight
+        (``max_i k_i`` when weight ``i`` has been updated ``k_i`` times).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must override __call__")
+
+
+class FactorScheduler(LRScheduler):
+    """Multiply the rate by ``factor`` every ``step`` updates, never going below ``stop_factor_lr``.
+
+    The rule is MXNet's and is stateful: on each call after warm-up, ::
+
+        while num_update > count + step:
+            count   += step
+            base_lr *= factor
+            if base_lr < stop_factor_lr: base_lr = stop_factor_lr
+
+    and the call returns ``base_lr``. Without clamping this is, for ``num_update >= 1``, ::
+
+        lr = base_lr * factor ** floor((num_update - 1) / step)
+
+    so the first decay applies at ``num_update = step + 1`` (MXNet's docstring writes
+    ``floor(num_update / step)``, which is one update early). ``count`` starts at 0, not at
+    ``warmup_steps``: decays that fall inside the warm-up are applied at once when it ends.
+    The ``while`` makes a fresh scheduler asked for a late ``num_update`` (a resumed run)
+    agree with one stepped through every update; asking for an earlier ``num_update``
+    afterwards does not undo decays. Each change is logged at INFO level.
+
+    Note:
+        As in MXNet, ``base_lr`` is the running rate, and clamping can raise it: a
+        ``base_lr`` already below ``stop_factor_lr`` is lifted to ``stop_factor_lr`` at the
+        first decay.
+
+    Args:
+        step: updates between decays (>= 1).
+        factor: multiplier per decay (<= 1).
+        stop_factor_lr: floor of the rate (default 1e-8).
+        base_lr, warmup_steps, warmup_begin_lr, warmup_mode: see :class:`LRScheduler`.
+
+    Raises:
+        ValueError: ``step < 1`` or ``factor > 1``, and the :class:`LRScheduler` errors.
+    """
+
+    def __init__(self, step: int, factor: float = 1, stop_factor_lr: float = 1e-8, base_lr: float = 0.01,
+                 warmup_steps: int = 0, warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if step < 1:
+            raise ValueError(f"step must be greater or equal than 1 update, got {step}")
+        if factor > 1.0:
+            raise ValueError(f"factor must be no more than 1 to make the rate decrease, got {factor}")
+        self.step = step
+        self.factor = factor
+        self.stop_factor_lr = stop_factor_lr
+        self.count = 0
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return self.get_warmup_lr(num_update)
+        # A while, not an if: a resumed run may ask for an update several steps ahead.
+        while num_update > self.count + self.step:
+            self.count += self.step
+            self.base_lr *= self.factor
+            if self.base_lr < self.stop_factor_lr:
+                self.base_lr = self.stop_factor_lr
+                _LOG.info("Update[%d]: now learning rate arrived at %0.5e, will not change in the future",
+                          num_update, self.base_lr)
+            else:
+                _LOG.info("Update[%d]: Change learning rate to %0.5e", num_update, self.base_lr)
+        return self.base_lr
+
+
+class MultiFactorScheduler(LRScheduler):
+    """Multiply the rate by ``factor`` once for each listed update that has been passed.
+
+    After warm-up, with ``k`` the number of entries ``s`` of ``step`` with ``s < num_update``, ::
+
+        lr = base_lr * factor ** k
+
+    so the rate changes at ``num_update = step[i] + 1``. The rule is MXNet's and is
+    stateful: ``cur_step_ind`` indexes the next entry to pass and ``count`` holds the last
+    entry passed; each call advances past every entry below ``num_update`` (multiplying
+    ``base_lr`` by ``factor`` each time and logging at INFO level), so decays are never
+    undone by a smaller ``num_update`` later.
+
+    Args:
+        step: strictly increasing list of update numbers, each >= 1.
+        factor: multiplier per listed update (<= 1).
+        base_lr, warmup_steps, warmup_begin_lr, warmup_mode: see :class:`LRScheduler`.
+
+    Raises:
+        TypeError: ``step`` not a list or tuple.
+        ValueError: empty ``step``, an entry not above the previous one, an entry < 1,
+            ``factor > 1``, and the :class:`LRScheduler` errors.
+    """
+
+    def __init__(self, step: list[int], factor: float = 1, base_lr: float = 0.01, warmup_steps: int = 0,
+                 warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(step, (list, tuple)):
+            raise TypeError(f"step must be a list of update numbers, got {step!r} of type {type(step).__name__}")
+        if len(step) < 1:
+            raise ValueError("step must list at least one update number, got []")
+        for i, s in enumerate(step):
+            if i != 0 and step[i] <= step[i - 1]:
+                raise ValueError(f"step must be a strictly increasing list, got {list(step)} "
+                                 f"(step[{i}] = {step[i]} <= step[{i - 1}] = {step[i - 1]})")
+            if s < 1:
+                raise ValueError(f"step entries must be greater or equal than 1 update, got step[{i}] = {s}")
+        if factor > 1.0:
+            raise ValueError(f"factor must be no more than 1 to make the rate decrease, got {factor}")
+        self.step = list(step)
+        self.cur_step_ind = 0
+        self.factor = factor
+        self.count = 0
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return self.get_warmup_lr(num_update)
+        # Pass every listed update below num_update (several at once when resuming).
+        while self.cur_step_ind < len(self.step) and num_update > self.step[self.cur_step_ind]:
+            self.count = self.step[self.cur_step_ind]
+            self.cur_step_ind += 1
+            self.base_lr *= self.factor
+            _LOG.info("Update[%d]: Change learning rate to %0.5e", num_update, self.base_lr)
+        return self.base_lr
+
+
+def _check_max_update(max_update: Any, warmup_steps: int) -> int:
+    max_update = _as_int("max_update", max_update)
+    if max_update < 1:
+        raise ValueError(f"max_update (maximum number of updates) must be strictly positive, got {max_update}")
+    if warmup_steps >= max_update:
+        raise ValueError(f"max_update ({max_update}) must exceed warmup_steps ({warmup_steps}): the decay runs "
+                         f"over the max_update - warmup_steps updates after warm-up")
+    return max_update
+
+
+class PolyScheduler(LRScheduler):
+    """Polynomial decay from ``base_lr`` to ``final_lr`` over ``max_update`` updates.
+
+    With ``max_steps = max_update - warmup_steps``, for ``warmup_steps <= num_update <= max_update``::
+
+        lr = final_lr + (base_lr - final_lr) * (1 - (num_update - warmup_steps) / max_steps) ** pwr
+
+    and for ``num_update > max_update`` the value at ``max_update`` (``final_lr`` when
+    ``pwr > 0``). Each call stores the rate in ``base_lr``; the decay itself starts from
+    the constructor's ``base_lr`` (kept as ``base_lr_orig``).
+
+    Warning:
+        As in MXNet, the decay ignores the Optimizer's ``base_lr = learning_rate``
+        assignment: it always starts from the ``base_lr`` given here. Pass the same value
+        to both.
+
+    Args:
+        max_update: update at which the rate reaches ``final_lr`` (> ``warmup_steps``).
+        base_lr: starting rate (default 0.01).
+        pwr: power of the decay (>= 0; default 2).
+        final_lr: rate from ``max_update`` on (default 0).
+        warmup_steps, warmup_begin_lr, warmup_mode: see :class:`LRScheduler`.
+
+    Raises:
+        TypeError: ``max_update`` not an integer.
+        ValueError: ``max_update < 1``, ``max_update <= warmup_steps``, ``pwr < 0``, and the
+            :class:`LRScheduler` errors.
+    """
+
+    def __init__(self, max_update: int, base_lr: float = 0.01, pwr: float = 2, final_lr: float = 0,
+                 warmup_steps: int = 0, warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        self.max_update = _check_max_update(max_update, self.warmup_steps)
+        if pwr < 0:
+            raise ValueError(f"pwr must be >= 0 (a negative power grows without bound), got {pwr}")
+        self.power = pwr
+        self.base_lr_orig = self.base_lr
+        self.final_lr = final_lr
+        self.max_steps = self.max_update - self.warmup_steps
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return self.get_warmup_lr(num_update)
+        n = min(num_update, self.max_update)
+        # final + (orig - final) * (1 - (n - W) / max_steps) ** pwr, in MXNet's order of operations
+        self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
+            pow(1 - float(n - self.warmup_steps) / float(self.max_steps), self.power)
+        return self.base_lr
+
+
+class CosineScheduler(LRScheduler):
+    """Half-cosine decay from ``base_lr`` to ``final_lr`` over ``max_update`` updates.
+
+    With ``max_steps = max_update - warmup_steps``, for ``warmup_steps <= num_update <= max_update``::
+
+        lr = final_lr + (base_lr - final_lr) * (1 + cos(pi * (num_update - warmup_steps) / max_steps)) / 2
+
+    and ``final_lr`` for ``num_update > max_update``. Each call stores the rate in
+    ``base_lr``; the decay itself starts from the constructor's ``base_lr`` (kept as
+    ``base_lr_orig``).
+
+    Warning:
+        As in MXNet, the decay ignores the Optimizer's ``base_lr = learning_rate``
+        assignment: it always starts from the ``base_lr`` given here. Pass the same value
+        to both.
+
+    Args:
+        max_update: update at which the rate reaches ``final_lr`` (> ``warmup_steps``).
+        base_lr: starting rate (default 0.01).
+        final_lr: rate from ``max_update`` on (default 0).
+        warmup_steps, warmup_begin_lr, warmup_mode: see :class:`LRScheduler`.
+
+    Raises:
+        TypeError: ``max_update`` not an integer.
+        ValueError: ``max_update < 1``, ``max_update <= warmup_steps``, and the
+            :class:`LRScheduler` errors.
+    """
+
+    def __init__(self, max_update: int, base_lr: float = 0.01, final_lr: float = 0, warmup_steps: int = 0,
+                 warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        self.max_update = _check_max_update(max_update, self.warmup_steps)
+        self.base_lr_orig = base_lr
+        self.final_lr = final_lr
+        self.max_steps = self.max_update - self.warmup_steps
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return self.get_warmup_lr(num_update)
+        n = min(num_update, self.max_update)
+        # final + (orig - final) * (1 + cos(pi * (n - W) / max_steps)) / 2, in MXNet's order of operations
+        self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
+            (1 + math.cos(math.pi * (n - self.warmup_steps) / self.max_steps)) / 2
+        return self.base_lr
+
+
+class ExponentialDecay(_Schedule):
+    """Apache SINGA's exponential decay (``singa.opt.ExponentialDecay``)::
+
+        lr = init_value * decay_rate ** (step / decay_steps)      (staircase=False)
+        lr = init_value * decay_rate ** (step // decay_steps)     (staircase=True)
+
+    Stateless: the value depends only on ``step`` (the ``num_update`` the Optimizer
+    passes, which starts at 1; SINGA's own counter starts at 0). ``base_lr`` is the same
+    number as ``init_value``, so the Optimizer's ``base_lr = learning_rate`` assignment
+    sets the starting rate. Computed in float64 (SINGA computes in a float32 tensor).
+    ``decay_rate > 1`` grows the rate, as in SINGA.
+
+    Args:
+        init_value: rate at step 0.
+        decay_steps: steps per factor of ``decay_rate`` (> 0).
+        decay_rate: multiplier per ``decay_steps`` steps (> 0).
+        staircase: use the whole number of elapsed ``decay_steps`` periods (a step function).
+
+    Raises:
+        ValueError: ``decay_steps <= 0`` or ``decay_rate <= 0``.
+    """
+
+    def __init__(self, init_value: float, decay_steps: float, decay_rate: float, staircase: bool = False) -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"decay_steps must be > 0, got {decay_steps}")
+        if decay_rate <= 0:
+            raise ValueError(f"decay_rate must be > 0, got {decay_rate}")
+        self.base_lr = init_value
+        self.decay_steps = decay_steps
+        self.decay_rate = decay_rate
+        self.staircase = bool(staircase)
+
+    @property
+    def init_value(self) -> float:
+        """The rate at step 0 (SINGA's name for ``base_lr``)."""
+        return self.base_lr
+
+    @init_value.setter
+    def init_value(self, value: float) -> None:
+        self.base_lr = value
+
+    def __call__(self, num_update: int) -> float:
+        if self.staircase:
+            exponent = float(num_update // self.decay_steps)   # whole periods elapsed
+        else:
+            exponent = num_update / self.decay_steps           # fractional periods
+        return float(self.base_lr) * float(self.decay_rate) ** exponent
