@@ -311,7 +311,32 @@ def _check_max_update(max_update: Any, warmup_steps: int) -> int:
     return max_update
 
 
-class PolyScheduler(LRScheduler):
+class _DecayToFinal(LRScheduler):
+    """Shared shape of Poly and Cosine: after warm-up, decay from ``base_lr`` to ``final_lr``
+    over ``max_steps = max_update - warmup_steps`` updates, then hold ``final_lr``.
+
+    Subclasses give ``_decayed(done)``, the rate ``done`` updates after warm-up.
+    """
+
+    def __init__(self, max_update: int, base_lr: float = 0.01, final_lr: float = 0, warmup_steps: int = 0,
+                 warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        self.max_update = _check_max_update(max_update, self.warmup_steps)
+        self.base_lr_orig = self.base_lr
+        self.final_lr = final_lr
+        self.max_steps = self.max_update - self.warmup_steps
+
+    def _decayed(self, done: int) -> float:
+        raise NotImplementedError
+
+    def __call__(self, num_update: int) -> float:
+        if num_update < self.warmup_steps:
+            return self.get_warmup_lr(num_update)
+        self.base_lr = self._decayed(min(num_update, self.max_update) - self.warmup_steps)
+        return self.base_lr
+
+
+class PolyScheduler(_DecayToFinal):
     """Polynomial decay from ``base_lr`` to ``final_lr`` over ``max_update`` updates.
 
     With ``max_steps = max_update - warmup_steps``, for ``warmup_steps <= num_update <= max_update``::
@@ -342,26 +367,18 @@ class PolyScheduler(LRScheduler):
 
     def __init__(self, max_update: int, base_lr: float = 0.01, pwr: float = 2, final_lr: float = 0,
                  warmup_steps: int = 0, warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
-        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
-        self.max_update = _check_max_update(max_update, self.warmup_steps)
         if pwr < 0:
             raise ValueError(f"pwr must be >= 0 (a negative power grows without bound), got {pwr}")
+        super().__init__(max_update, base_lr, final_lr, warmup_steps, warmup_begin_lr, warmup_mode)
         self.power = pwr
-        self.base_lr_orig = self.base_lr
-        self.final_lr = final_lr
-        self.max_steps = self.max_update - self.warmup_steps
 
-    def __call__(self, num_update: int) -> float:
-        if num_update < self.warmup_steps:
-            return self.get_warmup_lr(num_update)
-        n = min(num_update, self.max_update)
-        # final + (orig - final) * (1 - (n - W) / max_steps) ** pwr, in MXNet's order of operations
-        self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-            pow(1 - float(n - self.warmup_steps) / float(self.max_steps), self.power)
-        return self.base_lr
+    def _decayed(self, done: int) -> float:
+        # final + (orig - final) * (1 - done / max_steps) ** pwr, in MXNet's order of operations
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * \
+            pow(1 - float(done) / float(self.max_steps), self.power)
 
 
-class CosineScheduler(LRScheduler):
+class CosineScheduler(_DecayToFinal):
     """Half-cosine decay from ``base_lr`` to ``final_lr`` over ``max_update`` updates.
 
     With ``max_steps = max_update - warmup_steps``, for ``warmup_steps <= num_update <= max_update``::
@@ -389,22 +406,10 @@ class CosineScheduler(LRScheduler):
             :class:`LRScheduler` errors.
     """
 
-    def __init__(self, max_update: int, base_lr: float = 0.01, final_lr: float = 0, warmup_steps: int = 0,
-                 warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
-        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
-        self.max_update = _check_max_update(max_update, self.warmup_steps)
-        self.base_lr_orig = base_lr
-        self.final_lr = final_lr
-        self.max_steps = self.max_update - self.warmup_steps
-
-    def __call__(self, num_update: int) -> float:
-        if num_update < self.warmup_steps:
-            return self.get_warmup_lr(num_update)
-        n = min(num_update, self.max_update)
-        # final + (orig - final) * (1 + cos(pi * (n - W) / max_steps)) / 2, in MXNet's order of operations
-        self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-            (1 + math.cos(math.pi * (n - self.warmup_steps) / self.max_steps)) / 2
-        return self.base_lr
+    def _decayed(self, done: int) -> float:
+        # final + (orig - final) * (1 + cos(pi * done / max_steps)) / 2, in MXNet's order of operations
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * \
+            (1 + math.cos(math.pi * done / self.max_steps)) / 2
 
 
 class ExponentialDecay(_Schedule):

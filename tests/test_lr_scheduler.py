@@ -75,14 +75,14 @@ def test_get_warmup_lr_outside_warmup_raises() -> None:
 
 def test_warmup_target_is_fixed_at_construction_as_in_mxnet() -> None:
     sched = lrs.FactorScheduler(step=100, base_lr=1, warmup_steps=2, warmup_begin_lr=0)
-    Optimizer(learning_rate=0.5, lr_scheduler=sched)        # sets sched.base_lr = 0.5
+    _optimizer(learning_rate=0.5, lr_scheduler=sched)        # sets sched.base_lr = 0.5
     assert sched.base_lr == 0.5
     assert _values(sched, [1, 2]) == [0.5, 0.5]             # warm-up still ramps to 1: 0 + 1 * 1 / 2
 
 
 def test_optimizer_reads_the_schedule() -> None:
     sched = lrs.FactorScheduler(step=1, factor=0.5, base_lr=1)
-    opt = Optimizer(learning_rate=4.0, lr_scheduler=sched)
+    opt = _optimizer(learning_rate=4.0, lr_scheduler=sched)
     opt.num_update = 3
     assert opt.learning_rate == 1.0                          # 4 * 0.5 ** 2
 
@@ -131,7 +131,7 @@ def test_poly_past_max_update_on_a_fresh_scheduler_gives_final_lr() -> None:
 
 def test_poly_base_lr_assignment_does_not_move_the_decay_as_in_mxnet() -> None:
     sched = lrs.PolyScheduler(max_update=4, base_lr=1, pwr=1)
-    Optimizer(learning_rate=8.0, lr_scheduler=sched)
+    _optimizer(learning_rate=8.0, lr_scheduler=sched)
     assert sched(2) == 0.5
 
 
@@ -163,7 +163,7 @@ def test_exponential_decay_table() -> None:
 
 def test_exponential_decay_base_lr_is_init_value() -> None:
     sched = lrs.ExponentialDecay(init_value=1, decay_steps=1, decay_rate=0.5)
-    Optimizer(learning_rate=4.0, lr_scheduler=sched)
+    _optimizer(learning_rate=4.0, lr_scheduler=sched)
     assert sched.init_value == 4.0 and sched(2) == 1.0
 
 
@@ -220,13 +220,13 @@ _SCHEDULES = [
 @pytest.mark.parametrize(("klass", "kwargs"), _SCHEDULES, ids=[k.__name__ for k, _ in _SCHEDULES])
 def test_state_dict_json_round_trip_continues_identically(klass, kwargs) -> None:
     reference = klass(**kwargs)
-    Optimizer(learning_rate=0.5, lr_scheduler=reference)
+    _optimizer(learning_rate=0.5, lr_scheduler=reference)
     first = _values(reference, range(1, 9))
     state = json.loads(json.dumps(reference.state_dict()))
     assert state["type"] == klass.__name__
 
     resumed = klass(**kwargs)
-    Optimizer(learning_rate=0.5, lr_scheduler=resumed)      # the Optimizer overwrites base_lr ...
+    _optimizer(learning_rate=0.5, lr_scheduler=resumed)      # the Optimizer overwrites base_lr ...
     resumed.load_state_dict(state)                           # ... and the state restores the position
     assert resumed.state_dict() == reference.state_dict()
     assert _values(resumed, range(9, 20)) == _values(reference, range(9, 20))
@@ -311,3 +311,9 @@ def test_exponential_decay_staircase_bounds_smooth(init, steps, rate, n) -> None
     assert smooth <= stairs * (1 + 1e-12)                    # floor(x) <= x and rate <= 1
     assert stairs <= init * (1 + 1e-12)
     assert math.isfinite(smooth)
+
+
+def _optimizer(**kwargs):
+    """An Optimizer whose learning_rate differs from the scheduler's: MXNet 2.x warns and overrides."""
+    with pytest.warns(UserWarning, match="overwritten by learning_rate"):
+        return Optimizer(**kwargs)
