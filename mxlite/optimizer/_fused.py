@@ -83,11 +83,33 @@ def _views(plan: ArenaPlan, buffers: Sequence[Any], s: int, grad: Any) -> tuple[
     return (*out, grad[seg.grad_offset: seg.grad_offset + seg.size])
 
 
-def _clip_rescale(g: np.ndarray, rescale: float, clip: float | None) -> np.ndarray:
-    g = g.astype(np.float32) * np.float32(rescale)
+def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, clip: float | None,
+                    out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+    """``clip(rescale * g, ±clip) + wd * w`` in float32 (``g`` itself when that is the identity)."""
+    plain = rescale == 1 and not (clip is not None and clip > 0) and not wd
+    if plain and g.dtype == np.float32:
+        return g  # read-only use below: the gradient buffer is never modified
+    np.multiply(g, np.float32(rescale), out=out, casting="unsafe")   # rescale*g
     if clip is not None and clip > 0:
-        g = np.clip(g, -np.float32(clip), np.float32(clip))
-    return g
+        np.clip(out, -np.float32(clip), np.float32(clip), out=out)    # clip(.)
+    if wd:
+        np.multiply(w, np.float32(wd), out=tmp)                       # + wd*w
+        out += tmp
+    return out
+
+
+def _scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
+    longest = max((s.size for s in plan.segments), default=0)
+    return [np.empty(longest, np.float32) for _ in range(count)]
+
+
+def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) -> np.ndarray:
+    if master is not None:
+        return master
+    if w_store.dtype == np.float32:
+        return w_store
+    tmp[...] = w_store
+    return tmp
 
 
 def sgd_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mom: Any, master: Any,
@@ -100,18 +122,22 @@ def sgd_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mom: Any,
         _launch(device, "sgd_update", weight, plan, (weight, grad, mom, master), lr, wd,
                 (momentum, rescale, clip or 0.0))
         return
+    G_buf, tmp_buf, w_buf = _scratch(plan, 3)
     for s in range(len(plan.segments)):
         w_store, m, w32, g = _views(plan, (weight, mom, master), s, grad)
-        w = w32 if w32 is not None else w_store.astype(np.float32)
-        G = _clip_rescale(g, rescale, clip) + np.float32(wd[s]) * w          # G = clip(rescale*g) + wd*w
+        n = g.size
+        G, tmp = G_buf[:n], tmp_buf[:n]
+        w = _weights32(w_store, w32, w_buf[:n])
+        G = _effective_grad(g, w, wd[s], rescale, clip, G, tmp)          # G = clip(rescale*g) + wd*w
+        np.multiply(G, np.float32(lr[s]), out=tmp)                       # lr*G
         if m is not None:
-            m[...] = np.float32(momentum) * m - np.float32(lr[s]) * G         # mom = mu*mom - lr*G
-            w = w + m                                                         # w += mom
+            m *= np.float32(momentum)                                    # mom = mu*mom - lr*G
+            m -= tmp
+            w += m                                                       # w += mom
         else:
-            w = w - np.float32(lr[s]) * G                                     # w -= lr*G
-        if w32 is not None:
-            w32[...] = w
-        w_store[...] = w
+            w -= tmp                                                     # w -= lr*G
+        if w is not w_store:
+            w_store[...] = w
 
 
 def adam_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mean: Any, var: Any, master: Any,
@@ -125,16 +151,27 @@ def adam_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mean: An
                 (beta1, beta2, epsilon, rescale, clip or 0.0))
         return
     f = np.float32
+    G_buf, tmp_buf, w_buf = _scratch(plan, 3)
     for s in range(len(plan.segments)):
         w_store, m, v, w32, g = _views(plan, (weight, mean, var, master), s, grad)
-        w = w32 if w32 is not None else w_store.astype(np.float32)
-        G = _clip_rescale(g, rescale, clip) + f(wd[s]) * w                   # G = clip(rescale*g) + wd*w
-        m[...] = f(beta1) * m + (f(1) - f(beta1)) * G                         # m = b1*m + (1-b1)*G
-        v[...] = f(beta2) * v + (f(1) - f(beta2)) * G * G                     # v = b2*v + (1-b2)*G^2
-        w = w - f(lr_t[s]) * m / (np.sqrt(v) + f(epsilon))                    # w -= lr_t*m/(sqrt(v)+eps)
-        if w32 is not None:
-            w32[...] = w
-        w_store[...] = w
+        n = g.size
+        G, tmp = G_buf[:n], tmp_buf[:n]
+        w = _weights32(w_store, w32, w_buf[:n])
+        G = _effective_grad(g, w, wd[s], rescale, clip, G, tmp)          # G = clip(rescale*g) + wd*w
+        m *= f(beta1)                                                    # m = b1*m + (1-b1)*G
+        np.multiply(G, f(1) - f(beta1), out=tmp)
+        m += tmp
+        v *= f(beta2)                                                    # v = b2*v + (1-b2)*G^2
+        np.multiply(G, G, out=tmp)
+        tmp *= f(1) - f(beta2)
+        v += tmp
+        np.sqrt(v, out=tmp)                                              # w -= lr_t*m/(sqrt(v)+eps)
+        tmp += f(epsilon)
+        np.divide(m, tmp, out=tmp)
+        tmp *= f(lr_t[s])
+        w -= tmp
+        if w is not w_store:
+            w_store[...] = w
 
 
 def _launch(device: Device, rule: str, weight: Any, plan: ArenaPlan, arrays: tuple[Any, ...], lr: np.ndarray,
