@@ -2,24 +2,66 @@
 
 Conventions shared by every rule:
 
-* effective gradient ``G = clip(rescale_grad * g, ±clip_gradient) + wd_eff * w``;
-* per-parameter ``lr_eff = lr * lr_mult`` and ``wd_eff = wd * wd_mult``, the multipliers
-  coming from ``param_dict[index].lr_mult/wd_mult`` and then ``set_lr_mult``/``set_wd_mult``;
+* effective gradient ``G = clip(rescale_grad * g, ±clip_gradient) + wd_eff * w`` (rules with
+  decoupled weight decay, such as AdamW, leave out the ``wd_eff * w`` term);
+* per-parameter ``lr_eff = lr * lr_mult`` and ``wd_eff = wd * wd_mult``; the multiplier comes
+  from ``set_lr_mult``/``set_wd_mult`` when the index is listed there, else from
+  ``param_dict[index].lr_mult/wd_mult``, else 1 (MXNet checks ``param_dict`` first; see
+  :meth:`Optimizer._get_lr`);
 * each index has its own update count starting at ``begin_num_update``; it is incremented
-  *before* the learning rate is read, and ``num_update`` is the largest count.
+  *before* the learning rate is read, and ``num_update`` is the largest count. Every device
+  mirror has its own count table (``_set_current_device``), as MXNet's
+  ``_all_index_update_counts``.
 
-Rules subclass :class:`Optimizer` and implement ``create_state(index, weight)`` and
-``step(index, weight, grad, state)`` working on raw NumPy/CuPy arrays in place.
+The rule contract (what a file ``mxlite/optimizer/<rule>.py`` implements)
+------------------------------------------------------------------------
+
+A rule subclasses :class:`Optimizer`, calls ``super().__init__(learning_rate=..., **kwargs)``
+first (the base validates the shared arguments), validates its own, and implements two
+hooks on raw NumPy/CuPy arrays:
+
+``_create_state(index, weight) -> state``
+    The rule's state for one weight: ``None``, an array, or a (nested) tuple of arrays,
+    created with ``weight``'s array module and dtype. Rules written against MXNet's name may
+    override ``create_state(index, weight)`` instead: the class is then set up so that the
+    method serves as its ``_create_state`` (see :meth:`Optimizer.__init_subclass__`). Define
+    one of the two, not both.
+
+``step(index, weight, grad, state, count) -> None``
+    Update ``weight`` and ``state`` in place. ``grad`` is a dense array that belongs to the
+    caller (a Parameter's gradient buffer): never write into it. ``count`` is this index's
+    update count, already incremented; read ``self._get_lr(index)``/``self._get_wd(index)``
+    inside ``step`` and use ``self._effective_grad`` for rescale, clip and weight decay.
+
+Everything else comes from the base class and must not be overridden by a rule:
+
+* :meth:`create_state` (the Trainer's entry point) and :meth:`create_state_multi_precision`
+  (the Updater's): with ``multi_precision=True`` and a float16 (or bfloat16) weight they
+  return ``MultiPrecisionState(master, state)`` where ``master`` is a float32 copy of the
+  weight and ``state`` the rule's state created *on the master*; a float16 weight without
+  ``multi_precision`` warns once per optimizer and keeps float16 state.
+* :meth:`update` / :meth:`update_multi_precision`: count the update, then run ``step`` —
+  on the master with a float32 copy of the gradient when the state is a
+  :class:`MultiPrecisionState` (the weight then receives ``master.astype(weight.dtype)``),
+  and only on the rows present in a row-sparse gradient when the rule has
+  ``lazy_update=True`` (rows are gathered from the weight and from every state array shaped
+  like it, ``step`` runs on them, and they are scattered back; so only element-wise rules
+  may offer ``lazy_update``). A row-sparse gradient without ``lazy_update`` is densified.
+* :meth:`state_dict` / :meth:`load_state_dict`: hyperparameters (every public attribute
+  holding a JSON value), multipliers, update counts and the scheduler's state, as JSON.
 """
 
 from __future__ import annotations
 
+import numbers
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Optimizer", "register", "create", "registered"]
+from ..sparse import RowSparseTensor
+
+__all__ = ["Optimizer", "MultiPrecisionState", "register", "create", "registered"]
 
 _REGISTRY: dict[str, type[Optimizer]] = {}
 
@@ -58,24 +100,44 @@ def _check_nonneg(name: str, value: float | None) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-class Optimizer:
-    """Base class of update rules.
+def _is_low_precision(dtype: Any) -> bool:
+    """float16, or a bfloat16 dtype (recognised by name: NumPy has none of its own)."""
+    return dtype == np.float16 or getattr(dtype, "name", "") == "bfloat16"
 
-    Args:
-        learning_rate: step size (overridden by ``lr_scheduler`` when given).
-        wd: L2 weight decay coefficient, added to the gradient as ``wd * w``.
-        rescale_grad: gradient multiplier (the Trainer sets it to ``1 / batch_size``).
-        clip_gradient: clip ``rescale_grad * g`` to ``[-clip_gradient, clip_gradient]``.
-        lr_scheduler: callable ``num_update -> lr``.
-        begin_num_update: initial update count.
-        multi_precision: keep float32 master weights for float16 parameters.
-        param_dict: ``{index: Parameter}`` giving lr_mult / wd_mult.
 
-    Raises:
-        ValueError: negative learning_rate, wd or clip_gradient.
+class MultiPrecisionState(NamedTuple):
+    """State of a half-precision weight under ``multi_precision``: ``(master, state)``.
+
+    ``master`` is the float32 copy the rule updates; ``state`` the rule's own state, created
+    on the master (so in float32). Indexing as ``state[0]``/``state[1]`` matches MXNet.
     """
 
-    def __init__(self, learning_rate: float = 0.01, wd: float = 0.0, rescale_grad: float = 1.0,
+    master: Any
+    state: Any
+
+
+class Optimizer:
+    """Base class of update rules; see the module docstring for the rule contract.
+
+    Args:
+        learning_rate: step size; None means the scheduler's ``base_lr``, or 0.01 without a
+            scheduler (MXNet 2.x). A value differing from the scheduler's ``base_lr``
+            overrides it, with a UserWarning.
+        wd: L2 weight decay coefficient (>= 0).
+        rescale_grad: gradient multiplier (the Trainer sets it to ``1 / batch_size``).
+        clip_gradient: clip ``rescale_grad * g`` to ``[-clip_gradient, clip_gradient]``; > 0 or None.
+        lr_scheduler: callable ``num_update -> lr``.
+        begin_num_update: initial update count (an integer >= 0).
+        multi_precision: keep float32 master weights (and state) for float16/bfloat16 weights.
+        param_dict: ``{index: Parameter}`` giving lr_mult / wd_mult.
+        aggregate_num, use_fused_step: accepted for MXNet compatibility.
+
+    Raises:
+        ValueError: negative learning_rate or wd, clip_gradient <= 0, or a negative or
+            non-integer begin_num_update (each names the argument and the value).
+    """
+
+    def __init__(self, learning_rate: float | None = 0.01, wd: float = 0.0, rescale_grad: float = 1.0,
                  clip_gradient: float | None = None, lr_scheduler: Any = None, begin_num_update: int = 0,
                  multi_precision: bool = False, param_dict: dict[int, Any] | None = None,
                  aggregate_num: int | None = None, use_fused_step: bool | None = None) -> None:
@@ -83,27 +145,54 @@ class Optimizer:
         _check_nonneg("wd", wd)
         if clip_gradient is not None and clip_gradient <= 0:
             raise ValueError(f"clip_gradient must be > 0 or None, got {clip_gradient}")
+        if isinstance(begin_num_update, bool) or not isinstance(begin_num_update, numbers.Integral) \
+                or begin_num_update < 0:
+            raise ValueError(f"begin_num_update must be an integer >= 0, got {begin_num_update!r}")
+        if learning_rate is None and lr_scheduler is None:
+            learning_rate = 0.01
         self.lr = learning_rate
         self.wd = wd
         self.rescale_grad = rescale_grad
         self.clip_gradient = clip_gradient
         self.lr_scheduler = lr_scheduler
-        if lr_scheduler is not None and getattr(lr_scheduler, "base_lr", learning_rate) != learning_rate:
+        if lr_scheduler is not None and learning_rate is not None \
+                and getattr(lr_scheduler, "base_lr", learning_rate) != learning_rate:
             warnings.warn("learning rate from lr_scheduler has been overwritten by learning_rate in optimizer",
                           UserWarning, stacklevel=2)
             lr_scheduler.base_lr = learning_rate
-        self.begin_num_update = begin_num_update
-        self.num_update = begin_num_update
+        self.begin_num_update = int(begin_num_update)
+        self.num_update = int(begin_num_update)
         # One count table per device mirror (MXNet's _all_index_update_counts): every mirror
         # applies the same update, so each must see the same count sequence.
-        self._all_index_update_counts: dict[int, dict[int, int]] = {0: {}}
+        self._all_index_update_counts: dict[int, dict[Any, int]] = {0: {}}
         self._index_update_count = self._all_index_update_counts[0]
-        self.multi_precision = multi_precision
+        self.multi_precision = bool(multi_precision)
         self.param_dict = dict(param_dict or {})
-        self.lr_mult: dict[int, float] = {}
-        self.wd_mult: dict[int, float] = {}
+        self.lr_mult: dict[Any, float] = {}
+        self.wd_mult: dict[Any, float] = {}
         self.aggregate_num = aggregate_num or 0
         self.use_fused_step = use_fused_step
+        self._warned_low_precision = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give every subclass its own multi-precision-aware ``create_state``.
+
+        A class body that defines ``create_state`` (MXNet's hook name) has that function
+        become the class's ``_create_state``. Each class's ``create_state`` calls the
+        ``_create_state`` visible from that class, so a hook calling
+        ``super().create_state(...)`` reaches the parent's hook, not itself again.
+
+        Raises:
+            TypeError: the class body defines both ``create_state`` and ``_create_state``.
+        """
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("create_state")
+        if own is not None and not getattr(own, "_mxlite_entry", False):
+            if "_create_state" in cls.__dict__:
+                raise TypeError(f"{cls.__name__} defines both create_state and _create_state; define only "
+                                f"_create_state(index, weight) (the base class provides create_state)")
+            cls._create_state = own
+        cls.create_state = _create_state_entry(cls)
 
     # -- learning rate --------------------------------------------------------------------
     @property
@@ -121,11 +210,11 @@ class Optimizer:
         _check_nonneg("learning_rate", lr)
         self.lr = lr
 
-    def set_lr_mult(self, args_lr_mult: dict[int, float]) -> None:
+    def set_lr_mult(self, args_lr_mult: dict[Any, float]) -> None:
         """Per-index learning-rate multipliers (override the Parameters' lr_mult)."""
         self.lr_mult = dict(args_lr_mult)
 
-    def set_wd_mult(self, args_wd_mult: dict[int, float]) -> None:
+    def set_wd_mult(self, args_wd_mult: dict[Any, float]) -> None:
         """Per-index weight-decay multipliers (override the Parameters' wd_mult)."""
         self.wd_mult = dict(args_wd_mult)
 
@@ -133,13 +222,14 @@ class Optimizer:
         """Select the update-count table of device mirror number ``slot``."""
         self._index_update_count = self._all_index_update_counts.setdefault(slot, {})
 
-    def _update_count(self, index: int) -> int:
+    def _update_count(self, index: Any) -> int:
         count = self._index_update_count.get(index, self.begin_num_update) + 1
         self._index_update_count[index] = count
         self.num_update = max(count, self.num_update)
         return count
 
-    def _get_lr(self, index: int) -> float:
+    def _get_lr(self, index: Any) -> float:
+        """``learning_rate * multiplier``; ``set_lr_mult`` wins over ``param_dict`` (MXNet: the reverse)."""
         lr = self.learning_rate
         if index in self.lr_mult:
             return lr * self.lr_mult[index]
@@ -147,7 +237,8 @@ class Optimizer:
             return lr * self.param_dict[index].lr_mult
         return lr
 
-    def _get_wd(self, index: int) -> float:
+    def _get_wd(self, index: Any) -> float:
+        """``wd * multiplier``; ``set_wd_mult`` wins over ``param_dict`` (MXNet: the reverse)."""
         if index in self.wd_mult:
             return self.wd * self.wd_mult[index]
         if index in self.param_dict:
@@ -163,25 +254,215 @@ class Optimizer:
             g = g + wd * weight
         return g
 
-    # -- the rule -------------------------------------------------------------------------
-    def create_state(self, index: int, weight: Any) -> Any:
-        """Optimizer state for one weight (raw array); None when stateless."""
+    # -- states ---------------------------------------------------------------------------
+    def _create_state(self, index: Any, weight: Any) -> Any:
+        """The rule's state for ``weight`` (raw array); None when stateless. Rules override this."""
         return None
 
+    def create_state(self, index: Any, weight: Any) -> Any:
+        """State for one weight (raw array), multi-precision aware; the Trainer calls this.
+
+        Returns the rule's ``_create_state(index, weight)``, or
+        ``MultiPrecisionState(master, _create_state(index, master))`` for a float16/bfloat16
+        weight with ``multi_precision=True``. A half-precision weight without
+        ``multi_precision`` warns once per optimizer (as MXNet warns) and keeps its dtype.
+        """
+        return self._new_state(Optimizer._create_state, index, weight)
+
+    create_state._mxlite_entry = True  # type: ignore[attr-defined]
+
+    def create_state_multi_precision(self, index: Any, weight: Any) -> Any:
+        """MXNet's name for the multi-precision-aware :meth:`create_state` (the Updater calls it)."""
+        return self.create_state(index, weight)
+
+    def _new_state(self, hook: Any, index: Any, weight: Any) -> Any:
+        if _is_low_precision(weight.dtype):
+            if self.multi_precision:
+                master = weight.astype(np.float32)
+                return MultiPrecisionState(master, hook(self, index, master))
+            if not getattr(self, "_warned_low_precision", False):
+                self._warned_low_precision = True
+                warnings.warn(f"{type(self).__name__}: accumulating with {weight.dtype} in the optimizer can lead "
+                              "to poor accuracy or slow convergence; consider multi_precision=True",
+                              UserWarning, stacklevel=4)
+        return hook(self, index, weight)
+
+    # -- the update -----------------------------------------------------------------------
     def update(self, indices: Any, weights: Any, grads: Any, states: Any) -> None:
-        """Apply the rule to one index or to lists of them (raw arrays, updated in place)."""
+        """Apply the rule to one index or to lists of them (raw arrays, updated in place).
+
+        Each index's count is incremented before its learning rate is read. A
+        :class:`MultiPrecisionState` routes the step through the float32 master; a
+        :class:`~mxlite.sparse.RowSparseTensor` gradient updates only its rows when the rule
+        has ``lazy_update=True`` and is densified otherwise.
+        """
         if not isinstance(indices, (list, tuple)):
             indices, weights, grads, states = [indices], [weights], [grads], [states]
         for index, weight, grad, state in zip(indices, weights, grads, states):
             count = self._update_count(index)
-            self.step(index, weight, grad, state, count)
+            self._apply(index, weight, grad, state, count)
 
-    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+    def update_multi_precision(self, indices: Any, weights: Any, grads: Any, states: Any) -> None:
+        """MXNet's name for the update of states from :meth:`create_state_multi_precision`.
+
+        Same as :meth:`update`, which already dispatches on the state's type.
+        """
+        self.update(indices, weights, grads, states)
+
+    def _apply(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
+        rows = None
+        if isinstance(grad, RowSparseTensor):
+            if getattr(self, "lazy_update", False):
+                rows, grad = grad.indices._data, grad.data._data
+            else:
+                grad = grad.tostype("default")._data
+        target, inner = weight, state
+        if isinstance(state, MultiPrecisionState):
+            target, inner = state.master, state.state
+            grad = grad.astype(np.float32)
+        if rows is None:
+            self.step(index, target, grad, inner, count)
+        else:
+            target_rows, inner_rows = target[rows], _take_rows(inner, rows, target.shape)
+            self.step(index, target_rows, grad, inner_rows, count)
+            target[rows] = target_rows
+            _put_rows(inner, inner_rows, rows, target.shape)
+        if target is not weight:
+            if rows is None:
+                weight[...] = target.astype(weight.dtype)
+            else:
+                weight[rows] = target[rows].astype(weight.dtype)
+
+    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
         """Update ``weight`` (and ``state``) in place; ``count`` is this index's update count."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement step(index, weight, grad, state, count)")
+
+    # -- save / restore -------------------------------------------------------------------
+    def _hyperparameter_names(self) -> list[str]:
+        skip = {"param_dict", "lr_scheduler", "lr_mult", "wd_mult"}
+        return sorted(k for k, v in vars(self).items()
+                      if not k.startswith("_") and k not in skip and _is_json_value(v))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Hyperparameters, multipliers, update counts and scheduler state as JSON values.
+
+        Holds ``"type"`` (the class name), ``"hyperparameters"`` (every public attribute whose
+        value is a JSON number, string, bool, None or a list of them, e.g. ``lr``, ``wd``,
+        ``num_update``, ``momentum``), ``"lr_mult"``/``"wd_mult"`` and ``"update_counts"``
+        (lists of pairs, so integer keys stay integers) and ``"lr_scheduler"`` (None, or the
+        scheduler's class name and its ``state_dict()`` when it has one). ``param_dict`` is
+        not saved: it holds the Parameters themselves.
+        """
+        sched = self.lr_scheduler
+        return {
+            "type": type(self).__name__,
+            "hyperparameters": {k: _plain(getattr(self, k)) for k in self._hyperparameter_names()},
+            "lr_mult": [[k, float(v)] for k, v in self.lr_mult.items()],
+            "wd_mult": [[k, float(v)] for k, v in self.wd_mult.items()],
+            "update_counts": [[slot, [[i, int(c)] for i, c in table.items()]]
+                              for slot, table in self._all_index_update_counts.items()],
+            "lr_scheduler": None if sched is None else {
+                "type": type(sched).__name__,
+                "state": sched.state_dict() if hasattr(sched, "state_dict") else None},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` into this optimizer (all or nothing).
+
+        Build the optimizer (and its scheduler) with the same classes first; this restores
+        every value so that further updates continue the saved run exactly.
+
+        Raises:
+            ValueError: a different optimizer or scheduler class, different hyperparameter
+                names, or malformed entries.
+        """
+        try:
+            kind, hyper = state["type"], dict(state["hyperparameters"])
+            lr_mult = {_key(k): float(v) for k, v in state["lr_mult"]}
+            wd_mult = {_key(k): float(v) for k, v in state["wd_mult"]}
+            counts = {int(slot): {_key(i): int(c) for i, c in table} for slot, table in state["update_counts"]}
+            saved_sched = state["lr_scheduler"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed optimizer state: {type(exc).__name__}: {exc}") from exc
+        if kind != type(self).__name__:
+            raise ValueError(f"optimizer state is for {kind!r}, cannot load it into {type(self).__name__}; "
+                             f"build a {kind} optimizer before loading")
+        expected = set(self._hyperparameter_names())
+        if set(hyper) != expected:
+            raise ValueError(f"optimizer state hyperparameters do not match {type(self).__name__}: "
+                             f"missing {sorted(expected - set(hyper))}, unexpected {sorted(set(hyper) - expected)}")
+        if 0 not in counts:
+            counts[0] = {}
+        sched = self.lr_scheduler
+        if (saved_sched is None) != (sched is None) or (
+                saved_sched is not None and saved_sched.get("type") != type(sched).__name__):
+            raise ValueError(f"optimizer state was saved with lr_scheduler "
+                             f"{None if saved_sched is None else saved_sched.get('type')!r}, this optimizer has "
+                             f"{None if sched is None else type(sched).__name__!r}; build it with the same scheduler")
+        if saved_sched is not None and saved_sched.get("state") is not None:
+            sched.load_state_dict(saved_sched["state"])  # validates before changing anything
+        for k, v in hyper.items():
+            setattr(self, k, tuple(v) if isinstance(getattr(self, k), tuple) else v)
+        self.lr_mult, self.wd_mult = lr_mult, wd_mult
+        self._all_index_update_counts = counts
+        self._index_update_count = counts[0]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(learning_rate={self.learning_rate}, wd={self.wd})"
+
+
+def _create_state_entry(owner: type[Optimizer]) -> Any:
+    """``owner.create_state``: the multi-precision wrapper around ``owner._create_state``."""
+    def create_state(self: Optimizer, index: Any, weight: Any) -> Any:
+        return self._new_state(owner._create_state, index, weight)
+
+    create_state.__doc__ = Optimizer.create_state.__doc__
+    create_state.__qualname__ = f"{owner.__qualname__}.create_state"
+    create_state.__module__ = owner.__module__
+    create_state._mxlite_entry = True  # type: ignore[attr-defined]
+    return create_state
+
+
+Optimizer.register = staticmethod(register)  # type: ignore[attr-defined]  # MXNet's Optimizer.register
+Optimizer.create_optimizer = staticmethod(create)  # type: ignore[attr-defined]  # and create_optimizer
+
+
+def _take_rows(state: Any, rows: Any, shape: tuple[int, ...]) -> Any:
+    """The rows ``rows`` of every weight-shaped array in a (nested) state; other leaves unchanged."""
+    if isinstance(state, (tuple, list)):
+        return type(state)(_take_rows(s, rows, shape) for s in state)
+    if getattr(state, "shape", None) == shape:
+        return state[rows]
+    return state
+
+
+def _put_rows(state: Any, values: Any, rows: Any, shape: tuple[int, ...]) -> None:
+    """Write rows taken by :func:`_take_rows` (and updated in place) back into ``state``."""
+    if isinstance(state, (tuple, list)):
+        for s, v in zip(state, values):
+            _put_rows(s, v, rows, shape)
+    elif getattr(state, "shape", None) == shape:
+        state[rows] = values
+
+
+def _is_json_value(v: Any) -> bool:
+    if v is None or isinstance(v, (bool, numbers.Real, str)):
+        return True
+    return isinstance(v, (list, tuple)) and all(_is_json_value(x) for x in v)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _key(k: Any) -> Any:
+    if isinstance(k, bool) or not isinstance(k, (int, str)):
+        raise ValueError(f"an index must be an int or a str, got {k!r}")
+    return k
 
 
 def _xp(arr: Any) -> Any:

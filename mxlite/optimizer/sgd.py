@@ -1,8 +1,43 @@
-"""SGD with optional momentum (MXNet form).
+"""SGD with momentum: MXNet's form, or Apache SINGA's when dampening or Nesterov is asked for.
 
-    G   = clip(rescale_grad * g, ±clip_gradient) + wd * w
-    mom = momentum * mom - lr * G        (momentum > 0)
-    w   = w + mom                        (w = w - lr * G without momentum)
+MXNet form (``dampening == 0`` and ``nesterov=False``; ``mx.optimizer.SGD``, ``sgd_mom_update``)::
+
+    G   = clip(rescale_grad · g, ±clip_gradient) + wd · w
+    mom = μ · mom − lr · G              (μ > 0; the state is a velocity that includes lr)
+    w   = w + mom                       (μ = 0: no state, w = w − lr · G)
+
+SINGA form (``dampening > 0`` or ``nesterov=True``; ``singa.opt.SGD.apply``)::
+
+    G   = clip(rescale_grad · g, ±clip_gradient) + wd · w
+    buf = μ · buf + (1 − dampening) · G           (buf starts at 0 and excludes lr)
+    D   = G + μ · buf   if nesterov,   else   D = buf
+    w   = w − lr · D                  (μ = 0: no state, w = w − lr · G, dampening unused)
+
+Symbols: ``g`` the raw gradient, ``w`` the weight, ``μ`` = ``momentum``, ``lr`` = the
+scheduler's (or ``learning_rate``) value times the parameter's ``lr_mult``, ``wd`` =
+``wd · wd_mult``, ``dampening`` and ``nesterov`` as given.
+
+Where mxlite differs:
+
+* From MXNet: ``dampening`` and ``nesterov`` do not exist there; ``lazy_update`` may be
+  combined with ``multi_precision`` (MXNet asserts it may not).
+* From SINGA: SINGA has no ``rescale_grad``/``clip_gradient``; mxlite applies them before
+  adding ``wd · w``, as MXNet does. SINGA does not reject a dampening outside [0, 1].
+* From PyTorch: PyTorch starts ``buf`` at ``G`` (undamped) on the first step; SINGA and
+  mxlite start it at 0, so the first step moves by ``lr · (1 − dampening) · G`` (plus
+  ``lr · G`` for Nesterov).
+* MXNet vs SINGA form: with a constant ``lr`` and ``dampening = 0`` the two give the same
+  weights (``mom = −lr · buf``); under a changing ``lr`` MXNet's velocity keeps the old
+  rates while SINGA's buffer is rescaled by the new one.
+
+Lazy update: with ``lazy_update=True`` and a row-sparse gradient
+(:class:`~mxlite.sparse.RowSparseTensor`), only the gradient's rows of ``w`` and of the
+state are read and written (weight decay too applies to those rows only), as MXNet's
+``sgd_mom_update`` on a row_sparse gradient; otherwise the gradient is densified.
+
+Kernel: the MXNet form is ``sgd_update<T>`` in ``kernels/optimizers.cu``, driven over a flat
+arena by :func:`mxlite.optimizer._fused.sgd_arena`; :meth:`SGD.step` below is its NumPy/CuPy
+twin and the only implementation of the SINGA form.
 """
 
 from __future__ import annotations
@@ -14,36 +49,52 @@ from .optimizer import Optimizer, _check_nonneg, _xp, register
 
 @register
 class SGD(Optimizer):
-    """Stochastic gradient descent with MXNet's momentum form.
+    """Stochastic gradient descent with momentum (MXNet form; SINGA form for dampening/Nesterov).
 
     Args:
         learning_rate: step size (default 0.1, as MXNet 2.x).
-        momentum: μ in ``mom = μ·mom − lr·G``; 0 disables the state.
-        lazy_update: accepted for MXNet compatibility (row-sparse gradients are densified here).
+        momentum: μ (>= 0); 0 disables the state.
+        lazy_update: update only the rows of a row-sparse gradient (see the module docstring).
+        dampening: SINGA's dampening of the gradient entering the buffer, in [0, 1].
+        nesterov: SINGA's Nesterov momentum; needs ``momentum > 0`` and ``dampening == 0``.
+        **kwargs: the :class:`Optimizer` arguments (wd, clip_gradient, multi_precision, ...).
 
     Raises:
-        ValueError: negative momentum.
+        ValueError: negative momentum, dampening outside [0, 1], or nesterov with
+            ``momentum == 0`` or ``dampening != 0`` (each shows the value received).
     """
 
     def __init__(self, learning_rate: float = 0.1, momentum: float = 0.0, lazy_update: bool = False,
-                 **kwargs: Any) -> None:
+                 dampening: float = 0.0, nesterov: bool = False, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
         _check_nonneg("momentum", momentum)
+        if not 0.0 <= dampening <= 1.0:
+            raise ValueError(f"dampening must lie in [0, 1], got {dampening}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError(f"nesterov=True needs momentum > 0 and dampening == 0, got momentum={momentum}, "
+                             f"dampening={dampening}")
         self.momentum = momentum
-        self.lazy_update = lazy_update
+        self.lazy_update = bool(lazy_update)
+        self.dampening = dampening
+        self.nesterov = bool(nesterov)
 
-    def create_state(self, index: int, weight: Any) -> Any:
+    def _create_state(self, index: Any, weight: Any) -> Any:
         if self.momentum == 0.0:
             return None
-        return _xp(weight).zeros_like(weight)
+        return _xp(weight).zeros_like(weight)  # mom (MXNet form) or buf (SINGA form)
 
-    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
         xp = _xp(weight)
         lr, wd = self._get_lr(index), self._get_wd(index)
-        g = self._effective_grad(xp, grad, weight, wd)   # G = clip(rescale·g) + wd·w
+        g = self._effective_grad(xp, grad, weight, wd)        # G = clip(rescale·g) + wd·w
         if state is None:
-            weight -= lr * g                             # w -= lr·G
-        else:
-            state *= self.momentum                       # mom = μ·mom − lr·G
+            weight -= lr * g                                  # w −= lr·G
+        elif self.dampening == 0.0 and not self.nesterov:
+            state *= self.momentum                            # mom = μ·mom − lr·G
             state -= lr * g
-            weight += state                              # w += mom
+            weight += state                                   # w += mom
+        else:
+            state *= self.momentum                            # buf = μ·buf + (1 − dampening)·G
+            state += (1.0 - self.dampening) * g
+            d = g + self.momentum * state if self.nesterov else state  # D = G + μ·buf | buf
+            weight -= lr * d                                  # w −= lr·D

@@ -1,0 +1,70 @@
+"""AdaDelta (Zeiler 2012), MXNet form::
+
+    G  = clip(rescale_grad * g, ±clip_gradient) + wd * w
+    Eg = ρ·Eg + (1 − ρ)·G²
+    d  = sqrt(EΔ + ε) / sqrt(Eg + ε) · G
+    EΔ = ρ·EΔ + (1 − ρ)·d²
+    w  = w − lr · d
+
+Symbols: Eg, EΔ = the states (running averages of G² and of the step d², each shaped and
+typed like the weight), ρ = ``rho``, ε = ``epsilon``, lr = ``learning_rate`` · lr_mult,
+wd = ``wd`` · wd_mult.
+
+Where mxlite differs:
+
+* Nothing in the formula: it is MXNet master's. Zeiler's paper has no learning rate (lr = 1,
+  MXNet's default); PyTorch's Adadelta matches this form with ``lr`` and L2 ``weight_decay``.
+* Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
+
+No fused kernel in ``kernels/`` yet (MXNet has none either): this NumPy/CuPy twin is the only
+implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _xp, register
+
+__all__ = ["AdaDelta"]
+
+
+@register
+class AdaDelta(Optimizer):
+    """AdaDelta with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: multiplier of the AdaDelta step (default 1.0, the paper's rule).
+        rho: decay ρ of both running averages, in [0, 1).
+        epsilon: ε > 0, added inside both square roots.
+        **kwargs: see :class:`~mxlite.optimizer.Optimizer`.
+
+    Raises:
+        ValueError: ``rho`` outside [0, 1) or ``epsilon <= 0`` (names the argument and value).
+    """
+
+    def __init__(self, learning_rate: float = 1.0, rho: float = 0.9, epsilon: float = 1e-6,
+                 **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if not 0.0 <= rho < 1.0:
+            raise ValueError(f"rho must lie in [0, 1), got {rho}")
+        if epsilon <= 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        self.rho, self.epsilon = rho, epsilon
+
+    def create_state(self, index: int, weight: Any) -> Any:
+        xp = _xp(weight)
+        return (xp.zeros_like(weight), xp.zeros_like(weight))  # (Eg, EΔ)
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        rho, eps = self.rho, self.epsilon
+        g = self._effective_grad(xp, grad, weight, wd)         # G = clip(rescale·g) + wd·w
+        acc_g, acc_delta = state
+        acc_g *= rho                                           # Eg = ρ·Eg + (1−ρ)·G²
+        acc_g += (1.0 - rho) * g * g
+        d = xp.sqrt(acc_delta + eps) / xp.sqrt(acc_g + eps) * g  # d = √(EΔ + ε)/√(Eg + ε)·G
+        acc_delta *= rho                                       # EΔ = ρ·EΔ + (1−ρ)·d²
+        acc_delta += (1.0 - rho) * d * d
+        weight -= lr * d                                       # w −= lr·d

@@ -1,0 +1,61 @@
+"""AdaGrad (Duchi, Hazan & Singer 2011), MXNet form::
+
+    G = clip(rescale_grad * g, ±clip_gradient) + wd * w
+    h = h + G²
+    w = w − lr · G / (sqrt(h) + ε)
+
+Symbols: h = the state (sum of squared gradients, shaped and typed like the weight),
+ε = ``epsilon``, lr = ``learning_rate`` · lr_mult, wd = ``wd`` · wd_mult.
+
+Where mxlite differs:
+
+* Weight decay is folded into G *before* it is accumulated in h, as in MXNet master's dense
+  path (``step``). MXNet's fused kernel serves only row-sparse gradients, where it puts ε
+  inside the root (``sqrt(h + ε)``) and refuses ``wd != 0``; mxlite densifies row-sparse
+  gradients, so the dense formula above always applies.
+* PyTorch's Adagrad also adds ε outside the root but has ``lr_decay`` and
+  ``initial_accumulator_value``; TensorFlow starts h at 0.1. mxlite starts h at 0 (MXNet).
+* MXNet's deprecated ``eps`` alias is not accepted (MXNet raises for it too).
+* Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
+
+No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _xp, register
+
+__all__ = ["AdaGrad"]
+
+
+@register
+class AdaGrad(Optimizer):
+    """AdaGrad with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: step size (default 0.01).
+        epsilon: ε > 0, added to ``sqrt(h)`` (outside the root).
+        **kwargs: see :class:`~mxlite.optimizer.Optimizer`.
+
+    Raises:
+        ValueError: ``epsilon <= 0`` (the message names the argument and the value).
+    """
+
+    def __init__(self, learning_rate: float = 0.01, epsilon: float = 1e-6, **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if epsilon <= 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        self.epsilon = epsilon
+
+    def create_state(self, index: int, weight: Any) -> Any:
+        return _xp(weight).zeros_like(weight)  # h
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        g = self._effective_grad(xp, grad, weight, wd)         # G = clip(rescale·g) + wd·w
+        history = state
+        history += g * g                                       # h = h + G²
+        weight -= lr * g / (xp.sqrt(history) + self.epsilon)   # w −= lr·G/(√h + ε)

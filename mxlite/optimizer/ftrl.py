@@ -1,0 +1,79 @@
+"""FTRL-proximal (McMahan et al. 2013, "Ad Click Prediction: a View from the Trenches"), MXNet form::
+
+    g = clip(rescale_grad * g, ±clip_gradient)                  (no weight decay here)
+    σ = (sqrt(n + g²) − sqrt(n)) / lr
+    z = z + g − σ·w
+    n = n + g²
+    w = −sign(z) · max(|z| − λ1, 0) / ((β + sqrt(n)) / lr + wd)
+
+Symbols: z, n = the states (shaped and typed like the weight), λ1 = ``lamda1`` (L1
+strength; MXNet's spelling), β = ``beta``, lr = ``learning_rate`` · lr_mult (the paper's
+α), wd = ``wd`` · wd_mult (the paper's L2 strength λ2). The weight is *recomputed* from z
+and n each step (coordinates with |z| <= λ1 become exactly 0), not moved by a step.
+
+Where mxlite differs:
+
+* Nothing in the formula: it is MXNet master's (Python ``step`` and the fused
+  ``ftrl_update`` kernel agree). The current lr (scheduler, lr_mult) is used in both σ and
+  the denominator, so a changing lr changes the recomputed weight at once.
+* The rule divides by lr: ``learning_rate <= 0`` raises at construction, and a step whose
+  effective lr is 0 (lr_mult = 0, or a schedule reaching 0) raises ``ValueError`` naming the
+  index instead of writing NaN/inf into the weight as MXNet does.
+* ``beta = 0`` with ``wd = 0`` is allowed (as in MXNet) but gives 0/0 = NaN for a coordinate
+  whose gradients have all been 0 so far; keep ``beta > 0`` for parameters that may be unused.
+* Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
+
+No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _xp, register
+
+__all__ = ["Ftrl"]
+
+
+@register
+class Ftrl(Optimizer):
+    """FTRL-proximal with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: α > 0 of the per-coordinate rate ``α / (β + sqrt(n))`` (default 0.1).
+        lamda1: L1 regularisation λ1 >= 0 (MXNet's spelling of "lambda1").
+        beta: β >= 0 of the per-coordinate rate.
+        **kwargs: see :class:`~mxlite.optimizer.Optimizer` (``wd`` is the L2 strength).
+
+    Raises:
+        ValueError: ``learning_rate <= 0``, negative ``lamda1`` or ``beta`` (names the argument
+            and the value).
+    """
+
+    def __init__(self, learning_rate: float = 0.1, lamda1: float = 0.01, beta: float = 1.0,
+                 **kwargs: Any) -> None:
+        if learning_rate is not None and learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0 for Ftrl (the rule divides by it), got {learning_rate}")
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        for name, value in (("lamda1", lamda1), ("beta", beta)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self.lamda1, self.beta = lamda1, beta
+
+    def create_state(self, index: int, weight: Any) -> Any:
+        xp = _xp(weight)
+        return (xp.zeros_like(weight), xp.zeros_like(weight))  # (z, n)
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        if lr <= 0:
+            raise ValueError(f"Ftrl divides by the learning rate, but parameter {index} has lr {lr} "
+                             f"(lr_mult 0 or a schedule reaching 0?); use a positive rate or leave it out")
+        g = self._effective_grad(xp, grad, weight, 0.0)           # g = clip(rescale·g)  (wd is in the denominator)
+        z, n = state
+        sigma = (xp.sqrt(n + g * g) - xp.sqrt(n)) / lr            # σ = (√(n + g²) − √n)/lr
+        z += g - sigma * weight                                   # z = z + g − σ·w
+        n += g * g                                                # n = n + g²
+        shrunk = xp.sign(z) * xp.maximum(xp.abs(z) - self.lamda1, 0)  # sign(z)·max(|z| − λ1, 0)
+        weight[...] = -shrunk / ((self.beta + xp.sqrt(n)) / lr + wd)  # w = −shrunk/((β + √n)/lr + wd)

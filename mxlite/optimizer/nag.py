@@ -1,0 +1,58 @@
+"""NAG: Nesterov accelerated gradient in MXNet's form (``mx.optimizer.NAG``, ``nag_mom_update``).
+
+    G   = clip(rescale_grad · g, ±clip_gradient) + wd · w
+    mom = μ · mom − lr · G
+    w   = w + μ · mom − lr · G          (with the new mom)
+    (μ = 0: no state, w = w − lr · G)
+
+Symbols: ``g`` the raw gradient, ``w`` the weight, ``μ`` = ``momentum``, ``lr`` = the
+scheduler's (or ``learning_rate``) value times ``lr_mult``, ``wd`` = ``wd · wd_mult``.
+
+Where mxlite differs: MXNet's 1.x docstring writes the rule with ``lr`` outside the
+momentum (``mom = μ·mom + G``, ``w −= lr·(G + μ·mom)``); MXNet's code (and mxlite) keep
+``lr`` inside it, which is the same only while ``lr`` is constant. MXNet does not validate
+``momentum``; mxlite rejects a negative one.
+
+Kernel: none in ``kernels/`` yet; :meth:`NAG.step` (NumPy/CuPy) is the only implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _check_nonneg, _xp, register
+
+
+@register
+class NAG(Optimizer):
+    """Nesterov accelerated gradient (MXNet form).
+
+    Args:
+        learning_rate: step size (default 0.1, as MXNet 2.x).
+        momentum: μ (>= 0; default 0.9, as MXNet 2.x); 0 makes NAG plain SGD without state.
+        **kwargs: the :class:`Optimizer` arguments.
+
+    Raises:
+        ValueError: negative momentum.
+    """
+
+    def __init__(self, learning_rate: float = 0.1, momentum: float = 0.9, **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        _check_nonneg("momentum", momentum)
+        self.momentum = momentum
+
+    def _create_state(self, index: Any, weight: Any) -> Any:
+        if self.momentum == 0.0:
+            return None
+        return _xp(weight).zeros_like(weight)  # mom
+
+    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        g = self._effective_grad(xp, grad, weight, wd)        # G = clip(rescale·g) + wd·w
+        if state is None:
+            weight -= lr * g                                  # w −= lr·G
+            return
+        state *= self.momentum                                # mom = μ·mom − lr·G
+        state -= lr * g
+        weight += self.momentum * state - lr * g              # w += μ·mom − lr·G

@@ -1,0 +1,107 @@
+"""RMSProp, plain (Tieleman & Hinton 2012) and centered (Graves 2013, eqs. 38-45), MXNet form.
+
+Plain (``centered=False``)::
+
+    G = clip(rescale_grad * g, ±clip_gradient) + wd * w
+    n = ρ·n + (1 − ρ)·G²
+    w = w − lr · G / sqrt(n + ε)
+
+Centered (``centered=True``)::
+
+    G = clip(rescale_grad * g, ±clip_gradient) + wd * w
+    n = ρ·n + (1 − ρ)·G²
+    ḡ = ρ·ḡ + (1 − ρ)·G
+    Δ = μ·Δ − lr · G / sqrt(n − ḡ² + ε)
+    w = w + Δ
+
+then, in both forms, ``w = clip(w, ±clip_weights)`` when ``clip_weights`` is set.
+
+Symbols: ρ = ``rho``, μ = ``momentum`` (centered form only), ε = ``epsilon``,
+lr = ``learning_rate`` · lr_mult, wd = ``wd`` · wd_mult. States: ``n`` (plain) or
+``(ḡ, n, Δ)`` (centered), each shaped and typed like the weight.
+
+Where mxlite differs:
+
+* ε sits *inside* the square root in both forms, as in MXNet's default fused kernels
+  (``rmsprop_update`` / ``rmspropalex_update``, ``use_fused_step=True``). MXNet master's
+  Python ``step`` (``use_fused_step=False``) puts it outside for the plain form,
+  ``sqrt(n) + ε``; TensorFlow and PyTorch also differ (PyTorch: ``sqrt(n) + ε``).
+* The gradient is clipped *before* ``wd·w`` is added (mxlite's shared convention, as in
+  MXNet's Python ``step``); MXNet's fused kernels clip ``rescale_grad·g + wd·w`` as a whole.
+* MXNet's deprecated ``gamma1``/``gamma2`` aliases are not accepted (MXNet raises for them too).
+* Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
+
+No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _xp, register
+
+__all__ = ["RMSProp"]
+
+
+@register
+class RMSProp(Optimizer):
+    """RMSProp (plain or centered) with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: step size (default 0.001).
+        rho: decay ρ of the moving averages of G² (and of G when centered), in [0, 1).
+        momentum: heavy-ball μ of the centered form (ignored when ``centered=False``), >= 0.
+        epsilon: ε > 0, added to the variance inside the square root.
+        centered: use Graves's centered form (variance ``n − ḡ²`` and momentum).
+        clip_weights: after the update clamp the weights to ``[-clip_weights, clip_weights]``;
+            None turns it off.
+        **kwargs: see :class:`~mxlite.optimizer.Optimizer`.
+
+    Raises:
+        ValueError: ``rho`` outside [0, 1), negative ``momentum``, ``epsilon <= 0`` or
+            ``clip_weights <= 0`` (the message names the argument and the value).
+    """
+
+    def __init__(self, learning_rate: float = 0.001, rho: float = 0.9, momentum: float = 0.9,
+                 epsilon: float = 1e-8, centered: bool = False, clip_weights: float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if not 0.0 <= rho < 1.0:
+            raise ValueError(f"rho must lie in [0, 1), got {rho}")
+        if momentum < 0:
+            raise ValueError(f"momentum must be >= 0, got {momentum}")
+        if epsilon <= 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        if clip_weights is not None and clip_weights <= 0:
+            raise ValueError(f"clip_weights must be > 0 or None (no clipping), got {clip_weights}")
+        self.rho, self.momentum, self.epsilon = rho, momentum, epsilon
+        self.centered = bool(centered)
+        self.clip_weights = clip_weights
+
+    def create_state(self, index: int, weight: Any) -> Any:
+        xp = _xp(weight)
+        if self.centered:
+            return (xp.zeros_like(weight), xp.zeros_like(weight), xp.zeros_like(weight))  # (ḡ, n, Δ)
+        return xp.zeros_like(weight)                                                     # n
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        rho = self.rho
+        g = self._effective_grad(xp, grad, weight, wd)             # G = clip(rescale·g) + wd·w
+        if not self.centered:
+            n = state
+            n *= rho                                                # n = ρ·n + (1−ρ)·G²
+            n += (1.0 - rho) * g * g
+            weight -= lr * g / xp.sqrt(n + self.epsilon)            # w −= lr·G/√(n + ε)
+        else:
+            mean, n, delta = state
+            n *= rho                                                # n = ρ·n + (1−ρ)·G²
+            n += (1.0 - rho) * g * g
+            mean *= rho                                             # ḡ = ρ·ḡ + (1−ρ)·G
+            mean += (1.0 - rho) * g
+            delta *= self.momentum                                  # Δ = μ·Δ − lr·G/√(n − ḡ² + ε)
+            delta -= lr * g / xp.sqrt(n - mean * mean + self.epsilon)
+            weight += delta                                         # w += Δ
+        if self.clip_weights is not None:
+            xp.clip(weight, -self.clip_weights, self.clip_weights, out=weight)  # w = clip(w, ±c_w)

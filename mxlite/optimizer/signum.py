@@ -1,0 +1,76 @@
+"""Signum and signSGD (Bernstein et al. 2018, "signSGD: Compressed Optimisation for
+Non-Convex Problems"), MXNet form, with decoupled weight decay ``wd_lh`` (Loshchilov & Hutter).
+
+Signum (``momentum > 0``)::
+
+    G   = clip(rescale_grad * g, ±clip_gradient) + wd * w
+    mom = μ·mom − (1 − μ)·G
+    w   = (1 − lr·wd_lh)·w + lr·sign(mom)
+
+signSGD (``momentum == 0``: no state)::
+
+    w   = (1 − lr·(wd + wd_lh))·w − lr·sign(g)
+
+Symbols: μ = ``momentum``, ``wd_lh`` = the decoupled decay (never enters the sign),
+lr = ``learning_rate`` · lr_mult, wd = ``wd`` · wd_mult. The state ``mom`` holds the
+*negated* momentum of the paper (``m = −mom``), as in MXNet, hence ``+ lr·sign(mom)``.
+
+Where mxlite differs:
+
+* Nothing in the formulas: they are MXNet master's (Python ``step`` and the fused
+  ``signum_update``/``signsgd_update`` kernels agree). In signSGD the sign is that of the raw
+  gradient, as in MXNet: a positive ``rescale_grad`` and clipping cannot change it, and the
+  coupled ``wd`` acts as a multiplicative decay rather than inside the sign.
+* Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
+
+No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .optimizer import Optimizer, _xp, register
+
+__all__ = ["Signum"]
+
+
+@register
+class Signum(Optimizer):
+    """Signum (signSGD when ``momentum == 0``) with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: step size (default 0.01); every coordinate moves by exactly ``lr``.
+        momentum: μ >= 0 of the momentum average; 0 selects signSGD (no state).
+        wd_lh: decoupled weight decay >= 0: ``w *= 1 − lr·wd_lh`` each step.
+        **kwargs: see :class:`~mxlite.optimizer.Optimizer`.
+
+    Raises:
+        ValueError: negative ``momentum`` or ``wd_lh`` (names the argument and the value).
+    """
+
+    def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9, wd_lh: float = 0.0,
+                 **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        for name, value in (("momentum", momentum), ("wd_lh", wd_lh)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self.momentum, self.wd_lh = momentum, wd_lh
+
+    def create_state(self, index: int, weight: Any) -> Any:
+        if self.momentum == 0.0:
+            return None
+        return _xp(weight).zeros_like(weight)  # mom
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        if state is None:
+            weight *= 1.0 - lr * (wd + self.wd_lh)              # w = (1 − lr·(wd + wd_lh))·w − lr·sign(g)
+            weight -= lr * xp.sign(grad)
+        else:
+            g = self._effective_grad(xp, grad, weight, wd)      # G = clip(rescale·g) + wd·w
+            state *= self.momentum                              # mom = μ·mom − (1−μ)·G
+            state -= (1.0 - self.momentum) * g
+            weight *= 1.0 - lr * self.wd_lh                     # w = (1 − lr·wd_lh)·w + lr·sign(mom)
+            weight += lr * xp.sign(state)
