@@ -29,6 +29,7 @@ from . import optimizer as _opt
 from . import sparse
 from .autograd.tensor import Tensor, _transfer
 from .nn.parameter import Parameter
+from .optimizer._arena import ArenaUpdater, fused_rule
 
 __all__ = ["Trainer"]
 
@@ -89,6 +90,7 @@ class Trainer:
         else:
             self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)
         self._states: dict[tuple[int, int], Any] = {}  # (param index, mirror number) -> state
+        self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
 
     # -- hyperparameters ------------------------------------------------------------------
     @property
@@ -138,6 +140,7 @@ class Trainer:
         self._check_batch_size(batch_size)
         self._optimizer.rescale_grad = self._scale / batch_size
         opt = self._optimizer
+        groups: dict[tuple[int, int], tuple[Any, list[tuple[int, Any]]]] = {}  # -> (arena, [(index, slot)])
         for index, param in enumerate(self._params):
             if param.grad_req == "null":
                 continue
@@ -153,18 +156,34 @@ class Trainer:
                     "a subset of the Parameters for this iteration. Call step with ignore_stale_grad=True to "
                     "suppress this and update only the parameters with fresh gradients"
                 )
-            for slot_no, (data, grad) in enumerate(zip(param.list_data(), param.list_grad())):
-                opt._set_current_device(slot_no)
-                key = (index, slot_no)
-                weight = data._data
-                if key not in self._states:
-                    with data.device.use():
-                        self._states[key] = opt.create_state(index, weight)
-                raw_grad = grad.tostype("default")._data if isinstance(grad, sparse.RowSparseTensor) else grad._data
-                with data.device.use():
-                    opt.update(index, weight, raw_grad, self._states[key])
+            if param.grad_stype == "default" and fused_rule(opt, param.dtype) is not None:
+                for mirror, (arena, slot) in enumerate(param._arena_slots()):
+                    groups.setdefault((id(arena), mirror), (arena, []))[1].append((index, slot))
+            else:
+                self._update_per_parameter(index, param)
             param._mark_stale()
+        # One fused update per (arena, mirror): every parameter of the arena in one launch.
+        for key, (arena, entries) in groups.items():
+            updater = self._arena_updaters.get(key)
+            if updater is None:
+                updater = self._arena_updaters[key] = ArenaUpdater(opt, arena, key[1])
+            updater.step(entries)
         opt._set_current_device(0)
+
+    def _update_per_parameter(self, index: int, param: Parameter) -> None:
+        """The optimizer's own rule on each mirror (rules or dtypes without a fused kernel)."""
+        opt = self._optimizer
+        for slot_no, (data, grad) in enumerate(zip(param.list_data(), param.list_grad())):
+            opt._set_current_device(slot_no)
+            key = (index, slot_no)
+            weight = data._data
+            if key not in self._states:
+                with data.device.use():
+                    self._states[key] = opt.create_state(index, weight)
+            # A row-sparse gradient goes through as it is: rules with lazy_update touch only its rows.
+            raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad._data
+            with data.device.use():
+                opt.update(index, weight, raw_grad, self._states[key])
 
     @staticmethod
     def _check_batch_size(batch_size: int) -> None:

@@ -254,15 +254,33 @@ def test_trainer_uses_multi_precision_for_float16_parameters():
             loss = (p.data() * mx.array([1.0, -1.0, 0.5], mx.cpu(0), "float16")).sum()
         loss.backward()
         trainer.step(1)
-    state = trainer._states[(0, 0)]
-    assert isinstance(state, MultiPrecisionState)
+    # float16 SGD takes the fused arena path: its float32 master weights live in the arena updater
+    (updater,) = trainer._arena_updaters.values()
+    _, slot = p._arena_slots()[0]
+    master = updater._states["master"][slot.offset: slot.offset + slot.size]
     g = np.array([1.0, -1.0, 0.5])
     w, mom = np.array([1.0, 2.0, 3.0]), np.zeros(3)
     for _ in range(3):
         mom = 0.9 * mom - 0.1 * g
         w = w + mom
-    np.testing.assert_allclose(state.master, w, rtol=1e-6)
-    np.testing.assert_array_equal(p.data().asnumpy(), state.master.astype(np.float16))
+    np.testing.assert_allclose(master, w, rtol=1e-6)
+    np.testing.assert_array_equal(p.data().asnumpy(), master.astype(np.float16))
+
+
+def test_per_parameter_trainer_path_keeps_multi_precision_state():
+    class PlainSGD(mx.optimizer.SGD):
+        """A subclass: no fused kernel, so the Trainer's per-parameter path runs."""
+
+    p = mx.nn.Parameter("w", shape=(3,), dtype="float16")
+    p.initialize(mx.init.Constant([1.0, 2.0, 3.0]), device=[mx.cpu(0)])
+    trainer = mx.Trainer([p], PlainSGD(learning_rate=0.1, momentum=0.9, multi_precision=True))
+    with mx.autograd.record():
+        loss = (p.data() * mx.array([1.0, -1.0, 0.5], mx.cpu(0), "float16")).sum()
+    loss.backward()
+    trainer.step(1)
+    state = trainer._states[(0, 0)]
+    assert isinstance(state, MultiPrecisionState)
+    np.testing.assert_allclose(state.master, [0.9, 2.1, 2.95], rtol=1e-6)
 
 
 # -- hyperparameter validation ---------------------------------------------------------------------------

@@ -1,0 +1,114 @@
+"""The Trainer's fused path: one update per (arena, device mirror), equal to the per-parameter path."""
+
+import numpy as np
+import pytest
+
+import mxlite as mx
+from mxlite.optimizer import _fused
+
+
+class PerParamSGD(mx.optimizer.SGD):
+    """Same rule; being a subclass sends it down the per-parameter path (no fused kernel)."""
+
+
+class PerParamAdam(mx.optimizer.Adam):
+    """Same rule, per-parameter path."""
+
+
+DEVICES = [mx.cpu(0), mx.cpu(1)]
+
+
+def _run(optimizer, steps=8, dtype="float32", devices=DEVICES, grow_after=None, seed=0):
+    mx.random.seed(seed)
+    rng = np.random.default_rng(seed)
+    net = mx.nn.Sequential(mx.nn.Dense(16, activation="relu", dtype=dtype), mx.nn.Dense(5, dtype=dtype))
+    net.initialize(mx.init.Xavier(), device=devices)
+    net.collect_params()["1.bias"].lr_mult = 0.5
+    net.collect_params()["0.weight"].wd_mult = 2.0
+    trainer = mx.Trainer(net.collect_params(), optimizer)  # created before the arena exists
+    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
+    for step in range(steps):
+        if step == grow_after:
+            net.add(mx.nn.Dense(5, in_units=5, dtype=dtype))  # arena grows: states must follow
+            net.initialize(mx.init.Xavier(), device=devices)
+            trainer = _rebuild(trainer, net)
+        x = rng.normal(size=(8, 6)).astype(dtype)
+        y = rng.integers(0, 5, size=8)
+        xs, ys = mx.split_and_load(x, devices), mx.split_and_load(y, devices)
+        with mx.autograd.record():
+            losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
+        mx.autograd.backward(losses)
+        trainer.step(8)
+    return net, trainer
+
+
+def _rebuild(trainer, net):
+    """Keep the optimizer (and the fused state) but train the grown parameter set."""
+    trainer._params = list(dict.fromkeys([*trainer._params, *net.collect_params().values()]))
+    trainer._optimizer.param_dict = dict(enumerate(trainer._params))
+    return trainer
+
+
+def _values(net):
+    return {k: [d.asnumpy().astype(np.float64) for d in p.list_data()] for k, p in net.collect_params().items()}
+
+
+@pytest.mark.parametrize("fused,reference", [
+    (lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3, clip_gradient=0.5),
+     lambda: PerParamSGD(learning_rate=0.1, momentum=0.9, wd=1e-3, clip_gradient=0.5)),
+    (lambda: mx.optimizer.SGD(learning_rate=0.1), lambda: PerParamSGD(learning_rate=0.1)),
+    (lambda: mx.optimizer.Adam(learning_rate=0.01, wd=1e-3), lambda: PerParamAdam(learning_rate=0.01, wd=1e-3)),
+])
+def test_fused_equals_per_parameter_path(fused, reference):
+    got, trainer = _run(fused())
+    want, _ = _run(reference())
+    assert trainer._arena_updaters, "the fused path was not taken"
+    for name, mirrors in _values(got).items():
+        for m, w in zip(mirrors, _values(want)[name]):
+            np.testing.assert_allclose(m, w, rtol=1e-5, atol=1e-6, err_msg=name)
+        for m in mirrors[1:]:
+            np.testing.assert_array_equal(m, mirrors[0])
+
+
+def test_one_fused_update_per_arena_and_mirror(monkeypatch):
+    calls = []
+    real = _fused.adam_arena
+    monkeypatch.setattr(_fused, "adam_arena", lambda *a, **k: (calls.append(a[0]), real(*a, **k)))
+    _run(mx.optimizer.Adam(learning_rate=0.01), steps=3)
+    assert len(calls) == 3 * len(DEVICES)  # one per step per mirror: the model has one float32 arena
+    assert all(len(plan.segments) == 4 for plan in calls)
+
+
+def test_state_follows_an_arena_that_grows_after_training_started():
+    got, _ = _run(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9), steps=6, grow_after=3)
+    want, _ = _run(PerParamSGD(learning_rate=0.1, momentum=0.9), steps=6, grow_after=3)
+    for name, mirrors in _values(got).items():
+        np.testing.assert_allclose(mirrors[0], _values(want)[name][0], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_float16_with_multi_precision_tracks_float32():
+    half, _ = _run(mx.optimizer.SGD(learning_rate=0.05, momentum=0.9, multi_precision=True), dtype="float16")
+    single, _ = _run(mx.optimizer.SGD(learning_rate=0.05, momentum=0.9), dtype="float32")
+    for name, mirrors in _values(half).items():
+        np.testing.assert_allclose(mirrors[0], _values(single)[name][0], rtol=0, atol=2e-2, err_msg=name)
+
+
+def test_stale_parameters_are_left_out_of_the_fused_update():
+    mx.random.seed(0)
+    a = mx.nn.Dense(3, in_units=2)
+    b = mx.nn.Dense(3, in_units=2)
+    net = mx.nn.Sequential(a, b)
+    net.initialize(device=mx.cpu(0))
+    trainer = mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0})
+    before = b.weight.data().asnumpy()
+    with mx.autograd.record():
+        loss = a(mx.ones((1, 2))).sum()  # b is not used: its gradient stays stale
+    loss.backward()
+    trainer.step(1, ignore_stale_grad=True)
+    np.testing.assert_array_equal(b.weight.data().asnumpy(), before)
+    assert not np.allclose(a.weight.data().asnumpy(), 0) and trainer._arena_updaters
+
+
+def test_float64_keeps_the_per_parameter_path():
+    _, trainer = _run(mx.optimizer.SGD(learning_rate=0.1), dtype="float64", steps=1)
+    assert not trainer._arena_updaters and trainer._states
