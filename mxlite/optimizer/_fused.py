@@ -49,6 +49,7 @@ class ArenaPlan:
     chunk_start: np.ndarray = field(init=False)
     chunk_end: np.ndarray = field(init=False)
     _on_device: dict[Device, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
+    _scratch: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         seg, start, end = [], [], []
@@ -99,8 +100,11 @@ def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, cli
 
 
 def _scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
-    longest = max((s.size for s in plan.segments), default=0)
-    return [np.empty(longest, np.float32) for _ in range(count)]
+    """``count`` float32 work buffers as long as the longest segment, made once per plan (CPU twins)."""
+    if len(plan._scratch) < count:
+        longest = max((s.size for s in plan.segments), default=0)
+        plan._scratch = [np.empty(longest, np.float32) for _ in range(count)]
+    return plan._scratch[:count]
 
 
 def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) -> np.ndarray:

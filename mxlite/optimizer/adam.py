@@ -30,6 +30,12 @@ from typing import Any
 from .optimizer import Optimizer, _xp, register
 
 
+def _zero_moments(weight: Any) -> tuple[Any, Any]:
+    """Adam-family state: first and second moments ``(m, v)``, zeros shaped like ``weight``."""
+    xp = _xp(weight)
+    return xp.zeros_like(weight), xp.zeros_like(weight)
+
+
 def _check_betas_epsilon(beta1: float, beta2: float, epsilon: float) -> None:
     """Shared by Adam and AdamW: β in [0, 1), ε > 0 (each error names the argument)."""
     for name, beta in (("beta1", beta1), ("beta2", beta2)):
@@ -62,8 +68,7 @@ class Adam(Optimizer):
         self.lazy_update = bool(lazy_update)
 
     def _create_state(self, index: Any, weight: Any) -> Any:
-        xp = _xp(weight)
-        return (xp.zeros_like(weight), xp.zeros_like(weight))  # (m, v)
+        return _zero_moments(weight)
 
     def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
         xp = _xp(weight)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .adam import _check_betas_epsilon
+from .adam import _check_betas_epsilon, _zero_moments
 from .optimizer import Optimizer, _xp, register
 
 
@@ -57,8 +57,7 @@ class AdamW(Optimizer):
         self.correct_bias = bool(correct_bias)
 
     def _create_state(self, index: Any, weight: Any) -> Any:
-        xp = _xp(weight)
-        return (xp.zeros_like(weight), xp.zeros_like(weight))  # (m, v)
+        return _zero_moments(weight)
 
     def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
         xp = _xp(weight)
