@@ -1,27 +1,52 @@
 // Fused optimizer updates over a flat parameter arena: one launch updates every parameter.
 //
-// Kernels (T = float, __half, __nv_bfloat16; the math is always float32):
-//   sgd_update<T>   MXNet SGD: G = clip(rescale*g) + wd*w; mom = mu*mom - lr*G; w += mom
-//                   (mom == nullptr: w -= lr*G)
-//   adam_update<T>  MXNet Adam: G as above; m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2;
-//                   w -= lr_t * m / (sqrt(v) + eps), lr_t carrying the bias correction
+// One kernel per rule, each templated on the weight storage type T (float, __half,
+// __nv_bfloat16); the math is always float32 and follows the rule's `step` in
+// mxlite/optimizer/<rule>.py operation by operation (that NumPy code is the kernel's twin).
+//
+//   sgd_update       G = clip(rescale*g) + wd*w; mom = mu*mom - lr*G; w += mom   (no mom: w -= lr*G)
+//   nag_update       mom = mu*mom - lr*G; w += mu*mom - lr*G                     (no mom: w -= lr*G)
+//   adam_update      m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2; w -= lr_t*m/(sqrt(v)+eps)
+//   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)
+//   rmsprop_update   n = rho*n + (1-rho)*G^2; plain: w -= lr*G/sqrt(n+eps); centered: mean and
+//                    delta = mu*delta - lr*G/sqrt(n - mean^2 + eps), w += delta; then clip_weights
+//   adagrad_update   h += G^2; w -= lr*G/(sqrt(h)+eps)
+//   adadelta_update  acc_g, d = sqrt(acc_d+eps)/sqrt(acc_g+eps)*G, acc_d; w -= lr*d
+//   signum_update    mom = mu*mom - (1-mu)*G; w = decay*w + lr*sign(mom)   (no mom: w = decay*w - lr*sign(g))
+//   ftrl_update      FTRL-proximal: z, n; w = -sign(z)*max(|z|-l1, 0) / ((beta+sqrt(n))/lr + wd)
+//   lamb_phase1/2    LAMB in two launches: phase 1 updates m, v and sums ||w||^2 and ||u||^2 per
+//                    parameter; phase 2 recomputes u from m, v and applies w -= lr*(r1/r2)*u
+//   lars_norms/lars_update  LARS in two launches: per-parameter ||w||^2 and ||g||^2, then the
+//                    momentum update with the trust ratio lr*eta*||w||/(||g|| + wd*||w|| + eps)
 //
 // Work split (as PyTorch's multi_tensor_apply): the host cuts every parameter of the arena
 // into chunks of at most CHUNK elements that never straddle two parameters. Block b updates
-// chunk b: elements [chunk_start[b], chunk_end[b]) of parameter chunk_seg[b]. Per-parameter
-// values (learning rate with lr_mult and bias correction, weight decay with wd_mult) come from
-// seg_lr[s] and seg_wd[s], a small table the host refreshes before each launch. Gradients lie
-// in the arena's gradient buffer in reverse order, so element i of parameter s has its
-// gradient at grad[i + seg_gshift[s]].
+// chunk b: elements [chunk_start[b], chunk_end[b]) of parameter chunk_seg[b]. Gradients lie in
+// the arena's gradient buffer in reverse order, so element i of parameter s has its gradient at
+// grad[i + seg_gshift[s]]. Optimizer states are float32 buffers with the weights' layout.
+//
+// Per-parameter values come from seg_hp, HP floats per parameter refreshed by the host before
+// each launch: [0] the learning rate (lr_mult and any bias correction folded in), [1] the
+// weight decay (wd_mult folded in), [2] and [3] rule-specific (see each kernel). Per-parameter
+// norms (LAMB, LARS) are summed into seg_sums (2 doubles per parameter), zeroed by the host.
 //
 // master: optional float32 master weights (multi_precision for half types): when not null the
-// update reads and writes master, and w receives its rounded copy.
+// update reads and writes master, and weight receives its rounded copy. A state pointer that
+// is null means the rule runs without that state (e.g. SGD without momentum).
 //
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
-// instantiation, and by `nvcc --ptx` in the test suite.
+// instantiation, and by `nvcc --ptx -arch=sm_80` in the test suite.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+
+#define HP 4  // floats per parameter in seg_hp
+
+// The chunk-table arguments every kernel takes after its buffers.
+#define CHUNK_TABLES                                                                             \
+    const int *__restrict__ chunk_seg, const long long *__restrict__ chunk_start,                \
+        const long long *__restrict__ chunk_end, const long long *__restrict__ seg_gshift,       \
+        const float *__restrict__ seg_hp
 
 namespace {
 
@@ -36,6 +61,18 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
+// This block's chunk: parameter `seg`, elements [begin, end), gradient at i + gshift.
+struct Chunk {
+    int seg;
+    long long begin, end, gshift;
+};
+
+__device__ __forceinline__ Chunk this_chunk(const int *chunk_seg, const long long *chunk_start,
+                                            const long long *chunk_end, const long long *seg_gshift) {
+    const int s = chunk_seg[blockIdx.x];
+    return Chunk{s, chunk_start[blockIdx.x], chunk_end[blockIdx.x], seg_gshift[s]};
+}
+
 // G = clip(rescale * g, +-clip) + wd * w   (clip <= 0 disables clipping)
 __device__ __forceinline__ float effective_grad(float g, float w, float rescale, float clip, float wd) {
     g *= rescale;
@@ -43,22 +80,61 @@ __device__ __forceinline__ float effective_grad(float g, float w, float rescale,
     return g + wd * w;
 }
 
+__device__ __forceinline__ float sign_of(float x) { return (float)((x > 0.0f) - (x < 0.0f)); }
+
+template <typename T> __device__ __forceinline__ float load_weight(const T *weight, const float *master, long long i) {
+    return master ? master[i] : to_f32(weight[i]);
+}
+
+template <typename T> __device__ __forceinline__ void store_weight(T *weight, float *master, long long i, float w) {
+    if (master) master[i] = w;
+    weight[i] = from_f32<T>(w);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_down_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+// Adds the sum of `x` over the block to *out: one atomic per block (blockDim.x multiple of 32).
+__device__ void block_sum_into(double *out, float x) {
+    __shared__ float warp_totals[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    x = warp_sum(x);
+    __syncthreads();  // a previous call may still be reading warp_totals
+    if (lane == 0) warp_totals[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        x = lane < (int)(blockDim.x >> 5) ? warp_totals[lane] : 0.0f;
+        x = warp_sum(x);
+        if (lane == 0) atomicAdd(out, (double)x);
+    }
+}
+
+
+// Runs update(w, g, i) on every element i of this block's chunk: w is the float32 weight
+// (master copy or storage, updated in place by `update`), g the raw gradient in float32.
+// The new weight is then stored (and rounded into the storage type when there is a master).
+template <typename T, typename Update>
+__device__ __forceinline__ void for_each_element(T *weight, const T *grad, float *master, const Chunk &c,
+                                                 Update update) {
+    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        float w = load_weight(weight, master, i);
+        update(w, to_f32(grad[i + c.gshift]), i);
+        store_weight(weight, master, i, w);
+    }
+}
+
 }  // namespace
 
+// seg_hp: [lr, wd]
 template <typename T>
-__global__ void sgd_update(T* __restrict__ weight, const T* __restrict__ grad, float* __restrict__ mom,
-                           float* __restrict__ master, const int* __restrict__ chunk_seg,
-                           const long long* __restrict__ chunk_start, const long long* __restrict__ chunk_end,
-                           const long long* __restrict__ seg_gshift, const float* __restrict__ seg_lr,
-                           const float* __restrict__ seg_wd,
-                           float momentum, float rescale, float clip) {
-    const int s = chunk_seg[blockIdx.x];
-    const float lr = seg_lr[s], wd = seg_wd[s];
-    const long long gshift = seg_gshift[s];
-    const long long end = chunk_end[blockIdx.x];
-    for (long long i = chunk_start[blockIdx.x] + threadIdx.x; i < end; i += blockDim.x) {
-        float w = master ? master[i] : to_f32(weight[i]);
-        const float g = effective_grad(to_f32(grad[i + gshift]), w, rescale, clip, wd);
+__global__ void sgd_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+                           float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
         if (mom) {
             const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
             mom[i] = m;
@@ -66,42 +142,272 @@ __global__ void sgd_update(T* __restrict__ weight, const T* __restrict__ grad, f
         } else {
             w -= lr * g;                                 // w -= lr*G
         }
-        if (master) master[i] = w;
-        weight[i] = from_f32<T>(w);
-    }
+    });
 }
 
+// seg_hp: [lr, wd]
 template <typename T>
-__global__ void adam_update(T* __restrict__ weight, const T* __restrict__ grad, float* __restrict__ mean,
-                            float* __restrict__ var, float* __restrict__ master, const int* __restrict__ chunk_seg,
-                            const long long* __restrict__ chunk_start, const long long* __restrict__ chunk_end,
-                            const long long* __restrict__ seg_gshift, const float* __restrict__ seg_lr,
-                           const float* __restrict__ seg_wd,
-                            float beta1, float beta2, float epsilon, float rescale, float clip) {
-    const int s = chunk_seg[blockIdx.x];
-    const float lr_t = seg_lr[s], wd = seg_wd[s];
-    const long long gshift = seg_gshift[s];
-    const long long end = chunk_end[blockIdx.x];
-    for (long long i = chunk_start[blockIdx.x] + threadIdx.x; i < end; i += blockDim.x) {
-        float w = master ? master[i] : to_f32(weight[i]);
-        const float g = effective_grad(to_f32(grad[i + gshift]), w, rescale, clip, wd);
+__global__ void nag_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+                           float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        if (mom) {
+            const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
+            mom[i] = m;
+            w += momentum * m - lr * g;                  // w += mu*mom - lr*G
+        } else {
+            w -= lr * g;                                 // w -= lr*G
+        }
+    });
+}
+
+// seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t), wd]
+template <typename T>
+__global__ void adam_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+                            float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
+                            float clip, float beta1, float beta2, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr_t = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
         const float m = beta1 * mean[i] + (1.0f - beta1) * g;     // m = b1*m + (1-b1)*G
         const float v = beta2 * var[i] + (1.0f - beta2) * g * g;  // v = b2*v + (1-b2)*G^2
         mean[i] = m;
         var[i] = v;
         w -= lr_t * m / (sqrtf(v) + epsilon);                     // w -= lr_t*m/(sqrt(v)+eps)
-        if (master) master[i] = w;
-        weight[i] = from_f32<T>(w);
+    });
+}
+
+// seg_hp: [eta = lr (times the bias correction with correct_bias), wd (decoupled)]
+template <typename T>
+__global__ void adamw_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+                             float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
+                             float clip, float beta1, float beta2, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float eta = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, 0.0f);
+        const float m = beta1 * mean[i] + (1.0f - beta1) * g;
+        const float v = beta2 * var[i] + (1.0f - beta2) * g * g;
+        mean[i] = m;
+        var[i] = v;
+        w -= eta * (m / (sqrtf(v) + epsilon) + wd * w);  // w -= eta*(m/(sqrt(v)+eps) + wd*w)
+    });
+}
+
+// seg_hp: [lr, wd]. mean and delta are null for plain RMSProp; clip_weights <= 0 disables clipping.
+template <typename T>
+__global__ void rmsprop_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ n_buf,
+                               float *__restrict__ mean, float *__restrict__ delta, float *__restrict__ master,
+                               CHUNK_TABLES, float rescale, float clip, float rho, float momentum, float epsilon,
+                               float clip_weights) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        const float n = rho * n_buf[i] + (1.0f - rho) * g * g;  // n = rho*n + (1-rho)*G^2
+        n_buf[i] = n;
+        if (mean) {
+            const float gbar = rho * mean[i] + (1.0f - rho) * g;  // mean = rho*mean + (1-rho)*G
+            mean[i] = gbar;
+            const float d = momentum * delta[i] - lr * g / sqrtf(n - gbar * gbar + epsilon);
+            delta[i] = d;                                         // delta = mu*delta - lr*G/sqrt(n-mean^2+eps)
+            w += d;
+        } else {
+            w -= lr * g / sqrtf(n + epsilon);                     // w -= lr*G/sqrt(n+eps)
+        }
+        if (clip_weights > 0.0f) w = fminf(fmaxf(w, -clip_weights), clip_weights);
+    });
+}
+
+// seg_hp: [lr, wd]
+template <typename T>
+__global__ void adagrad_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ history,
+                               float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        const float h = history[i] + g * g;  // h = h + G^2
+        history[i] = h;
+        w -= lr * g / (sqrtf(h) + epsilon);  // w -= lr*G/(sqrt(h)+eps)
+    });
+}
+
+// seg_hp: [lr, wd]
+template <typename T>
+__global__ void adadelta_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ acc_g,
+                                float *__restrict__ acc_delta, float *__restrict__ master, CHUNK_TABLES,
+                                float rescale, float clip, float rho, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        const float eg = rho * acc_g[i] + (1.0f - rho) * g * g;          // Eg = rho*Eg + (1-rho)*G^2
+        const float d = sqrtf(acc_delta[i] + epsilon) / sqrtf(eg + epsilon) * g;
+        acc_g[i] = eg;
+        acc_delta[i] = rho * acc_delta[i] + (1.0f - rho) * d * d;         // Ed = rho*Ed + (1-rho)*d^2
+        w -= lr * d;                                                      // w -= lr*d
+    });
+}
+
+// seg_hp: [lr, wd, decay]: decay = 1 - lr*wd_lh with momentum, 1 - lr*(wd + wd_lh) without.
+template <typename T>
+__global__ void signum_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+                              float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1], decay = seg_hp[HP * c.seg + 2];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        if (mom) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
+            const float m = momentum * mom[i] - (1.0f - momentum) * g;  // mom = mu*mom - (1-mu)*G
+            mom[i] = m;
+            w = w * decay + lr * sign_of(m);                            // w = decay*w + lr*sign(mom)
+        } else {
+            w = w * decay - lr * sign_of(raw);                          // signSGD on the raw gradient
+        }
+    });
+}
+
+// seg_hp: [lr (> 0, checked by the host), wd]
+template <typename T>
+__global__ void ftrl_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ z_buf,
+                            float *__restrict__ n_buf, float *__restrict__ master, CHUNK_TABLES, float rescale,
+                            float clip, float lamda1, float beta) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, 0.0f);
+        const float n_old = n_buf[i];
+        const float sigma = (sqrtf(n_old + g * g) - sqrtf(n_old)) / lr;  // sigma = (sqrt(n+g^2) - sqrt(n))/lr
+        const float z = z_buf[i] + (g - sigma * w);                      // z += g - sigma*w
+        const float n = n_old + g * g;                                   // n += g^2
+        z_buf[i] = z;
+        n_buf[i] = n;
+        const float shrunk = sign_of(z) * fmaxf(fabsf(z) - lamda1, 0.0f);
+        w = -shrunk / ((beta + sqrtf(n)) / lr + wd);                      // w = -shrunk/((beta+sqrt(n))/lr + wd)
+    });
+}
+
+// LAMB. seg_hp: [lr, wd, c1 = 1 - b1^t, c2 = 1 - b2^t] (1 without bias correction).
+// u = (m/c1)/(sqrt(v/c2) + eps) + wd*w; phase 1 updates m, v and adds ||w||^2, ||u||^2 to seg_sums.
+template <typename T>
+__global__ void lamb_phase1(const T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+                            float *__restrict__ var, const float *__restrict__ master, CHUNK_TABLES,
+                            double *__restrict__ seg_sums, float rescale, float clip, float beta1, float beta2,
+                            float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float wd = seg_hp[HP * c.seg + 1], c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
+    float w_sq = 0.0f, u_sq = 0.0f;
+    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        const float w = load_weight(weight, master, i);
+        const float g = effective_grad(to_f32(grad[i + c.gshift]), w, rescale, clip, 0.0f);
+        const float m = beta1 * mean[i] + (1.0f - beta1) * g;     // m = b1*m + (1-b1)*g
+        const float v = beta2 * var[i] + (1.0f - beta2) * g * g;  // v = b2*v + (1-b2)*g^2
+        mean[i] = m;
+        var[i] = v;
+        const float u = (m / c1) / (sqrtf(v / c2) + epsilon) + wd * w;
+        w_sq += w * w;
+        u_sq += u * u;
+    }
+    block_sum_into(&seg_sums[2 * c.seg], w_sq);
+    block_sum_into(&seg_sums[2 * c.seg + 1], u_sq);
+}
+
+// Phase 2: r1 = clamp(||w||, lower, upper) (a bound < 0 is absent), r2 = ||u||; w -= lr*r*u with
+// r = r1/r2, or 1 when either norm is 0.
+template <typename T>
+__global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ mean, const float *__restrict__ var,
+                            float *__restrict__ master, CHUNK_TABLES, const double *__restrict__ seg_sums,
+                            float epsilon, float lower_bound, float upper_bound) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    const float c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
+    float r1 = (float)sqrt(seg_sums[2 * c.seg]);
+    if (lower_bound >= 0.0f) r1 = fmaxf(r1, lower_bound);
+    if (upper_bound >= 0.0f) r1 = fminf(r1, upper_bound);
+    const float r2 = (float)sqrt(seg_sums[2 * c.seg + 1]);
+    const float step = lr * ((r1 > 0.0f && r2 > 0.0f) ? r1 / r2 : 1.0f);
+    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        float w = load_weight(weight, master, i);
+        const float u = (mean[i] / c1) / (sqrtf(var[i] / c2) + epsilon) + wd * w;
+        w -= step * u;
+        store_weight(weight, master, i, w);
     }
 }
 
+// LARS phase 1: ||w||^2 and ||g||^2 (raw gradient) of every parameter into seg_sums.
+template <typename T>
+__global__ void lars_norms(const T *__restrict__ weight, const T *__restrict__ grad, const float *__restrict__ master,
+                           CHUNK_TABLES, double *__restrict__ seg_sums) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    float w_sq = 0.0f, g_sq = 0.0f;
+    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        const float w = load_weight(weight, master, i);
+        const float g = to_f32(grad[i + c.gshift]);
+        w_sq += w * w;
+        g_sq += g * g;
+    }
+    block_sum_into(&seg_sums[2 * c.seg], w_sq);
+    block_sum_into(&seg_sums[2 * c.seg + 1], g_sq);
+}
+
+// LARS phase 2. seg_hp: [lr, wd, excluded (1: bias/batch-norm parameter, trust ratio 1)].
+// lambda = eta*||w||/(||g||*|rescale| + wd*||w|| + eps) when both norms are > 0, else 1;
+// G = clip(rescale*g) + wd*w; mom = mu*mom - lr*lambda*G; w += mom (no mom: w -= lr*lambda*G).
+template <typename T>
+__global__ void lars_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+                            float *__restrict__ master, CHUNK_TABLES, const double *__restrict__ seg_sums,
+                            float rescale, float clip, float momentum, float eta, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    float lr = seg_hp[HP * c.seg];
+    const float wd = seg_hp[HP * c.seg + 1];
+    if (seg_hp[HP * c.seg + 2] == 0.0f) {
+        const float w_norm = (float)sqrt(seg_sums[2 * c.seg]);
+        const float g_norm = (float)sqrt(seg_sums[2 * c.seg + 1]) * fabsf(rescale);
+        if (w_norm > 0.0f && g_norm > 0.0f) lr *= eta * w_norm / (g_norm + wd * w_norm + epsilon);
+    }
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        if (mom) {
+            const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*lambda*G
+            mom[i] = m;
+            w += m;                                      // w += mom
+        } else {
+            w -= lr * g;                                 // w -= lr*lambda*G
+        }
+    });
+}
+
 // Explicit instantiations so that `nvcc --ptx` emits (and checks) every variant; NVRTC gets
-// the same list through name_expressions.
-#define MXLITE_TABLES const int*, const long long*, const long long*, const long long*, const float*, const float*
-#define MXLITE_INSTANTIATE(T)                                                                         \
-    template __global__ void sgd_update<T>(T*, const T*, float*, float*, MXLITE_TABLES, float, float, float); \
-    template __global__ void adam_update<T>(T*, const T*, float*, float*, float*, MXLITE_TABLES, float, float, \
-                                            float, float, float);
-MXLITE_INSTANTIATE(float)
-MXLITE_INSTANTIATE(__half)
-MXLITE_INSTANTIATE(__nv_bfloat16)
+// the same list through name_expressions (mxlite/optimizer/_fused.py: KERNELS).
+#define TABLE_TYPES const int *, const long long *, const long long *, const long long *, const float *
+#define INSTANTIATE(T)                                                                                         \
+    template __global__ void sgd_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
+    template __global__ void nag_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
+    template __global__ void adam_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
+                                            float, float, float);                                              \
+    template __global__ void adamw_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,      \
+                                             float, float, float, float);                                      \
+    template __global__ void rmsprop_update<T>(T *, const T *, float *, float *, float *, float *, TABLE_TYPES,  \
+                                               float, float, float, float, float, float);                      \
+    template __global__ void adagrad_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,      \
+                                               float);                                                         \
+    template __global__ void adadelta_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,   \
+                                                float, float, float);                                          \
+    template __global__ void signum_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,       \
+                                              float);                                                          \
+    template __global__ void ftrl_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
+                                            float, float);                                                     \
+    template __global__ void lamb_phase1<T>(const T *, const T *, float *, float *, const float *, TABLE_TYPES,  \
+                                            double *, float, float, float, float, float);                      \
+    template __global__ void lamb_phase2<T>(T *, const float *, const float *, float *, TABLE_TYPES,              \
+                                            const double *, float, float, float);                              \
+    template __global__ void lars_norms<T>(const T *, const T *, const float *, TABLE_TYPES, double *);          \
+    template __global__ void lars_update<T>(T *, const T *, float *, float *, TABLE_TYPES, const double *, float, \
+                                            float, float, float, float);
+INSTANTIATE(float)
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)

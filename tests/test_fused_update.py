@@ -1,4 +1,5 @@
-"""Fused arena updates (kernels/optimizers.cu): chunk tables, NumPy twins, and (GPU) kernel vs twin."""
+"""Fused arena updates (kernels/optimizers.cu): chunk tables, the hand-tuned NumPy twins, and
+(GPU) every kernel against its twin."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,11 @@ import pytest
 import mxlite as mx
 from mxlite import _kernels
 from mxlite.optimizer import _fused
-from mxlite.optimizer._fused import CHUNK, ArenaPlan, Segment
+from mxlite.optimizer._arena import ArenaUpdater
+from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment
+from mxlite.optimizer._fused_rules import fused_rule
+from mxlite.store import Arena
+from tests.test_trainer_fused import FUSED
 
 
 def _model_arena(dtype="float32", device=None):
@@ -20,6 +25,13 @@ def _model_arena(dtype="float32", device=None):
     arena, _ = params[0]._arena_slots()[0]
     segments = [Segment(s.offset, s.grad_offset, s.size) for _, s in (p._arena_slots()[0] for p in params)]
     return net, arena, ArenaPlan(segments)
+
+
+def _hp(lr, wd):
+    """The per-launch table: one row (lr, wd, 0, 0) per segment."""
+    hp = np.zeros((len(lr), HP), np.float32)
+    hp[:, 0], hp[:, 1] = lr, wd
+    return hp
 
 
 def _fill_grads(net, rng):
@@ -56,7 +68,7 @@ def test_sgd_twin_matches_per_parameter_rule(momentum):
         _fill_grads(net, rng)
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
-        _fused.sgd_arena(plan, mx.cpu(0), arena._data_buf, arena._grad_buf, mom, None, lr, wd, momentum, 0.5, 0.7)
+        _fused.sgd_twin(plan, arena._data_buf, arena._grad_buf, mom, None, _hp(lr, wd), momentum, 0.5, 0.7)
     for w, p in zip(ref_w, params):
         np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-6, atol=1e-7)
 
@@ -75,8 +87,8 @@ def test_adam_twin_matches_per_parameter_rule_and_keeps_padding_zero():
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
         lr_t = np.full(n, 0.01 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t), dtype=np.float32)
-        _fused.adam_arena(plan, mx.cpu(0), arena._data_buf, arena._grad_buf, mean, var, None, lr_t,
-                          np.full(n, 1e-3, np.float32), 0.9, 0.999, 1e-8, 1.0, None)
+        _fused.adam_twin(plan, arena._data_buf, arena._grad_buf, mean, var, None,
+                         _hp(lr_t, np.full(n, 1e-3, np.float32)), 0.9, 0.999, 1e-8, 1.0, None)
     for w, p in zip(ref_w, params):
         # float32 in a different evaluation order: a few ulp per step
         np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
@@ -98,9 +110,8 @@ def test_half_weights_with_master_follow_the_float32_run():
         g = rng.normal(size=arena32._grad_buf.shape).astype(np.float32)
         arena32._grad_buf[...] = g
         arena16._grad_buf[...] = g.astype(np.float16)
-        _fused.sgd_arena(plan32, mx.cpu(0), arena32._data_buf, arena32._grad_buf, mom32, None, lr, wd, 0.9, 1.0, None)
-        _fused.sgd_arena(plan16, mx.cpu(0), arena16._data_buf, arena16._grad_buf, mom16, master, lr, wd, 0.9, 1.0,
-                         None)
+        _fused.sgd_twin(plan32, arena32._data_buf, arena32._grad_buf, mom32, None, _hp(lr, wd), 0.9, 1.0, None)
+        _fused.sgd_twin(plan16, arena16._data_buf, arena16._grad_buf, mom16, master, _hp(lr, wd), 0.9, 1.0, None)
     np.testing.assert_allclose(master, arena32._data_buf.astype(np.float32), rtol=0, atol=5e-3)
     np.testing.assert_array_equal(arena16._data_buf, master.astype(np.float16))
 
@@ -111,33 +122,120 @@ def test_kernel_source_is_found_and_missing_names_raise():
         _kernels.kernel_source("nosuch.cu")
 
 
-# -- GPU: the kernels against their twins --------------------------------------------------------
+def test_launcher_rejects_weights_without_kernels():
+    plan = ArenaPlan([Segment(0, 0, 3)])
+    assert Launcher(mx.cpu(0), plan, "bfloat16", np.zeros((1, HP), np.float32)).type_name == "__nv_bfloat16"
+    with pytest.raises(TypeError, match="float64"):
+        Launcher(mx.cpu(0), plan, np.float64, np.zeros((1, HP), np.float32))
+
+
+# -- GPU: every kernel against its twin --------------------------------------------------------------
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
+
+# Sizes that give multi-chunk parameters, a chunk tail, and tiny ones (odd lengths, padding between).
+SHAPES = [(300, 500), (7,), (33, 3), (CHUNK + 1,)]
+STEPS = 3
+
+
+def _optimizer(name, kwargs, multi_precision=False):
+    """The rule with every per-parameter feature on: wd, rescale, clipping, lr/wd multipliers."""
+    kwargs = {"wd": 1e-3, "clip_gradient": 0.8, **kwargs}
+    opt = getattr(mx.optimizer, name)(rescale_grad=0.5, multi_precision=multi_precision, **kwargs)
+    opt.set_lr_mult({0: 0.5, 2: 2.0})
+    opt.set_wd_mult({1: 0.0, 3: 3.0})
+    if name == "LARS":
+        opt.idx2name = {1: "dense0_bias"}  # one excluded parameter: trust ratio 1
+    return opt
+
+
+def _run_arena(device, name, kwargs, dtype, multi_precision):
+    """STEPS fused updates on ``device`` from seeded data; NaN in the padding of weights and gradients.
+
+    Returns the arena and the updater (states in its own buffers).
+    """
+    rng = np.random.default_rng(7)
+    arena = Arena(device, dtype)
+    slots = [arena.add(i, shape) for i, shape in enumerate(SHAPES)]
+    xp = device.xp
+    live = np.zeros(arena._data_buf.shape[0], bool)
+    for s in slots:
+        live[s.offset: s.offset + s.size] = True
+    data = np.full(arena._data_buf.shape, np.nan, np.float32)
+    data[live] = rng.normal(size=live.sum())
+    arena._data_buf[...] = xp.asarray(data.astype(dtype))
+    updater = ArenaUpdater(_optimizer(name, kwargs, multi_precision), arena, 0)
+    for _ in range(STEPS):
+        grad = np.full(arena._grad_buf.shape, np.nan, np.float32)
+        for s in slots:
+            grad[s.grad_offset: s.grad_offset + s.size] = rng.normal(size=s.size) + 0.2
+        arena._grad_buf[...] = xp.asarray(grad.astype(dtype))
+        updater.step(list(enumerate(slots)))
+    return arena, updater, live
+
+
+def _host(a):
+    return np.asarray(a.get() if hasattr(a, "get") else a, dtype=np.float64)
 
 
 @gpu
 @needs_gpu
-@pytest.mark.parametrize("dtype,rtol", [("float32", 1e-6), ("float16", 1e-3)])
-@pytest.mark.parametrize("rule", ["sgd", "adam"])
-def test_kernel_matches_twin(rule, dtype, rtol):
+@pytest.mark.parametrize("dtype,multi_precision,rtol", [("float32", False, 1e-6), ("float16", True, 1e-6),
+                                                        ("float16", False, 1e-3)],
+                         ids=["f32", "f16-master", "f16"])
+@pytest.mark.parametrize("name,kwargs", FUSED, ids=[f"{n}-{i}" for i, (n, _) in enumerate(FUSED)])
+def test_kernel_matches_twin(name, kwargs, dtype, multi_precision, rtol):
+    """Every live element is written as the twin writes it (so none is skipped), padding is untouched."""
+    cpu_arena, cpu_upd, live = _run_arena(mx.cpu(0), name, kwargs, dtype, multi_precision)
+    gpu_arena, gpu_upd, _ = _run_arena(mx.gpu(0), name, kwargs, dtype, multi_precision)
+    want, got = _host(cpu_arena._data_buf), _host(gpu_arena._data_buf)
+    # float16 storage: the float32 results may round to neighbouring float16 values (one ulp).
+    np.testing.assert_allclose(got[live], want[live], rtol=rtol, atol=rtol * 1e-2)
+    assert np.isnan(got[~live]).all(), "the kernel wrote outside the parameters"
+    for state in cpu_upd._states:  # every state buffer too (master weights included): float32
+        np.testing.assert_allclose(_host(gpu_upd._states[state])[live], _host(cpu_upd._states[state])[live],
+                                   rtol=1e-5 if dtype == "float16" and not multi_precision else 1e-6, atol=1e-7,
+                                   err_msg=state)
+
+
+def _bf16_bits(x):
+    """float32 -> bfloat16 bits (round to nearest even), as uint16."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bf16_value(bits):
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("name,kwargs", FUSED, ids=[f"{n}-{i}" for i, (n, _) in enumerate(FUSED)])
+def test_bfloat16_kernels_follow_the_float32_kernels(name, kwargs):
+    """bfloat16 storage (float32 math): one step from bfloat16-exact data lands within bfloat16's ulp."""
+    import cupy
+
+    rng = np.random.default_rng(8)
+    sizes = [2000, 7, CHUNK + 3]
+    plan = ArenaPlan([Segment(o, o, n) for o, n in zip(np.cumsum([0, *sizes[:-1]]) * 1, sizes)])
+    total = sum(sizes)
+    w_bits = _bf16_bits(rng.normal(size=total))
+    g_bits = _bf16_bits(rng.normal(size=total) + 0.2)
+    opt32, opt16 = _optimizer(name, kwargs), _optimizer(name, kwargs)
+    rule = fused_rule(opt32, np.float32)
     results = []
-    for device in (mx.cpu(0), mx.gpu(0)):
-        net, arena, plan = _model_arena(dtype, device)
-        xp = device.xp
-        n = len(plan.segments)
-        master = arena._data_buf.astype(np.float32) if dtype == "float16" else None
-        s1, s2 = xp.zeros(arena._data_buf.shape, np.float32), xp.zeros(arena._data_buf.shape, np.float32)
-        rng = np.random.default_rng(4)
-        for _ in range(3):
-            arena._grad_buf[...] = xp.asarray(rng.normal(size=arena._grad_buf.shape).astype(dtype))
-            lr = np.linspace(0.01, 0.1, n).astype(np.float32)
-            wd = np.linspace(0, 1e-2, n).astype(np.float32)
-            if rule == "sgd":
-                _fused.sgd_arena(plan, device, arena._data_buf, arena._grad_buf, s1, master, lr, wd, 0.9, 0.5, 0.8)
+    for opt, dtype in ((opt32, "float32"), (opt16, "bfloat16")):
+        hp = np.zeros((len(sizes), HP), np.float32)
+        for k in range(len(sizes)):
+            row = rule.row(opt, k, opt._update_count(k))
+            hp[k, :len(row)] = row
+        with mx.gpu(0).use():
+            if dtype == "float32":
+                w, g = cupy.asarray(_bf16_value(w_bits)), cupy.asarray(_bf16_value(g_bits))
             else:
-                _fused.adam_arena(plan, device, arena._data_buf, arena._grad_buf, s1, s2, master, lr, wd,
-                                  0.9, 0.999, 1e-8, 0.5, 0.8)
-        data = arena._data_buf.get() if device.is_gpu else arena._data_buf
-        results.append(np.asarray(data, dtype=np.float64))
-    np.testing.assert_allclose(results[1], results[0], rtol=rtol, atol=rtol * 1e-2)
+                w, g = cupy.asarray(w_bits), cupy.asarray(g_bits)
+            states = {n: cupy.zeros(total, np.float32) for n in rule.states(opt)}
+            rule.launch(Launcher(mx.gpu(0), plan, dtype, hp), opt, w, g, states, None)
+            out = w.get()
+        results.append(out if dtype == "float32" else _bf16_value(out))
+    np.testing.assert_allclose(results[1], results[0], rtol=2 ** -8, atol=1e-6)

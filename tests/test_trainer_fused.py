@@ -6,15 +6,6 @@ import pytest
 import mxlite as mx
 from mxlite.optimizer import _fused
 
-
-class PerParamSGD(mx.optimizer.SGD):
-    """Same rule; being a subclass sends it down the per-parameter path (no fused kernel)."""
-
-
-class PerParamAdam(mx.optimizer.Adam):
-    """Same rule, per-parameter path."""
-
-
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 
 
@@ -53,35 +44,73 @@ def _values(net):
     return {k: [d.asnumpy().astype(np.float64) for d in p.list_data()] for k, p in net.collect_params().items()}
 
 
-@pytest.mark.parametrize("fused,reference", [
-    (lambda: mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, wd=1e-3, clip_gradient=0.5),
-     lambda: PerParamSGD(learning_rate=0.1, momentum=0.9, wd=1e-3, clip_gradient=0.5)),
-    (lambda: mx.optimizer.SGD(learning_rate=0.1), lambda: PerParamSGD(learning_rate=0.1)),
-    (lambda: mx.optimizer.Adam(learning_rate=0.01, wd=1e-3), lambda: PerParamAdam(learning_rate=0.01, wd=1e-3)),
-])
-def test_fused_equals_per_parameter_path(fused, reference):
-    got, trainer = _run(fused())
-    want, _ = _run(reference())
-    assert trainer._arena_updaters, "the fused path was not taken"
-    for name, mirrors in _values(got).items():
-        for m, w in zip(mirrors, _values(want)[name]):
-            np.testing.assert_allclose(m, w, rtol=1e-5, atol=1e-6, err_msg=name)
+def _per_parameter(opt_class):
+    """A subclass with the same rule: not an exact fused class, so it takes the per-parameter path."""
+    return type("PerParam" + opt_class.__name__, (opt_class,), {})
+
+
+# Every fused rule in the forms its kernel implements, with weight decay and clipping.
+FUSED = [
+    ("SGD", dict(learning_rate=0.1, momentum=0.9, wd=1e-3, clip_gradient=0.5)),
+    ("SGD", dict(learning_rate=0.1)),
+    ("NAG", dict(learning_rate=0.1, momentum=0.9, wd=1e-3)),
+    ("NAG", dict(learning_rate=0.1, momentum=0.0)),
+    ("Adam", dict(learning_rate=0.01, wd=1e-3)),
+    ("AdamW", dict(learning_rate=0.01, wd=0.1, clip_gradient=0.5)),
+    ("AdamW", dict(learning_rate=0.01, wd=0.1, correct_bias=False)),
+    ("RMSProp", dict(learning_rate=0.01, wd=1e-3)),
+    ("RMSProp", dict(learning_rate=0.01, centered=True, momentum=0.9, clip_weights=0.3)),
+    ("AdaGrad", dict(learning_rate=0.1, wd=1e-3)),
+    ("AdaDelta", dict(learning_rate=1.0, rho=0.9, wd=1e-3)),
+    ("Signum", dict(learning_rate=0.01, momentum=0.9, wd=1e-3, wd_lh=0.01)),
+    ("Signum", dict(learning_rate=0.01, momentum=0.0, wd=1e-3, wd_lh=0.01)),
+    ("Ftrl", dict(learning_rate=0.1, lamda1=0.01, beta=1.0, wd=1e-3)),
+    ("LAMB", dict(learning_rate=0.01, wd=1e-2, lower_bound=0.1, upper_bound=10.0)),
+    ("LAMB", dict(learning_rate=0.01, bias_correction=False)),
+    ("LARS", dict(learning_rate=0.1, momentum=0.9, eta=0.01, wd=1e-3)),
+    ("LARS", dict(learning_rate=0.1, momentum=0.0, eta=0.01)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", FUSED, ids=[f"{n}-{i}" for i, (n, _) in enumerate(FUSED)])
+def test_fused_equals_per_parameter_path(name, kwargs):
+    opt_class = getattr(mx.optimizer, name)
+    got, trainer = _run(opt_class(**kwargs))
+    want, _ = _run(_per_parameter(opt_class)(**kwargs))
+    assert trainer._arena_updaters and not trainer._states, "the fused path was not taken"
+    for key, mirrors in _values(got).items():
+        for m, w in zip(mirrors, _values(want)[key]):
+            np.testing.assert_allclose(m, w, rtol=1e-5, atol=1e-6, err_msg=key)
         for m in mirrors[1:]:
             np.testing.assert_array_equal(m, mirrors[0])
 
 
+def test_sgd_with_singa_nesterov_keeps_the_per_parameter_path():
+    _, trainer = _run(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9, nesterov=True), steps=1)
+    assert not trainer._arena_updaters and trainer._states
+
+
 def test_one_fused_update_per_arena_and_mirror(monkeypatch):
     calls = []
-    real = _fused.adam_arena
-    monkeypatch.setattr(_fused, "adam_arena", lambda *a, **k: (calls.append(a[0]), real(*a, **k)))
+    real = _fused.adam_twin
+    monkeypatch.setattr(_fused, "adam_twin", lambda *a, **k: (calls.append(a[0]), real(*a, **k)))
     _run(mx.optimizer.Adam(learning_rate=0.01), steps=3)
     assert len(calls) == 3 * len(DEVICES)  # one per step per mirror: the model has one float32 arena
     assert all(len(plan.segments) == 4 for plan in calls)
 
 
+@pytest.mark.parametrize("name", ["Signum", "LAMB"])
+def test_generic_twin_runs_once_per_arena_and_mirror(monkeypatch, name):
+    calls = []
+    real = _fused.step_segments
+    monkeypatch.setattr(_fused, "step_segments", lambda *a, **k: (calls.append(a[1]), real(*a, **k)))
+    _run(getattr(mx.optimizer, name)(learning_rate=0.01), steps=2)
+    assert len(calls) == 2 * len(DEVICES) and all(len(plan.segments) == 4 for plan in calls)
+
+
 def test_state_follows_an_arena_that_grows_after_training_started():
     got, _ = _run(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9), steps=6, grow_after=3)
-    want, _ = _run(PerParamSGD(learning_rate=0.1, momentum=0.9), steps=6, grow_after=3)
+    want, _ = _run(_per_parameter(mx.optimizer.SGD)(learning_rate=0.1, momentum=0.9), steps=6, grow_after=3)
     for name, mirrors in _values(got).items():
         np.testing.assert_allclose(mirrors[0], _values(want)[name][0], rtol=1e-5, atol=1e-6, err_msg=name)
 

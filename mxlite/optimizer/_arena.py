@@ -1,19 +1,22 @@
 """Applying an optimizer to a whole arena at once: one fused update per (arena, device mirror).
 
-An :class:`ArenaUpdater` owns the optimizer state of every parameter of one arena as buffers
-with the arena's data layout (``mom``, or ``mean`` and ``var``; a float32 ``master`` copy for
-half-precision weights with ``multi_precision``). Each step it reads the per-parameter update
-counts, learning rates and weight decays from the optimizer, so ``lr_mult``/``wd_mult``,
-schedules and per-parameter step counts behave exactly as in the per-parameter path, and
-hands everything to one fused update (:mod:`mxlite.optimizer._fused`).
+An :class:`ArenaUpdater` owns the optimizer state of every parameter of one arena as float32
+buffers with the arena's data layout (named by the rule, see ``_fused_rules.py``; plus a
+float32 ``master`` copy for half-precision weights with ``multi_precision``). Each step it
+increments the per-parameter update counts and reads the learning rates and weight decays
+from the optimizer, so ``lr_mult``/``wd_mult``, schedules and per-parameter step counts behave
+exactly as in the per-parameter path, and hands everything to one fused update: the kernels
+on a GPU (one launch, two for LAMB and LARS), the NumPy twin on a CPU device.
 
 Arenas grow while a model is being built (deferred initialisation); when the data buffer is
 replaced the state buffers are rebuilt in the new layout, each parameter's state copied over.
+
+Half-precision weights without ``multi_precision`` still get float32 states and float32 math
+(the per-parameter path keeps their states in float16).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,61 +24,45 @@ import numpy as np
 
 from ..store import Arena, Slot
 from . import _fused
-from .adam import Adam
+from ._fused_rules import fused_rule, to_structure
 from .optimizer import Optimizer
-from .sgd import SGD
 
 __all__ = ["ArenaUpdater", "fused_rule"]
 
-_FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
-
-
-def fused_rule(optimizer: Optimizer, dtype: Any) -> str | None:
-    """'sgd' or 'adam' when ``optimizer`` has a fused kernel for weights of ``dtype``, else None.
-
-    Only the exact MXNet forms are fused (subclasses and SINGA's nesterov/dampening variants
-    take the per-parameter path), and only float32/float16 storage: float64 runs keep the
-    per-parameter path's float64 arithmetic.
-    """
-    if np.dtype(dtype) not in _FUSED_DTYPES:
-        return None
-    if type(optimizer) is SGD and not optimizer.nesterov and not optimizer.dampening:
-        return "sgd"
-    if type(optimizer) is Adam:
-        return "adam"
-    return None
-
 
 class ArenaUpdater:
-    """Optimizer state and fused steps for the parameters of one arena on one device mirror."""
+    """Optimizer state and fused steps for the parameters of one arena on one device mirror.
+
+    Raises:
+        ValueError: the optimizer has no fused update for the arena's dtype.
+    """
 
     def __init__(self, optimizer: Optimizer, arena: Arena, mirror: int) -> None:
         self.optimizer = optimizer
         self.arena = arena
         self.mirror = mirror
-        self.rule = fused_rule(optimizer, arena.dtype)
-        if self.rule is None:
+        rule = fused_rule(optimizer, arena.dtype)
+        if rule is None:
             raise ValueError(f"no fused update for {type(optimizer).__name__} on {arena.dtype} weights")
+        self.rule = rule
+        self.state_names = rule.states(optimizer)
         self._buffer: Any = None  # the arena data buffer the states were laid out for
         self._offsets: dict[int, int] = {}  # id(slot) -> offset when the states were laid out
         self._states: dict[str, Any] = {}
         self._plans: dict[tuple[Any, ...], _fused.ArenaPlan] = {}
+        self._holding: set[int] = set()  # id(slot) of parameters with state (stepped or loaded)
 
-    def _state_names(self) -> list[str]:
-        if self.rule == "sgd":
-            names = ["mom"] if self.optimizer.momentum else []
-        else:
-            names = ["mean", "var"]
-        if self.optimizer.multi_precision and self.arena.dtype == np.float16:
-            names.append("master")
-        return names
+    @property
+    def _has_master(self) -> bool:
+        return bool(self.optimizer.multi_precision) and self.arena.dtype == np.float16
 
     def _layout_states(self) -> None:
         """(Re)build the state buffers for the arena's current layout, keeping existing state."""
         arena, dev = self.arena, self.arena.device
         old, old_offsets = self._states, self._offsets
+        names = list(self.state_names) + (["master"] if self._has_master else [])
         with dev.use():
-            new = {name: dev.xp.zeros(arena._data_buf.shape, np.float32) for name in self._state_names()}
+            new = {name: dev.xp.zeros(arena._data_buf.shape, np.float32) for name in names}
             for slot in arena.slots:
                 start, end = slot.offset, slot.offset + slot.size
                 before = old_offsets.get(id(slot))
@@ -89,29 +76,65 @@ class ArenaUpdater:
         self._buffer = arena._data_buf
         self._plans.clear()
 
+    def _ensure_layout(self, slots: Sequence[Slot]) -> None:
+        if self._buffer is not self.arena._data_buf or any(id(s) not in self._offsets for s in slots):
+            self._layout_states()
+
     def step(self, entries: Sequence[tuple[int, Slot]]) -> None:
         """Update the parameters ``entries`` = [(optimizer index, slot)] with one fused update."""
-        opt, arena = self.optimizer, self.arena
-        if self._buffer is not arena._data_buf or any(id(s) not in self._offsets for _, s in entries):
-            self._layout_states()
+        opt, arena, rule = self.optimizer, self.arena, self.rule
+        self._ensure_layout([s for _, s in entries])
         key = tuple(id(s) for _, s in entries)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = _fused.ArenaPlan(
                 [_fused.Segment(s.offset, s.grad_offset, s.size) for _, s in entries])
+        self._holding.update(key)
         opt._set_current_device(self.mirror)
-        lr = np.empty(len(entries), np.float32)
-        wd = np.empty(len(entries), np.float32)
+        hp = np.zeros((len(entries), _fused.HP), np.float32)
+        counts = []
         for k, (index, _) in enumerate(entries):
             count = opt._update_count(index)  # counted before the rate is read (MXNet's order)
-            lr[k], wd[k] = opt._get_lr(index), opt._get_wd(index)
-            if self.rule == "adam":  # lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)
-                lr[k] *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)
-        st = self._states
-        args = (plan, arena.device, arena._data_buf, arena._grad_buf)
-        if self.rule == "sgd":
-            _fused.sgd_arena(*args, st.get("mom"), st.get("master"), lr, wd, opt.momentum, opt.rescale_grad,
-                             opt.clip_gradient)
+            counts.append(count)
+            row = rule.row(opt, index, count)
+            hp[k, :len(row)] = row
+        weight, grad, st, master = arena._data_buf, arena._grad_buf, self._states, self._states.get("master")
+        if arena.device.is_gpu:
+            rule.launch(_fused.Launcher(arena.device, plan, arena.dtype, hp), opt, weight, grad, st, master)
+        elif rule.twin is not None:
+            rule.twin(opt, plan, weight, grad, st, master, hp)
         else:
-            _fused.adam_arena(*args, st["mean"], st["var"], st.get("master"), lr, wd, opt.beta1, opt.beta2,
-                              opt.epsilon, opt.rescale_grad, opt.clip_gradient)
+            _fused.step_segments(opt, plan, [i for i, _ in entries], counts, weight, grad, self.state_names, st,
+                                 master)
+
+    # -- per-parameter views of the state, for saving and loading ------------------------------
+    def get_state(self, slot: Slot) -> Any:
+        """The state of the parameter in ``slot`` as ``create_state`` shapes it (host copies), or
+        None when it has neither been updated nor loaded."""
+        if id(slot) not in self._holding:
+            return None
+        self._ensure_layout([slot])
+        window = slice(slot.offset, slot.offset + slot.size)
+
+        def host(buf: Any) -> np.ndarray:
+            part = buf[window]
+            part = part.get() if hasattr(part, "get") and not isinstance(part, np.ndarray) else np.array(part)
+            return part.reshape(slot.shape)
+
+        arrays = {name: host(self._states[name]) for name in self.state_names}
+        return to_structure(self.state_names, arrays, host(self._states["master"]) if self._has_master else None)
+
+    def set_state(self, slot: Slot, arrays: dict[str, Any], master: Any) -> None:
+        """Copy one parameter's state (named arrays of its shape) into the arena state buffers.
+
+        ``master`` None keeps the master weights as they are (a copy of the weights).
+        """
+        self._ensure_layout([slot])
+        self._holding.add(id(slot))
+        window = slice(slot.offset, slot.offset + slot.size)
+        dev = self.arena.device
+        with dev.use():
+            for name in self.state_names:
+                self._states[name][window] = dev.xp.asarray(np.asarray(arrays[name]).reshape(-1), dtype=np.float32)
+            if master is not None and self._has_master:
+                self._states["master"][window] = dev.xp.asarray(np.asarray(master).reshape(-1), dtype=np.float32)

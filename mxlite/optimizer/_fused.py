@@ -1,12 +1,18 @@
-"""One launch per arena: fused SGD and Adam updates over a flat parameter arena.
+"""One launch per arena: the plan, the kernel launcher and the NumPy twins of the fused updates.
 
 Buffer flow: the arena's data buffer holds every weight in registration order, its gradient
-buffer every gradient in reverse order, and each optimizer state is one more buffer with the
-data buffer's layout. An :class:`ArenaPlan` lists the segments (parameters) to update and cuts
-them into chunks of at most :data:`CHUNK` elements that never straddle two parameters; on a
-GPU one kernel launch (``kernels/optimizers.cu``) updates every chunk, reading the
-per-parameter learning rate and weight decay from a small table refreshed before each launch.
-On a CPU device the NumPy twins below do the same math, segment by segment, in float32.
+buffer every gradient in reverse order, and each optimizer state is one more float32 buffer
+with the data buffer's layout. An :class:`ArenaPlan` lists the segments (parameters) to update
+and cuts them into chunks of at most :data:`CHUNK` elements that never straddle two
+parameters; on a GPU one kernel launch (``kernels/optimizers.cu``) updates every chunk, reading
+the per-parameter values (learning rate, weight decay, ...) from a small table, ``HP`` floats
+per parameter, that the host refreshes before each launch (:class:`Launcher`).
+
+On a CPU device the NumPy twins do the same math. The twin of most kernels is the rule's own
+``step`` (``mxlite/optimizer/<rule>.py``) applied to views of the arena, segment by segment
+(:func:`step_segments`): one NumPy text of each rule, which the rule tests check against
+float64 references. SGD and Adam, the hot rules, also have hand-tuned twins
+(:func:`sgd_twin`, :func:`adam_twin`) that reuse scratch buffers instead of allocating.
 """
 
 from __future__ import annotations
@@ -20,15 +26,18 @@ import numpy as np
 from .._kernels import get_kernel
 from ..device import Device
 
-__all__ = ["CHUNK", "ArenaPlan", "Segment", "sgd_arena", "adam_arena"]
+__all__ = ["CHUNK", "HP", "KERNELS", "ArenaPlan", "Launcher", "Segment", "adam_twin", "sgd_twin", "step_segments"]
 
 CHUNK = 65536  # elements per block: 256 threads x 256 elements, amortising the table reads
 THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
+HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
 _KERNEL_FILE = "optimizers.cu"
-_DTYPE_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
-_ALL_NAMES = tuple(f"{rule}<{t}>" for rule in ("sgd_update", "adam_update")
-                   for t in ("float", "__half", "__nv_bfloat16"))
+_TYPE_NAMES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+KERNELS = ("sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
+           "adadelta_update", "signum_update", "ftrl_update", "lamb_phase1", "lamb_phase2", "lars_norms",
+           "lars_update")
+_ALL_NAMES = tuple(f"{k}<{t}>" for k in KERNELS for t in _TYPE_NAMES.values())
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,69 @@ class ArenaPlan:
         return found
 
 
-def _views(plan: ArenaPlan, buffers: Sequence[Any], s: int, grad: Any) -> tuple[Any, ...]:
-    seg = plan.segments[s]
-    out = [b[seg.offset: seg.offset + seg.size] if b is not None else None for b in buffers]
-    return (*out, grad[seg.grad_offset: seg.grad_offset + seg.size])
+class Launcher:
+    """Launches kernels of ``optimizers.cu`` over one plan with one per-parameter table.
+
+    Made once per fused update: it copies ``hp`` (shape ``(segments, HP)``, float32) to the
+    device, then each call launches one kernel over every chunk of the plan.
+
+    Raises:
+        TypeError: weights of a dtype without kernels (float32, float16, bfloat16 have them).
+    """
+
+    def __init__(self, device: Device, plan: ArenaPlan, weight_dtype: Any, hp: np.ndarray) -> None:
+        self.device, self.plan = device, plan
+        # 'bfloat16' may come as a name: NumPy and CuPy have no bfloat16 dtype of their own.
+        name = weight_dtype if isinstance(weight_dtype, str) else np.dtype(weight_dtype).name
+        self.type_name = _TYPE_NAMES.get(name)
+        if self.type_name is None:
+            raise TypeError(f"no fused optimizer kernel for weights of dtype {name} "
+                            f"(there are kernels for {', '.join(_TYPE_NAMES)})")
+        with device.use():
+            self._tables = (*plan.tables(device), device.xp.asarray(hp, dtype=np.float32))
+
+    def sums(self) -> Any:
+        """A zeroed ``(segments, 2)`` float64 device array for the per-parameter norm sums."""
+        with self.device.use():
+            return self.device.xp.zeros((len(self.plan.segments), 2), np.float64)
+
+    def __call__(self, kernel: str, buffers: Sequence[Any], scalars: Sequence[float], sums: Any = None) -> None:
+        """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
+        function = get_kernel(_KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+        null = np.uint64(0)  # an 8-byte zero is a null pointer argument (e.g. no master weights)
+        args = [b if b is not None else null for b in buffers]
+        args += self._tables
+        if sums is not None:
+            args.append(sums)
+        args += [np.float32(x) for x in scalars]
+        with self.device.use():
+            function((len(self.plan.chunk_seg),), (THREADS,), tuple(args))
+
+
+def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], counts: Sequence[int], weight: Any,
+                  grad: Any, state_names: Sequence[str], states: dict[str, Any], master: Any) -> None:
+    """The generic twin: ``optimizer.step`` on each segment's views of the arena buffers, in float32.
+
+    ``state_names`` lists the state buffers in the order of the rule's state tuple (one name:
+    the state is that array; none: None). Half-precision weights are updated through
+    ``master`` when given, else through a float32 copy written back rounded, so the math is
+    float32 as in the kernels.
+    """
+    f32 = np.float32
+    for s, (index, count) in enumerate(zip(indices, counts)):
+        seg = plan.segments[s]
+        window = slice(seg.offset, seg.offset + seg.size)
+        views = [states[name][window] for name in state_names]
+        state = None if not views else views[0] if len(views) == 1 else tuple(views)
+        g = grad[seg.grad_offset: seg.grad_offset + seg.size]
+        w_store = weight[window]
+        if master is not None:
+            w = master[window]
+        else:
+            w = w_store if w_store.dtype == f32 else w_store.astype(f32)
+        optimizer.step(index, w, g if g.dtype == f32 else g.astype(f32), state, count)
+        if w is not w_store:
+            w_store[...] = w
 
 
 def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, clip: float | None,
@@ -116,24 +184,26 @@ def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) 
     return tmp
 
 
-def sgd_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mom: Any, master: Any,
-              lr: np.ndarray, wd: np.ndarray, momentum: float, rescale: float, clip: float | None) -> None:
-    """SGD over every segment of ``plan``: ``G = clip(rescale*g) + wd*w``; ``mom = mu*mom - lr*G``;
-    ``w += mom`` (``w -= lr*G`` when ``mom`` is None). ``lr``/``wd`` hold one value per segment.
-    ``master`` (float32, or None) holds master weights for half-precision ``weight``.
+def _views(plan: ArenaPlan, s: int, buffers: Sequence[Any], grad: Any) -> tuple[Any, ...]:
+    seg = plan.segments[s]
+    out = [b[seg.offset: seg.offset + seg.size] if b is not None else None for b in buffers]
+    return (*out, grad[seg.grad_offset: seg.grad_offset + seg.size])
+
+
+def sgd_twin(plan: ArenaPlan, weight: Any, grad: Any, mom: Any, master: Any, hp: np.ndarray, momentum: float,
+             rescale: float, clip: float | None) -> None:
+    """Twin of ``sgd_update``: ``G = clip(rescale*g) + wd*w``; ``mom = mu*mom - lr*G``; ``w += mom``
+    (``w -= lr*G`` when ``mom`` is None). ``hp[s]`` = (lr, wd, ...) of segment ``s``; ``master``
+    (float32, or None) holds master weights for half-precision ``weight``.
     """
-    if device.is_gpu:
-        _launch(device, "sgd_update", weight, plan, (weight, grad, mom, master), lr, wd,
-                (momentum, rescale, clip or 0.0))
-        return
     G_buf, tmp_buf, w_buf = _scratch(plan, 3)
     for s in range(len(plan.segments)):
-        w_store, m, w32, g = _views(plan, (weight, mom, master), s, grad)
+        w_store, m, w32, g = _views(plan, s, (weight, mom, master), grad)
         n = g.size
         G, tmp = G_buf[:n], tmp_buf[:n]
         w = _weights32(w_store, w32, w_buf[:n])
-        G = _effective_grad(g, w, wd[s], rescale, clip, G, tmp)          # G = clip(rescale*g) + wd*w
-        np.multiply(G, np.float32(lr[s]), out=tmp)                       # lr*G
+        G = _effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
+        np.multiply(G, np.float32(hp[s, 0]), out=tmp)                    # lr*G
         if m is not None:
             m *= np.float32(momentum)                                    # mom = mu*mom - lr*G
             m -= tmp
@@ -144,24 +214,20 @@ def sgd_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mom: Any,
             w_store[...] = w
 
 
-def adam_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mean: Any, var: Any, master: Any,
-               lr_t: np.ndarray, wd: np.ndarray, beta1: float, beta2: float, epsilon: float, rescale: float,
-               clip: float | None) -> None:
-    """Adam over every segment: ``m = b1*m + (1-b1)*G``; ``v = b2*v + (1-b2)*G^2``;
-    ``w -= lr_t * m / (sqrt(v) + eps)``; ``lr_t`` per segment carries the bias correction.
+def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, master: Any, hp: np.ndarray,
+              beta1: float, beta2: float, epsilon: float, rescale: float, clip: float | None) -> None:
+    """Twin of ``adam_update``: ``m = b1*m + (1-b1)*G``; ``v = b2*v + (1-b2)*G^2``;
+    ``w -= lr_t * m / (sqrt(v) + eps)`` with ``hp[s]`` = (lr_t, wd, ...), ``lr_t`` carrying the
+    bias correction.
     """
-    if device.is_gpu:
-        _launch(device, "adam_update", weight, plan, (weight, grad, mean, var, master), lr_t, wd,
-                (beta1, beta2, epsilon, rescale, clip or 0.0))
-        return
     f = np.float32
     G_buf, tmp_buf, w_buf = _scratch(plan, 3)
     for s in range(len(plan.segments)):
-        w_store, m, v, w32, g = _views(plan, (weight, mean, var, master), s, grad)
+        w_store, m, v, w32, g = _views(plan, s, (weight, mean, var, master), grad)
         n = g.size
         G, tmp = G_buf[:n], tmp_buf[:n]
         w = _weights32(w_store, w32, w_buf[:n])
-        G = _effective_grad(g, w, wd[s], rescale, clip, G, tmp)          # G = clip(rescale*g) + wd*w
+        G = _effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
         m *= f(beta1)                                                    # m = b1*m + (1-b1)*G
         np.multiply(G, f(1) - f(beta1), out=tmp)
         m += tmp
@@ -172,25 +238,7 @@ def adam_arena(plan: ArenaPlan, device: Device, weight: Any, grad: Any, mean: An
         np.sqrt(v, out=tmp)                                              # w -= lr_t*m/(sqrt(v)+eps)
         tmp += f(epsilon)
         np.divide(m, tmp, out=tmp)
-        tmp *= f(lr_t[s])
+        tmp *= f(hp[s, 0])
         w -= tmp
         if w is not w_store:
             w_store[...] = w
-
-
-def _launch(device: Device, rule: str, weight: Any, plan: ArenaPlan, arrays: tuple[Any, ...], lr: np.ndarray,
-            wd: np.ndarray, scalars: tuple[float, ...]) -> None:
-    """One launch of ``rule<T>`` over every chunk of ``plan`` (T from the weight dtype)."""
-    type_name = _DTYPE_NAMES.get(weight.dtype) or ("__nv_bfloat16" if weight.dtype.name == "bfloat16" else None)
-    if type_name is None:
-        raise TypeError(f"{rule}: no fused kernel for weights of dtype {weight.dtype}")
-    kernel = get_kernel(_KERNEL_FILE, f"{rule}<{type_name}>", device, _ALL_NAMES)
-    chunk_seg, chunk_start, chunk_end, shift = plan.tables(device)
-    null = np.uint64(0)  # an 8-byte zero is a null pointer argument (e.g. no master weights)
-    with device.use():
-        xp = device.xp
-        args = [a if a is not None else null for a in arrays]
-        args += [chunk_seg, chunk_start, chunk_end, shift, xp.asarray(lr, dtype=np.float32),
-                 xp.asarray(wd, dtype=np.float32)]
-        args += [np.float32(x) for x in scalars]
-        kernel((len(plan.chunk_seg),), (THREADS,), tuple(args))

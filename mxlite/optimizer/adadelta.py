@@ -18,6 +18,9 @@ Where mxlite differs:
 
 No fused kernel in ``kernels/`` yet (MXNet has none either): this NumPy/CuPy twin is the only
 implementation.
+
+Kernel: ``adadelta_update<T>`` in ``kernels/optimizers.cu``, fused over an arena by the Trainer;
+the ``step`` below is the NumPy twin.
 """
 
 from __future__ import annotations

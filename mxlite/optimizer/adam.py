@@ -18,8 +18,9 @@ added to the gradient (see :class:`~mxlite.optimizer.AdamW` for decoupled decay)
 Lazy update: with ``lazy_update=True`` and a row-sparse gradient, only the gradient's rows
 of ``w``, ``m`` and ``v`` are updated (MXNet's ``adam_update`` on a row_sparse gradient).
 
-Kernel: ``adam_update<T>`` in ``kernels/optimizers.cu``, driven over a flat arena by
-:func:`mxlite.optimizer._fused.adam_arena`; :meth:`Adam.step` below is its NumPy/CuPy twin.
+Kernel: ``adam_update<T>`` in ``kernels/optimizers.cu``, driven over a flat arena by the
+Trainer (``_fused_rules.py``); :func:`mxlite.optimizer._fused.adam_twin` is its NumPy twin,
+and :meth:`Adam.step` below the same rule for one tensor.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Where mxlite differs:
 * From PyTorch/the paper: the decay is scaled by ``η``, which carries the bias correction,
   not by the plain ``lr``; ε is added to the root of the uncorrected ``v``.
 
-Kernel: none in ``kernels/`` yet; :meth:`AdamW.step` (NumPy/CuPy) is the only implementation.
+Kernel: ``adamw_update<T>`` in ``kernels/optimizers.cu`` (fused over an arena by the Trainer);
+:meth:`AdamW.step` below is its NumPy twin.
 """
 
 from __future__ import annotations

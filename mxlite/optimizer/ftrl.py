@@ -24,6 +24,9 @@ Where mxlite differs:
 * Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
 
 No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+
+Kernel: ``ftrl_update<T>`` in ``kernels/optimizers.cu``, fused over an arena by the Trainer;
+the ``step`` below is the NumPy twin.
 """
 
 from __future__ import annotations
@@ -64,12 +67,17 @@ class Ftrl(Optimizer):
         xp = _xp(weight)
         return (xp.zeros_like(weight), xp.zeros_like(weight))  # (z, n)
 
-    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
-        xp = _xp(weight)
-        lr, wd = self._get_lr(index), self._get_wd(index)
+    def _positive_lr(self, index: int) -> float:
+        """The learning rate of ``index``; ValueError when it is not > 0 (the rule divides by it)."""
+        lr = self._get_lr(index)
         if lr <= 0:
             raise ValueError(f"Ftrl divides by the learning rate, but parameter {index} has lr {lr} "
                              f"(lr_mult 0 or a schedule reaching 0?); use a positive rate or leave it out")
+        return lr
+
+    def step(self, index: int, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._positive_lr(index), self._get_wd(index)
         g = self._effective_grad(xp, grad, weight, 0.0)           # g = clip(rescale·g)  (wd is in the denominator)
         z, n = state
         sigma = (xp.sqrt(n + g * g) - xp.sqrt(n)) / lr            # σ = (√(n + g²) − √n)/lr

@@ -30,6 +30,10 @@ Where mxlite differs:
 
 No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation. The
 norms stay on the device (0-d arrays), so a CuPy step does not synchronise.
+
+Kernel: ``lamb_phase1<T>`` and ``lamb_phase2<T>``
+(norms, then the update) in ``kernels/optimizers.cu``, fused over an arena by the
+Trainer; the ``step`` below is the NumPy twin.
 """
 
 from __future__ import annotations

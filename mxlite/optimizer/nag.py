@@ -13,7 +13,8 @@ momentum (``mom = μ·mom + G``, ``w −= lr·(G + μ·mom)``); MXNet's code (an
 ``lr`` inside it, which is the same only while ``lr`` is constant. MXNet does not validate
 ``momentum``; mxlite rejects a negative one.
 
-Kernel: none in ``kernels/`` yet; :meth:`NAG.step` (NumPy/CuPy) is the only implementation.
+Kernel: ``nag_update<T>`` in ``kernels/optimizers.cu`` (fused over an arena by the Trainer);
+:meth:`NAG.step` below is its NumPy twin.
 """
 
 from __future__ import annotations

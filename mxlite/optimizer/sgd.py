@@ -36,8 +36,9 @@ state are read and written (weight decay too applies to those rows only), as MXN
 ``sgd_mom_update`` on a row_sparse gradient; otherwise the gradient is densified.
 
 Kernel: the MXNet form is ``sgd_update<T>`` in ``kernels/optimizers.cu``, driven over a flat
-arena by :func:`mxlite.optimizer._fused.sgd_arena`; :meth:`SGD.step` below is its NumPy/CuPy
-twin and the only implementation of the SINGA form.
+arena by the Trainer (``_fused_rules.py``); :func:`mxlite.optimizer._fused.sgd_twin` is its
+NumPy twin. :meth:`SGD.step` below is the rule for one tensor and the only implementation of
+the SINGA form.
 """
 
 from __future__ import annotations

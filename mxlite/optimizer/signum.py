@@ -24,6 +24,9 @@ Where mxlite differs:
 * Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
 
 No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
+
+Kernel: ``signum_update<T>`` in ``kernels/optimizers.cu``, fused over an arena by the Trainer;
+the ``step`` below is the NumPy twin.
 """
 
 from __future__ import annotations
