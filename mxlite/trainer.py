@@ -15,21 +15,35 @@ Behaviour:
 * A mirror whose gradient backward has not written since the last step is *stale*: ``step``
   raises naming the parameter and device, unless ``ignore_stale_grad=True`` (then stale
   parameters are skipped).
+* Parameters of a fused rule (``mxlite/optimizer/_fused_rules.py``: every built-in rule on
+  float32/float16 weights) are updated by one fused update per (arena, device mirror), with
+  states laid out like the arena; other rules, float64 weights and row-sparse gradients take
+  the per-parameter path.
+* ``save_states``/``load_states`` write and read the optimizer (hyperparameters, update counts,
+  scheduler position) and every parameter's state in a safe ``.npz`` format; a run resumed
+  from them continues bit for bit.
 
-This first version sums gradients and updates per parameter; the communicator and fused
-update layers replace its internals without changing this interface.
+The gradient sum here is per parameter; the communicator layer replaces it without changing
+this interface.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from . import optimizer as _opt
 from . import sparse
+from ._serialization import atomic_write
 from .autograd.tensor import Tensor, _transfer
 from .nn.parameter import Parameter
 from .optimizer._arena import ArenaUpdater, fused_rule
+from .optimizer._fused_rules import from_structure
+from .optimizer.optimizer import MultiPrecisionState
+from .optimizer.updater import pack_states, unpack_states
 
 __all__ = ["Trainer"]
 
@@ -91,6 +105,8 @@ class Trainer:
             self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)
         self._states: dict[tuple[int, int], Any] = {}  # (param index, mirror number) -> state
         self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
+        self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
+        self._applied: set[tuple[int, int]] = set()  # (index, mirror) that received its loaded state
 
     # -- hyperparameters ------------------------------------------------------------------
     @property
@@ -167,6 +183,10 @@ class Trainer:
             updater = self._arena_updaters.get(key)
             if updater is None:
                 updater = self._arena_updaters[key] = ArenaUpdater(opt, arena, key[1])
+            for index, slot in entries:
+                if index in self._loaded and (index, key[1]) not in self._applied:
+                    updater.set_state(slot, *from_structure(updater.state_names, self._loaded[index]))
+                    self._applied.add((index, key[1]))
             updater.step(entries)
         opt._set_current_device(0)
 
@@ -179,16 +199,120 @@ class Trainer:
             weight = data._data
             if key not in self._states:
                 with data.device.use():
-                    self._states[key] = opt.create_state(index, weight)
+                    if index in self._loaded:
+                        self._states[key] = _copy_state(self._loaded[index], data.device)
+                        self._applied.add(key)
+                    else:
+                        self._states[key] = opt.create_state(index, weight)
             # A row-sparse gradient goes through as it is: rules with lazy_update touch only its rows.
             raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad._data
             with data.device.use():
                 opt.update(index, weight, raw_grad, self._states[key])
 
+    # -- saving and loading optimizer states ----------------------------------------------
+    def save_states(self, fname: str | os.PathLike) -> None:
+        """Save the optimizer and every parameter's optimizer state to ``fname``.
+
+        The file is an ``.npz`` archive in the :mod:`mxlite.optimizer.updater` layout (never
+        pickled): the optimizer's hyperparameters, per-device update counts and scheduler
+        position; each parameter's state (mirror 0's: every mirror holds the same state); and
+        the parameters' names and shapes, checked on load. It is written to a temporary file,
+        fsynced and renamed, so a crash during the save leaves the previous file intact.
+        """
+        states = {}
+        for index, param in enumerate(self._params):
+            state = self._saved_state(index, param)
+            if state is not None:
+                states[index] = state
+        extra = {"trainer_params": [[p.label, list(p.shape) if p.shape else None] for p in self._params]}
+        data = pack_states(states, self._optimizer.state_dict(), extra)
+        atomic_write(fname, lambda f: f.write(data))
+
+    def load_states(self, fname: str | os.PathLike) -> None:
+        """Restore a :meth:`save_states` file; continuing then matches the saved run bit for bit.
+
+        Everything is checked before anything changes: the file must be a state file of a
+        Trainer with the same parameters (names and shapes) and the same optimizer and
+        scheduler classes. States move to each mirror at its next update; parameters absent
+        from the file start from fresh states.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer
+                (the message names the file and what differs).
+        """
+        fname = os.fspath(fname)
+        with open(fname, "rb") as f:
+            data = f.read()
+        try:
+            states, optimizer_state, extra = unpack_states(data)
+            if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
+                raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            self._check_saved_params(extra["trainer_params"], states)
+            self._optimizer.load_state_dict(optimizer_state)  # validates before changing anything
+        except ValueError as exc:
+            raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+        self._states.clear()
+        self._arena_updaters.clear()
+        self._loaded, self._applied = states, set()
+
+    def _saved_state(self, index: int, param: Parameter) -> Any:
+        """Mirror 0's state of parameter ``index`` (host arrays), or None when it has none yet."""
+        if index in self._loaded and (index, 0) not in self._applied:
+            return self._loaded[index]
+        if (index, 0) in self._states:
+            return self._states[(index, 0)]
+        if not param.is_initialized or param.grad_req == "null":
+            return None
+        arena, slot = param._arena_slots()[0]
+        updater = self._arena_updaters.get((id(arena), 0))
+        return updater.get_state(slot) if updater is not None else None
+
+    def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
+        names = [p.label for p in self._params]
+        try:
+            saved_names = [entry[0] for entry in saved]
+            saved_shapes = [tuple(entry[1]) if entry[1] is not None else None for entry in saved]
+        except (TypeError, IndexError) as exc:
+            raise ValueError(f"malformed parameter section ({exc})") from exc
+        if saved_names != names:
+            missing = [n for n in names if n not in saved_names]
+            unexpected = [n for n in saved_names if n not in names]
+            raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
+                             + ("" if missing or unexpected else " (same names, another order)"))
+        for index, state in states.items():
+            if not isinstance(index, int) or not 0 <= index < len(self._params):
+                raise ValueError(f"state index {index!r} is not a parameter index")
+            param = self._params[index]
+            shape = tuple(param.shape) if param.shape and all(param.shape) else saved_shapes[index]
+            for leaf in _state_arrays(state):
+                if shape is not None and tuple(leaf.shape) != shape:
+                    raise ValueError(f"the state of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {shape}")
+
     @staticmethod
     def _check_batch_size(batch_size: int) -> None:
         if not batch_size or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive number, got {batch_size!r}")
+
+
+def _state_arrays(state: Any) -> list[Any]:
+    """The array leaves of a (nested) optimizer state."""
+    if isinstance(state, (tuple, list)):
+        return [leaf for part in state for leaf in _state_arrays(part)]
+    return [state] if hasattr(state, "shape") else []
+
+
+def _copy_state(state: Any, device: Any) -> Any:
+    """A copy of a host state on ``device`` (each mirror gets its own arrays)."""
+    if isinstance(state, MultiPrecisionState):
+        return MultiPrecisionState(*(_copy_state(s, device) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_copy_state(s, device) for s in state)
+    if hasattr(state, "shape"):
+        with device.use():
+            return device.xp.array(np.asarray(state))
+    return state
 
 
 def _sum_into_all(grads: list[Any]) -> None:

@@ -37,6 +37,7 @@ _FORMAT = "mxlite.updater.states"
 _VERSION = 1
 _MANIFEST = "__manifest__"
 _OPTIMIZER = "__optimizer__"
+_EXTRA = "__extra__"
 
 
 def _raw_grad(x: Any) -> Any:
@@ -93,19 +94,7 @@ class Updater:
             TypeError: an index that is not an int or str, or a state leaf that is not an
                 array, a tuple/list, None, or a Python number.
         """
-        arrays: dict[str, np.ndarray] = {}
-        entries = []
-        for key, state in self.states.items():
-            if isinstance(key, bool) or not isinstance(key, (int, str)):
-                raise TypeError(f"get_states: index {key!r} must be an int or a str")
-            name = str(key) if isinstance(key, int) else f"str:{key}"
-            entries.append([key, _encode(state, name, arrays)])
-        arrays[_MANIFEST] = _json_bytes({"format": _FORMAT, "version": _VERSION, "states": entries})
-        if dump_optimizer:
-            arrays[_OPTIMIZER] = _json_bytes(self.optimizer.state_dict())
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        return buf.getvalue()
+        return pack_states(self.states, self.optimizer.state_dict() if dump_optimizer else None)
 
     def set_states(self, states: bytes) -> None:
         """Restore bytes from :meth:`get_states`; continuing then matches the saved run bit for bit.
@@ -122,29 +111,9 @@ class Updater:
         """
         if not isinstance(states, (bytes, bytearray, memoryview)):
             raise TypeError(f"set_states expects the bytes returned by get_states, got {type(states).__name__}")
-        try:
-            with np.load(io.BytesIO(bytes(states)), allow_pickle=False) as archive:
-                arrays = {name: archive[name] for name in archive.files}
-        except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from EOFError to BadZipFile
-            raise ValueError(f"cannot read optimizer states: not an mxlite updater archive "
-                             f"({type(exc).__name__}: {exc})") from exc
-        manifest = _json_entry(arrays, _MANIFEST)
-        if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-            raise ValueError(f"cannot read optimizer states: the manifest is not an {_FORMAT!r} manifest")
-        if manifest.get("version") != _VERSION:
-            raise ValueError(f"cannot read optimizer states: format version {manifest.get('version')!r}, "
-                             f"this mxlite reads version {_VERSION}")
-        restored: dict[Any, Any] = {}
-        try:
-            for key, node in manifest["states"]:
-                if isinstance(key, bool) or not isinstance(key, (int, str)):
-                    raise ValueError(f"index {key!r} is not an int or a str")
-                restored[key] = _decode(node, arrays)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"cannot read optimizer states: malformed manifest ({type(exc).__name__}: {exc})") \
-                from exc
-        if _OPTIMIZER in arrays:
-            self.optimizer.load_state_dict(_json_entry(arrays, _OPTIMIZER))
+        restored, optimizer_state, _ = unpack_states(states)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
         self.states = restored
         self.states_synced = dict.fromkeys(restored, False)
 
@@ -152,6 +121,70 @@ class Updater:
 def get_updater(optimizer: Optimizer) -> Updater:
     """An :class:`Updater` for ``optimizer``."""
     return Updater(optimizer)
+
+
+# -- the archive ----------------------------------------------------------------------------
+def pack_states(states: dict[Any, Any], optimizer_state: dict[str, Any] | None = None,
+                extra: Any = None) -> bytes:
+    """``states`` ({index: state}) as ``.npz`` bytes (layout: the module docstring).
+
+    ``optimizer_state`` (an :meth:`Optimizer.state_dict`) and ``extra`` (any JSON value, e.g.
+    the Trainer's parameter list) are stored as JSON entries when given.
+
+    Raises:
+        TypeError: an index that is not an int or str, or a state leaf that is not an
+            array, a tuple/list, None, or a Python number.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    entries = []
+    for key, state in states.items():
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TypeError(f"get_states: index {key!r} must be an int or a str")
+        name = str(key) if isinstance(key, int) else f"str:{key}"
+        entries.append([key, _encode(state, name, arrays)])
+    arrays[_MANIFEST] = _json_bytes({"format": _FORMAT, "version": _VERSION, "states": entries})
+    if optimizer_state is not None:
+        arrays[_OPTIMIZER] = _json_bytes(optimizer_state)
+    if extra is not None:
+        arrays[_EXTRA] = _json_bytes(extra)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def unpack_states(data: bytes | bytearray | memoryview) -> tuple[dict[Any, Any], Any, Any]:
+    """Read :func:`pack_states` bytes: ``(states, optimizer_state or None, extra or None)``.
+
+    Loaded arrays are NumPy arrays. Nothing is unpickled.
+
+    Raises:
+        ValueError: garbage, truncated data, pickled objects, a missing or malformed manifest,
+            a missing array, or an unknown format version.
+    """
+    try:
+        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from EOFError to BadZipFile
+        raise ValueError(f"cannot read optimizer states: not an mxlite updater archive "
+                         f"({type(exc).__name__}: {exc})") from exc
+    manifest = _json_entry(arrays, _MANIFEST)
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        raise ValueError(f"cannot read optimizer states: the manifest is not an {_FORMAT!r} manifest")
+    if manifest.get("version") != _VERSION:
+        raise ValueError(f"cannot read optimizer states: format version {manifest.get('version')!r}, "
+                         f"this mxlite reads version {_VERSION}")
+    restored: dict[Any, Any] = {}
+    try:
+        for key, node in manifest["states"]:
+            if isinstance(key, bool) or not isinstance(key, (int, str)):
+                raise ValueError(f"index {key!r} is not an int or a str")
+            restored[key] = _decode(node, arrays)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"cannot read optimizer states: malformed manifest ({type(exc).__name__}: {exc})") \
+            from exc
+    optimizer_state = _json_entry(arrays, _OPTIMIZER) if _OPTIMIZER in arrays else None
+    extra = _json_entry(arrays, _EXTRA) if _EXTRA in arrays else None
+    return restored, optimizer_state, extra
 
 
 # -- the archive's pieces -----------------------------------------------------------------
@@ -207,7 +240,7 @@ def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
         return node["scalar"]
     if "array" in node:
         name = node["array"]
-        if not isinstance(name, str) or name not in arrays or name in (_MANIFEST, _OPTIMIZER):
+        if not isinstance(name, str) or name not in arrays or name in (_MANIFEST, _OPTIMIZER, _EXTRA):
             raise ValueError(f"state array {name!r} is missing from the archive")
         arr = arrays[name]
         if node.get("dtype") == "bfloat16":
