@@ -2,17 +2,18 @@
 
 Parameters: ~300 float32 tensors of mixed sizes (a few large matrices, many small vectors),
 ``--params`` elements in all (default 100M on a GPU, 10M on CPU). For each rule (Adam,
-SGD with momentum) it times one optimizer step of
+SGD with momentum, LAMB) it times one optimizer step of
 
-* ``fused``: mxlite's arena update (one kernel launch on a GPU; the NumPy twin on CPU);
-* ``per-tensor``: the same rule applied tensor by tensor (CuPy or NumPy array expressions);
+* ``fused``: mxlite's arena update, :class:`~mxlite.optimizer._arena.ArenaUpdater` as the
+  Trainer drives it (one kernel launch on a GPU, two for LAMB; the NumPy twin on CPU);
+* ``per-tensor``: the optimizer's own rule applied tensor by tensor (``Optimizer.update`` on
+  CuPy or NumPy arrays: a launch per array operation per tensor);
 * ``torch-fused`` / ``torch-foreach``: ``torch.optim.Adam/SGD(fused=True | foreach=True)`` on the
-  same device, when PyTorch is installed (CPU mode: foreach only).
+  same device, when PyTorch is installed (CPU mode: foreach only; torch.optim has no LAMB).
 
-and reports milliseconds per step, effective GB/s (bytes every rule must move: Adam reads w, g,
-m, v and writes w, m, v = 28 B per float32 parameter; SGD-momentum 20 B) and, on a GPU, that
-bandwidth as a percentage of a measured device-to-device copy. Prints a table; ``--json``
-writes the records with the device name and versions.
+and reports milliseconds per step, effective GB/s (the bytes every implementation must move,
+:data:`BYTES_PER_PARAM`) and that bandwidth as a percentage of a measured device-to-device copy.
+Prints a table; ``--json`` writes the records with the device name and versions.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from typing import Any
 import numpy as np
 
 import mxlite as mx
-from mxlite.optimizer import _fused
+from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import ParameterStore
 
-BYTES_PER_PARAM = {"adam": 28, "sgd": 20}
+# Bytes per float32 parameter every implementation must move: Adam and LAMB read w, g, m, v and
+# write w, m, v; SGD-momentum reads w, g, mom and writes w, mom. (LAMB's two passes move 40 B.)
+BYTES_PER_PARAM = {"adam": 28, "sgd": 20, "lamb": 28}
 
 
 def tensor_sizes(total: int, count: int = 300, seed: int = 0) -> list[int]:
@@ -56,54 +59,38 @@ def _timeit(fn: Callable[[], None], sync: Callable[[], None], repeat: int) -> fl
     return best
 
 
+RULES = {  # rule -> (optimizer name, keyword arguments)
+    "adam": ("adam", {"learning_rate": 1e-3}),
+    "sgd": ("sgd", {"learning_rate": 1e-3, "momentum": 0.9}),
+    "lamb": ("lamb", {"learning_rate": 1e-3, "wd": 1e-2}),
+}
+
+
 def bench_mxlite(device: mx.Device, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
-    """Fused arena update vs a per-tensor loop, for Adam and SGD-momentum."""
+    """The fused arena update vs the same rule applied tensor by tensor, for every rule in RULES."""
     xp = device.xp
-    store = ParameterStore()
-    arena = store.arena(device, np.float32)
+    arena = ParameterStore().arena(device, np.float32)
     slots = [arena.add(i, (n,)) for i, n in enumerate(sizes)]
     with device.use():
         arena._data_buf[...] = xp.asarray(np.random.default_rng(1).normal(size=arena._data_buf.shape), np.float32)
         arena._grad_buf[...] = xp.asarray(np.random.default_rng(2).normal(size=arena._grad_buf.shape), np.float32)
-        m, v = xp.zeros_like(arena._data_buf), xp.zeros_like(arena._data_buf)
-    plan = _fused.ArenaPlan([_fused.Segment(s.offset, s.grad_offset, s.size) for s in slots])
-    n = len(slots)
-    lr, wd = np.full(n, 1e-3, np.float32), np.zeros(n, np.float32)
     sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
-
-    def fused_adam() -> None:
-        _fused.adam_arena(plan, device, arena._data_buf, arena._grad_buf, m, v, None, lr, wd, 0.9, 0.999, 1e-8,
-                          1.0, None)
-
-    def fused_sgd() -> None:
-        _fused.sgd_arena(plan, device, arena._data_buf, arena._grad_buf, m, None, lr, wd, 0.9, 1.0, None)
-
-    views = [(s.data._data, s.grad._data, m[s.offset: s.offset + s.size], v[s.offset: s.offset + s.size])
-             for s in slots]
-
-    def loop_adam() -> None:
+    entries = list(enumerate(slots))
+    total, out = sum(sizes), []
+    for rule, (name, kwargs) in RULES.items():
+        fused = ArenaUpdater(mx.optimizer.create(name, **kwargs), arena, 0)
+        per_tensor = mx.optimizer.create(name, **kwargs)
         with device.use():
-            for w, g, mm, vv in views:
-                mm *= 0.9
-                mm += 0.1 * g
-                vv *= 0.999
-                vv += 0.001 * g * g
-                w -= 1e-3 * mm / (xp.sqrt(vv) + 1e-8)
+            states = [per_tensor.create_state(i, s.data._data) for i, s in entries]
 
-    def loop_sgd() -> None:
-        with device.use():
-            for w, g, mm, _ in views:
-                mm *= 0.9
-                mm -= 1e-3 * g
-                w += mm
+        def loop(opt=per_tensor, states=states) -> None:
+            for (i, s), st in zip(entries, states):
+                opt.update(i, s.data._data, s.grad._data, st)
 
-    total = sum(sizes)
-    out = []
-    for rule, impl, fn in (("adam", "fused", fused_adam), ("adam", "per-tensor", loop_adam),
-                           ("sgd", "fused", fused_sgd), ("sgd", "per-tensor", loop_sgd)):
-        with device.use():
-            seconds = _timeit(fn, sync, repeat)
-        out.append(_record(rule, f"mxlite-{impl}", seconds, total, len(sizes)))
+        for impl, fn in (("fused", lambda upd=fused: upd.step(entries)), ("per-tensor", loop)):
+            with device.use():
+                seconds = _timeit(fn, sync, repeat)
+            out.append(_record(rule, f"mxlite-{impl}", seconds, total, len(sizes)))
     return out
 
 
