@@ -1,4 +1,4 @@
-"""The ``mxlite`` command: ``train`` (the main job) and ``info`` (versions and devices)."""
+"""The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs) and ``info``."""
 
 from __future__ import annotations
 
@@ -53,9 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)")
     train_job.add_arguments(train_parser)
     sub.add_parser("info", help="versions, devices, CUDA, NCCL and MPI availability")
+    launch_parser = sub.add_parser("launch", help="run a training script in N processes under MPI (mpiexec)")
+    launch_parser.add_argument("-n", "--processes", type=int, required=True, help="number of processes")
+    launch_parser.add_argument("script", help="the training script (its Trainer uses kvstore='dist_sync')")
+    launch_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
+    elif args.command == "launch":
+        from .launch import launch  # noqa: PLC0415
+
+        try:
+            return launch(args.processes, args.script, args.script_args)
+        except (ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
     elif args.command == "train":
         history = train_job.run(args)
         return 0 if history.test_acc else 1

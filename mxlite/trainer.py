@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from . import comm as _comm
 from . import optimizer as _opt
 from . import sparse
 from ._serialization import atomic_write
-from .autograd.tensor import Tensor, _transfer
+from .comm.base import Communicator
+from .comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
 from .nn.parameter import Parameter
 from .optimizer._arena import ArenaUpdater, fused_rule
 from .optimizer._fused_rules import from_structure
@@ -58,9 +60,14 @@ class Trainer:
             Gluon does) or a list of Parameters. A parameter present twice is used once.
         optimizer: a registered name ('sgd', 'adam', ...) or an Optimizer instance.
         optimizer_params: keyword arguments of the optimizer (only with a name).
-        kvstore: gradient-sync strategy name; 'device' (default) and 'local' reduce within
-            this process. None means no store.
+        kvstore: gradient-sync strategy name. 'device' (default), 'local' and 'nccl' reduce over
+            this process's devices; 'dist_sync' (and 'dist_sync_device', 'dist_device_sync')
+            also over every process started by ``mpiexec``/``mxlite launch`` (MPI; NCCL for
+            GPUs). None reduces over local devices like 'device'.
         compression_params, update_on_kvstore: accepted for Gluon compatibility.
+        bucket_bytes: (mxlite) gradients travel in buckets of at most this many bytes
+            (a larger parameter travels alone); see :mod:`mxlite.comm.buckets`.
+        overlap: (mxlite) reduce each bucket during backward as soon as it is complete.
 
     Raises:
         ValueError: empty params, a non-Parameter entry, optimizer_params with an instance,
@@ -69,7 +76,8 @@ class Trainer:
 
     def __init__(self, params: Mapping[str, Parameter] | Iterable[Parameter], optimizer: Any,
                  optimizer_params: dict[str, Any] | None = None, kvstore: Any = "device",
-                 compression_params: dict[str, Any] | None = None, update_on_kvstore: bool | None = None) -> None:
+                 compression_params: dict[str, Any] | None = None, update_on_kvstore: bool | None = None, *,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True) -> None:
         if isinstance(params, Mapping):
             param_list = [params[k] for k in sorted(params)]
         elif isinstance(params, (list, tuple)):
@@ -90,6 +98,10 @@ class Trainer:
         if isinstance(kvstore, str) and kvstore not in _KVSTORE_TYPES:
             raise ValueError(f"unknown kvstore {kvstore!r}; known: {', '.join(_KVSTORE_TYPES)} or None")
         self._kvstore_type = kvstore
+        self._bucket_bytes, self._overlap = int(bucket_bytes), bool(overlap)
+        self._syncs: dict[tuple[Any, ...], tuple[Communicator, GradientSync | None]] = {}  # devices -> sync
+        self._synced_params: set[int] = set()  # id() of parameters covered by a GradientSync
+        self._num_workers = 1
         self._compression_params = compression_params
         self._update_on_kvstore = update_on_kvstore
         optimizer_params = dict(optimizer_params or {})
@@ -107,6 +119,10 @@ class Trainer:
         self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
         self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
         self._applied: set[tuple[int, int]] = set()  # (index, mirror) that received its loaded state
+        if all(p.is_initialized for p in self._params if p.grad_req != "null"):
+            # Start in sync (rank 0's values) and hook the buckets before the first backward;
+            # parameters initialised later (deferred) join at their first step.
+            self._ensure_sync()
 
     # -- hyperparameters ------------------------------------------------------------------
     @property
@@ -122,6 +138,11 @@ class Trainer:
     def set_learning_rate(self, lr: float) -> None:
         """Set the optimizer's learning rate (UserWarning is raised if a scheduler is set)."""
         self._optimizer.set_learning_rate(lr)
+
+    @property
+    def num_workers(self) -> int:
+        """Processes taking part in the gradient sum (1 unless a 'dist_*' kvstore runs under MPI)."""
+        return self._num_workers
 
     # -- the step -------------------------------------------------------------------------
     def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
@@ -140,21 +161,65 @@ class Trainer:
         self.update(batch_size, ignore_stale_grad)
 
     def allreduce_grads(self) -> None:
-        """Replace every mirror's gradient by the sum of the gradients over its mirrors."""
+        """Replace every mirror's gradient by the sum over its mirrors (and, 'dist_*', over processes).
+
+        Dense gradients travel in buckets (see :mod:`mxlite.comm.buckets`), most of them already
+        reduced during backward when ``overlap`` is on; row-sparse gradients are summed per
+        parameter.
+
+        Raises:
+            NotImplementedError: row-sparse gradients with a 'dist_*' kvstore (not yet supported).
+        """
+        self._ensure_sync()
+        for _, sync in self._syncs.values():
+            if sync is not None:
+                sync.allreduce_grads()
         for param in self._params:
-            if param.grad_req == "null" or not param.is_initialized:
-                continue
-            if len(param.list_device()) == 1:
+            if param.grad_req == "null" or not param.is_initialized or id(param) in self._synced_params:
                 continue
             if param.grad_stype == "row_sparse":
-                _sum_row_sparse_into_all(param)
-            else:
-                _sum_into_all(param.list_grad())
+                if self._num_workers > 1:
+                    raise NotImplementedError(f"Parameter '{param.label}' has a row-sparse gradient: summing those "
+                                              "across processes is not supported yet; use sparse_grad=False")
+                if len(param.list_device()) > 1:
+                    _sum_row_sparse_into_all(param)
+
+    def _ensure_sync(self) -> None:
+        """Build a communicator and bucket plan per device list for the initialised dense parameters."""
+        groups: dict[tuple[Any, ...], list[Parameter]] = {}
+        for param in self._params:
+            if param.grad_req == "null" or not param.is_initialized or param.grad_stype != "default":
+                continue
+            groups.setdefault(tuple(param.list_device()), []).append(param)
+        for devices, params in groups.items():
+            if devices in self._syncs and all(id(p) in self._synced_params for p in params):
+                continue
+            comm = self._syncs[devices][0] if devices in self._syncs else self._communicator(list(devices))
+            self._broadcast_from_root(comm, [p for p in params if id(p) not in self._synced_params])
+            needed = comm.size > 1 or len(devices) > 1
+            sync = GradientSync(comm, params, self._bucket_bytes, self._overlap) if needed else None
+            self._syncs[devices] = (comm, sync)
+            self._synced_params.update(id(p) for p in params)
+
+    def _communicator(self, devices: list[Any]) -> Communicator:
+        kind = self._kvstore_type if isinstance(self._kvstore_type, str) else "device"
+        comm = _comm.create(kind, devices)
+        self._num_workers = max(self._num_workers, comm.size)
+        return comm
+
+    @staticmethod
+    def _broadcast_from_root(comm: Communicator, params: list[Parameter]) -> None:
+        """Every process starts from rank 0's values (one process: nothing to do)."""
+        if comm.size == 1:
+            return
+        for p in params:
+            comm.broadcast([d._data for d in p.list_data()], root=0)
 
     def update(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
         """Apply the optimizer to every mirror with its (already summed) gradient."""
         self._check_batch_size(batch_size)
-        self._optimizer.rescale_grad = self._scale / batch_size
+        # Each worker passes its own batch size; the gradient is averaged over workers.
+        self._optimizer.rescale_grad = self._scale / (batch_size * self._num_workers)
         opt = self._optimizer
         groups: dict[tuple[int, int], tuple[Any, list[tuple[int, Any]]]] = {}  # -> (arena, [(index, slot)])
         for index, param in enumerate(self._params):
@@ -313,17 +378,6 @@ def _copy_state(state: Any, device: Any) -> Any:
         with device.use():
             return device.xp.array(np.asarray(state))
     return state
-
-
-def _sum_into_all(grads: list[Any]) -> None:
-    """Sum dense gradient Tensors in device order and copy the sum into each of them."""
-    first = grads[0]
-    with first.device.use():
-        total = first._data.copy()
-        for g in grads[1:]:
-            total += _transfer(g._data, g.device, first.device, copy=False)
-    for g in grads:
-        g._assign(Tensor(total, first.device))
 
 
 def _sum_row_sparse_into_all(param: Parameter) -> None:

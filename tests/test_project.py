@@ -32,8 +32,13 @@ def test_no_pickle_on_any_load_path():
 
 
 def test_wheel_contains_kernels_and_dataset(tmp_path):
+    # Build from a clean copy: a stale build/ folder in the checkout would hide a package left
+    # out of pyproject.toml.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                 ".pytest_cache", ".ruff_cache"))
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                             "-w", str(tmp_path), ROOT], capture_output=True, text=True)
+                             "-w", str(tmp_path), str(source)], capture_output=True, text=True)
     if result.returncode != 0 and "No module named" in result.stderr:
         pytest.skip(f"cannot build a wheel here: {result.stderr.strip()[-200:]}")
     assert result.returncode == 0, result.stderr
@@ -43,6 +48,9 @@ def test_wheel_contains_kernels_and_dataset(tmp_path):
     for source in KERNELS:
         assert f"mxlite/kernels/{os.path.basename(source)}" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+    sources = {os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, "mxlite", "**", "*.py"), recursive=True)}
+    missing = sorted(f for f in sources if f.replace(os.sep, "/") not in names)
+    assert not missing, f"modules left out of the wheel (pyproject.toml packages): {missing}"
 
 
 RUFF = shutil.which("ruff", path=os.path.dirname(sys.executable)) or shutil.which("ruff")

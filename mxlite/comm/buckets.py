@@ -1,0 +1,184 @@
+"""Gradient buckets: zero-copy slices of the gradient arenas, reduced as soon as backward fills them.
+
+The gradient buffer of an arena holds gradients in reverse registration order, so backward,
+which produces the last layers' gradients first, fills it roughly from the front. A
+:class:`Bucket` is a run of parameters whose gradients are adjacent in every device mirror's
+arena: its buffer on each mirror is one slice of that arena's gradient buffer (no copy), and
+one collective reduces it.
+
+Cutting rule (SINGA's threshold rule): parameters are taken in gradient-buffer order and added
+to the open bucket while it stays within ``threshold_bytes``; a parameter larger than the
+threshold travels alone, small ones travel together. A bucket also ends where the next
+parameter is not adjacent (a parameter of another Trainer or one without gradient lies
+between) or lives on other devices or in another dtype.
+
+Overlap: :class:`GradientSync` registers a ready-hook on every mirror of every bucketed
+parameter; when backward has written the last gradient of a bucket on every mirror, the bucket
+is reduced at once (asynchronously on GPUs), while backward goes on with the earlier layers.
+``allreduce_grads`` then reduces what is left and waits for everything. The collectives are the
+same as without overlap, so the results are identical, bit for bit.
+
+With overlap, gradients are summed in place during backward: call backward once per step, or
+again over every parameter (the usual case). Gradient accumulation (``grad_req='add'``) turns
+overlap off for the parameters concerned.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .base import DONE, Communicator, Work
+
+__all__ = ["Bucket", "GradientSync", "plan_buckets", "DEFAULT_BUCKET_BYTES"]
+
+DEFAULT_BUCKET_BYTES = 25 * 2**20  # as PyTorch DDP: large enough to amortise latency, small enough to overlap
+
+
+@dataclass
+class Bucket:
+    """Parameters whose gradients are one contiguous slice of each mirror's gradient arena."""
+
+    params: list[Any]
+    arenas: list[Any]  # per mirror
+    start: list[int]  # per mirror, element offsets into the arena's gradient buffer
+    end: list[int]
+    leaves: frozenset[int] = frozenset()  # id() of every (parameter, mirror) leaf Tensor
+    pending: set[int] = field(default_factory=set)  # leaves not yet written by this backward
+    reduced: bool = False  # reduced during backward, not yet consumed by allreduce_grads
+    rewritten: set[int] = field(default_factory=set)  # leaves written again after the early reduction
+
+    @property
+    def nbytes(self) -> int:
+        return (self.end[0] - self.start[0]) * np.dtype(self.arenas[0].dtype).itemsize
+
+    def buffers(self) -> list[Any]:
+        """The bucket's slice of every mirror's gradient buffer (views)."""
+        return [a._grad_buf[s:e] for a, s, e in zip(self.arenas, self.start, self.end)]
+
+
+def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BYTES) -> list[Bucket]:
+    """Cut ``params`` (initialised, dense gradients) into buckets; see the module docstring.
+
+    Buckets come in gradient-buffer order of the first mirror, i.e. roughly the order backward
+    completes them.
+    """
+    entries = []
+    for p in params:
+        slots = p._arena_slots()
+        entries.append((tuple(str(d) for d in p.list_device()), np.dtype(p.dtype).name, slots[0][1].grad_offset, p,
+                        slots))
+    entries.sort(key=lambda e: e[:3])
+    buckets: list[Bucket] = []
+    current: Bucket | None = None
+    key = None
+    for devices, dtype, _, p, slots in entries:
+        arenas = [a for a, _ in slots]
+        size_bytes = slots[0][1].span * np.dtype(dtype).itemsize
+        adjacent = current is not None and key == (devices, dtype) and all(
+            a is ca and s.grad_offset == end for (a, s), ca, end in zip(slots, current.arenas, current.end))
+        if current is None or not adjacent or current.nbytes + size_bytes > threshold_bytes:
+            current = Bucket([], arenas, [s.grad_offset for _, s in slots], [s.grad_offset for _, s in slots])
+            buckets.append(current)
+            key = (devices, dtype)
+        current.params.append(p)
+        current.end = [s.grad_offset + s.span for _, s in slots]
+    for b in buckets:
+        b.leaves = frozenset(id(s.data) for p in b.params for _, s in p._arena_slots())
+        b.pending = set(b.leaves)
+    return buckets
+
+
+class GradientSync:
+    """Reduces a Trainer's dense gradients bucket by bucket, overlapping with backward.
+
+    Args:
+        comm: the communicator (its devices are the mirrors' devices, in order).
+        params: the parameters to keep in sync (initialised, dense gradients).
+        threshold_bytes: the bucket size bound.
+        overlap: reduce each bucket from backward's ready-hooks as soon as it is complete.
+    """
+
+    def __init__(self, comm: Communicator, params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BYTES,
+                 overlap: bool = True) -> None:
+        self.comm = comm
+        self.params = list(params)
+        self.threshold_bytes = threshold_bytes
+        self.overlap = overlap
+        self.buckets: list[Bucket] = []
+        self._grad_buffers: list[tuple[Any, Any]] = []  # (arena, grad buffer) the plan was made for
+        self._bucket_of: dict[int, Bucket] = {}
+        self._hooked: set[int] = set()
+        self._works: list[Work] = []
+        self.plan()
+
+    def plan(self) -> None:
+        """(Re)cut the buckets for the arenas' current layout and hook any new leaves."""
+        self.buckets = plan_buckets(self.params, self.threshold_bytes)
+        self._grad_buffers = [(a, a._grad_buf) for b in self.buckets for a in b.arenas]
+        self._bucket_of = {leaf: b for b in self.buckets for leaf in b.leaves}
+        if not self.overlap:
+            return
+        me = weakref.ref(self)
+        for p in self.params:
+            if p.grad_req != "write":
+                continue
+            for _, slot in p._arena_slots():
+                if id(slot.data) not in self._hooked:
+                    self._hooked.add(id(slot.data))
+                    slot.data._add_ready_hook(lambda leaf, me=me: (s := me()) is not None and s._on_ready(leaf))
+
+    def _stale_plan(self) -> bool:
+        return any(a._grad_buf is not buf for a, buf in self._grad_buffers)
+
+    def _on_ready(self, leaf: Any) -> None:
+        bucket = self._bucket_of.get(id(leaf))
+        if bucket is None or self._stale_plan():
+            return
+        if bucket.reduced:
+            bucket.rewritten.add(id(leaf))
+            if bucket.rewritten != bucket.leaves:
+                return
+            bucket.rewritten.clear()  # a whole second backward over the bucket: reduce it again
+            bucket.pending.clear()
+        bucket.pending.discard(id(leaf))
+        if not bucket.pending and all(p.grad_req == "write" for p in bucket.params):
+            self._works.append(self.comm.allreduce(bucket.buffers()))
+            bucket.reduced = True
+            bucket.pending = set(bucket.leaves)
+
+    def allreduce_grads(self) -> None:
+        """Reduce every bucket not yet reduced during backward, then wait for all of them.
+
+        Raises:
+            RuntimeError: a bucket was reduced during one backward and partly rewritten by a
+                later one (its gradients would mix sums and local values); names the parameters.
+        """
+        if self._stale_plan():
+            self.plan()
+        for bucket in self.buckets:
+            if bucket.reduced and bucket.rewritten:
+                names = sorted({p.label for p in bucket.params for _, s in p._arena_slots()
+                                if id(s.data) in bucket.rewritten})
+                self._reset()
+                raise RuntimeError(
+                    f"backward ran again before step and rewrote the gradients of {names} after their bucket "
+                    "had already been summed across devices; sum each step's gradients once (one backward per "
+                    "step), accumulate with grad_req='add', or create the Trainer with overlap=False")
+            if not bucket.reduced:
+                self._works.append(self.comm.allreduce(bucket.buffers()))
+        for work in self._works:
+            if work is not DONE:
+                work.wait()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._works.clear()
+        for bucket in self.buckets:
+            bucket.reduced = False
+            bucket.pending = set(bucket.leaves)
+            bucket.rewritten.clear()

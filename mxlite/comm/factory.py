@@ -1,0 +1,56 @@
+"""Choosing a communicator for a kvstore type and this process's devices."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ..device import Device
+from .base import Communicator
+from .local import LocalCommunicator
+from .mpi import MpiCommunicator, mpi_module
+from .nccl import NcclCommunicator, nccl_available
+
+__all__ = ["create", "launched_by_mpi", "DIST_TYPES", "LOCAL_TYPES"]
+
+LOCAL_TYPES = ("local", "device", "nccl")
+DIST_TYPES = ("dist_sync", "dist_sync_device", "dist_device_sync", "dist_async")
+
+# Environment variables that MPI launchers set in every rank (MPICH/Hydra, Open MPI, Slurm's PMI).
+_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
+
+
+def launched_by_mpi() -> bool:
+    """Whether this process was started by an MPI launcher (mpiexec, mxlite launch, srun)."""
+    return any(v in os.environ for v in _RANK_VARIABLES)
+
+
+def create(kind: str, devices: Sequence[Device]) -> Communicator:
+    """The communicator for kvstore type ``kind`` over ``devices`` (this process's devices).
+
+    * 'local', 'device', 'nccl': one process. GPUs use NCCL when CuPy has it ('local' and
+      'device' too: reducing on the devices is what makes them fast), else peer copies; CPU
+      devices reduce with NumPy.
+    * 'dist_*': every process started by the MPI launcher, one device per process for GPUs.
+      GPU buffers travel over NCCL (unique id broadcast over MPI) when available, else through
+      the host over MPI; CPU buffers over MPI.
+
+    Raises:
+        ValueError: an unknown type, or 'nccl' with CPU devices.
+        RuntimeError: a 'dist_*' type without mpi4py, or 'nccl' without NCCL.
+    """
+    devices = list(devices)
+    gpus = all(d.is_gpu for d in devices)
+    if kind in DIST_TYPES:
+        mpi = mpi_module()
+        world = mpi.COMM_WORLD
+        if gpus and nccl_available():
+            return NcclCommunicator(devices, mpi_comm=world)
+        return MpiCommunicator(devices, world)
+    if kind not in LOCAL_TYPES:
+        raise ValueError(f"unknown kvstore type {kind!r}; known: {', '.join(LOCAL_TYPES + DIST_TYPES)}")
+    if kind == "nccl" and not gpus:
+        raise ValueError(f"kvstore 'nccl' reduces GPU buffers; these devices are not all GPUs: {devices}")
+    if gpus and len(devices) > 1 and (kind == "nccl" or nccl_available()):
+        return NcclCommunicator(devices)
+    return LocalCommunicator(devices)

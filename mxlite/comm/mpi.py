@@ -1,0 +1,92 @@
+"""MpiCommunicator: several processes bootstrapped by MPI (mpi4py); CPU buffers travel over MPI.
+
+Each process reduces its own devices first (as the local communicator does), then the host
+buffer is summed over the processes with ``MPI_Allreduce``. float16 buffers travel as float32
+(MPI has no standard half type), which also keeps a sum of many half values from overflowing.
+GPU buffers on this path are staged through the host; :class:`~mxlite.comm.NcclCommunicator`
+is the fast path for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from .base import DONE, Communicator, Work
+
+__all__ = ["MpiCommunicator", "mpi_module"]
+
+
+def mpi_module() -> Any:
+    """``mpi4py.MPI``; RuntimeError saying how to install it when it is missing."""
+    try:
+        from mpi4py import MPI  # noqa: PLC0415 - optional dependency, loaded on first use
+    except ImportError as exc:
+        raise RuntimeError("multi-process training needs mpi4py and an MPI library: "
+                           "pip install 'mxlite[mpi]' (mpi4py and the mpich wheel)") from exc
+    return MPI
+
+
+def _host(array: Any) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    return array.get()
+
+
+class MpiCommunicator(Communicator):
+    """Collectives over this process's devices and the processes of ``comm`` (default COMM_WORLD).
+
+    Raises:
+        RuntimeError: mpi4py is not installed.
+    """
+
+    def __init__(self, devices: Sequence[Device], comm: Any = None) -> None:
+        super().__init__(devices)
+        mpi = mpi_module()
+        self._mpi = mpi
+        self.comm = comm if comm is not None else mpi.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def allreduce(self, buffers: Sequence[Any], average: bool = False) -> Work:
+        """Replace every buffer by the sum (``average``: the mean) over all devices and processes."""
+        self._check(buffers, "allreduce")
+        total = self._local_sum(buffers) if len(buffers) > 1 else buffers[0]
+        host = _host(total)
+        wire = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+        self.comm.Allreduce(self._mpi.IN_PLACE, wire, op=self._mpi.SUM)
+        if average:
+            wire /= self.contributions
+        result = wire if wire.dtype == host.dtype else wire.astype(host.dtype)
+        for device, buf in zip(self.devices, buffers):
+            with device.use():
+                buf[...] = result if isinstance(buf, np.ndarray) else device.xp.asarray(result)
+        return DONE
+
+    def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:
+        """Every buffer becomes process ``root``'s first buffer."""
+        if not 0 <= root < self.size:
+            raise ValueError(f"broadcast root {root} out of range for {self.size} processes")
+        self._check(buffers, "broadcast")
+        host = np.ascontiguousarray(_host(buffers[0]))
+        if host is not buffers[0] and self.rank != root:
+            host = host.copy()
+        self.comm.Bcast(host, root=root)
+        for device, buf in zip(self.devices, buffers):
+            if buf is not host:
+                with device.use():
+                    buf[...] = host if isinstance(buf, np.ndarray) else device.xp.asarray(host)
+
+    def allgather(self, array: Any) -> list[np.ndarray]:
+        """Every process's ``array`` (1-D after flattening; sizes may differ), in rank order."""
+        host = np.ascontiguousarray(_host(array)).reshape(-1)
+        sizes = np.asarray(self.comm.allgather(int(host.size)), dtype=np.int64)
+        out = np.empty(int(sizes.sum()), dtype=host.dtype)
+        self.comm.Allgatherv(host, [out, sizes])
+        return np.split(out, np.cumsum(sizes)[:-1])
+
+    def barrier(self) -> None:
+        """MPI_Barrier over the communicator's processes."""
+        self.comm.Barrier()

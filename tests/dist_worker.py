@@ -1,0 +1,76 @@
+"""A rank of the multi-process tests (run by tests/test_dist.py under ``mpiexec -n N``).
+
+Usage: ``python tests/dist_worker.py MODE OUT_DIR``
+
+* ``train``: rank r seeds its own initial values (so rank 0's broadcast must fix the others),
+  trains a float64 MLP with ``kvstore='dist_sync'`` on its share of each batch for 8 steps and
+  writes its parameters to ``OUT_DIR/rank{r}.npz``.
+* ``collectives``: exercises MpiCommunicator's calls and writes what it saw to
+  ``OUT_DIR/rank{r}.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import mxlite as mx
+from mxlite.comm import MpiCommunicator
+
+STEPS, BATCH = 8, 8
+
+
+def batch(step: int):
+    rng = np.random.default_rng(100 + step)
+    return rng.normal(size=(BATCH, 6)), rng.integers(0, 5, size=BATCH)
+
+
+def net_for(seed: int, devices):
+    mx.random.seed(seed)
+    net = mx.nn.Sequential(mx.nn.Dense(16, activation="relu", in_units=6, dtype="float64"),
+                           mx.nn.Dense(5, in_units=16, dtype="float64"))
+    net.initialize(mx.init.Xavier(), device=devices)
+    return net
+
+
+def train(out: str) -> None:
+    from mpi4py import MPI
+
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    net = net_for(rank, [mx.cpu(0)])
+    trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01, "wd": 1e-3}, kvstore="dist_sync",
+                         bucket_bytes=512)
+    assert trainer.num_workers == size
+    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
+    share = BATCH // size
+    for step in range(STEPS):
+        x, y = batch(step)
+        mine = slice(rank * share, (rank + 1) * share)
+        with mx.autograd.record():
+            loss = loss_fn(net(mx.array(x[mine])), mx.array(y[mine]))
+        loss.backward()
+        trainer.step(share)
+    net.save_parameters(os.path.join(out, f"rank{rank}.npz"))
+
+
+def collectives(out: str) -> None:
+    comm = MpiCommunicator([mx.cpu(0), mx.cpu(1)])
+    r = comm.rank
+    a = [np.full(5, r + 1.0, np.float32), np.full(5, 10.0 * (r + 1), np.float32)]
+    comm.allreduce(a)
+    h = [np.full(3, 60000.0, np.float16), np.full(3, 1.0, np.float16)]
+    comm.allreduce(h, average=True)
+    b = [np.arange(4.0) * (r + 1), np.zeros(4)]
+    comm.broadcast(b, root=1)
+    gathered = comm.allgather(np.arange(r + 2, dtype=np.int64))
+    comm.barrier()
+    with open(os.path.join(out, f"rank{r}.json"), "w") as f:
+        json.dump({"rank": r, "size": comm.size, "sum": [x.tolist() for x in a], "avg16": [x.tolist() for x in h],
+                   "bcast": [x.tolist() for x in b], "gather": [g.tolist() for g in gathered]}, f)
+
+
+if __name__ == "__main__":
+    {"train": train, "collectives": collectives}[sys.argv[1]](sys.argv[2])
