@@ -87,9 +87,11 @@ def test_mpi_collectives(tmp_path):
 @needs_mpi
 def test_mxlite_launch_runs_a_script_in_n_processes(tmp_path):
     script = tmp_path / "hello.py"
-    script.write_text("from mpi4py import MPI\nc = MPI.COMM_WORLD\nprint(f'rank {c.rank} of {c.size}')\n")
+    script.write_text("import sys\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+                      "open(f'{sys.argv[1]}/rank{c.rank}', 'w').write(f'{c.rank} of {c.size}')\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "mxlite", "launch", "-n", "2", str(script)], capture_output=True,
-                            text=True, timeout=120, env=env)
+    result = subprocess.run([sys.executable, "-m", "mxlite", "launch", "-n", "2", str(script), str(tmp_path)],
+                            capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.split("\n")[:2]) == ["rank 0 of 2", "rank 1 of 2"]
+    # (each rank writes a file: the ranks' stdout lines may interleave)
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["0 of 2", "1 of 2"]
