@@ -51,10 +51,15 @@ class Bucket:
     pending: set[int] = field(default_factory=set)  # leaves not yet written by this backward
     reduced: bool = False  # reduced during backward, not yet consumed by allreduce_grads
     rewritten: set[int] = field(default_factory=set)  # leaves written again after the early reduction
+    grad_bufs: list[Any] = field(default_factory=list)  # per mirror, the gradient buffer the slices index
 
     @property
     def nbytes(self) -> int:
         return (self.end[0] - self.start[0]) * np.dtype(self.arenas[0].dtype).itemsize
+
+    def stale(self) -> bool:
+        """Whether an arena has been reallocated since the plan (the offsets no longer hold)."""
+        return any(a._grad_buf is not buf for a, buf in zip(self.arenas, self.grad_bufs))
 
     def buffers(self) -> list[Any]:
         """The bucket's slice of every mirror's gradient buffer (views)."""
@@ -88,6 +93,7 @@ def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BY
         current.params.append(p)
         current.end = [s.grad_offset + s.span for _, s in slots]
     for b in buckets:
+        b.grad_bufs = [a._grad_buf for a in b.arenas]
         b.leaves = frozenset(id(s.data) for p in b.params for _, s in p._arena_slots())
         b.pending = set(b.leaves)
     return buckets
@@ -110,7 +116,6 @@ class GradientSync:
         self.threshold_bytes = threshold_bytes
         self.overlap = overlap
         self.buckets: list[Bucket] = []
-        self._grad_buffers: list[tuple[Any, Any]] = []  # (arena, grad buffer) the plan was made for
         self._bucket_of: dict[int, Bucket] = {}
         self._hooked: set[int] = set()
         self._works: list[Work] = []
@@ -119,7 +124,6 @@ class GradientSync:
     def plan(self) -> None:
         """(Re)cut the buckets for the arenas' current layout and hook any new leaves."""
         self.buckets = plan_buckets(self.params, self.threshold_bytes)
-        self._grad_buffers = [(a, a._grad_buf) for b in self.buckets for a in b.arenas]
         self._bucket_of = {leaf: b for b in self.buckets for leaf in b.leaves}
         if not self.overlap:
             return
@@ -133,11 +137,11 @@ class GradientSync:
                     slot.data._add_ready_hook(lambda leaf, me=me: (s := me()) is not None and s._on_ready(leaf))
 
     def _stale_plan(self) -> bool:
-        return any(a._grad_buf is not buf for a, buf in self._grad_buffers)
+        return any(b.stale() for b in self.buckets)
 
     def _on_ready(self, leaf: Any) -> None:
         bucket = self._bucket_of.get(id(leaf))
-        if bucket is None or self._stale_plan():
+        if bucket is None or bucket.stale():  # a grown arena: replanned at the next allreduce_grads
             return
         if bucket.reduced:
             bucket.rewritten.add(id(leaf))
