@@ -21,8 +21,9 @@
 // of the wire (0x7e00 / 0x7fc0, sign dropped): GPU arithmetic returns canonical NaNs where the
 // host keeps payloads and signs, so only canonical NaNs let NumPy and CUDA agree on every bit.
 //
-// Products and sums use __fmul_rn / __fadd_rn where a multiply feeds an add: NVRTC contracts
-// a*b + c into an FMA by default, which NumPy (two roundings) would not match.
+// Products and sums go through add_ieee / mul_ieee (PTX add.rn / mul.rn, never contracted into
+// an FMA and never flushing subnormals), so they hold whatever the compile options; the module is
+// also compiled with --fmad=false like every mxlite kernel (mxlite/_kernels.py: _NVRTC_OPTIONS).
 //
 // Every kernel takes its length n and loops grid-stride, so any grid size is correct.
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for every

@@ -34,8 +34,24 @@
 // update reads and writes master, and weight receives its rounded copy. A state pointer that
 // is null means the rule runs without that state (e.g. SGD without momentum).
 //
+// Arithmetic, kept equal to the twins' operation by operation:
+// - Compiled with --fmad=false (mxlite/_kernels.py: _NVRTC_OPTIONS): NVRTC would otherwise
+//   contract a*b + c into one FMA (one rounding), where NumPy rounds the product and the sum
+//   separately. The twins and the rtol-1e-6 kernel-versus-twin tests then hold as written; an FMA
+//   would need error-bound tolerances for every rule, and saves nothing measurable in kernels
+//   bound by memory bandwidth.
+// - Derived constants (1-beta1, 1-beta2, 1-rho, 1-momentum) are arguments: the host computes
+//   them in float64 and rounds once to float32, the value NumPy uses when a float32 array meets
+//   the Python float `1.0 - beta` in the twin. Computing 1.0f - beta in float32 from the rounded
+//   beta would differ from it by up to 2^-24*beta/(1-beta) relative (1.3e-5 for beta2 = 0.999).
+// - Clamps, max and sign keep NaN (clamp_keep_nan, max_keep_nan, sign_of) as np.clip,
+//   np.maximum and np.sign do: fminf/fmaxf return the other operand, so a NaN gradient would
+//   silently become a full step of -clip.
+// - CuPy compiles every RawModule with -ftz=true: subnormal float32 values flush to zero on the
+//   GPU, where the twins keep them. Results differ only where a value falls below 2^-126.
+//
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
-// instantiation, and by `nvcc --ptx -arch=sm_80` in the test suite.
+// instantiation, and by `nvcc --ptx -arch=sm_80` (same options) in the test suite.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -73,14 +89,26 @@ __device__ __forceinline__ Chunk this_chunk(const int *chunk_seg, const long lon
     return Chunk{s, chunk_start[blockIdx.x], chunk_end[blockIdx.x], seg_gshift[s]};
 }
 
+// min(max(x, lo), hi), NaN staying NaN (np.clip); fminf/fmaxf would return a bound for NaN.
+__device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) {
+    return x != x ? x : fminf(fmaxf(x, lo), hi);
+}
+
+// max(a, b), NaN when either is NaN (np.maximum).
+__device__ __forceinline__ float max_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+
+// min(a, b), NaN when either is NaN (np.minimum).
+__device__ __forceinline__ float min_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
+
 // G = clip(rescale * g, +-clip) + wd * w   (clip <= 0 disables clipping)
 __device__ __forceinline__ float effective_grad(float g, float w, float rescale, float clip, float wd) {
     g *= rescale;
-    if (clip > 0.0f) g = fminf(fmaxf(g, -clip), clip);
+    if (clip > 0.0f) g = clamp_keep_nan(g, -clip, clip);
     return g + wd * w;
 }
 
-__device__ __forceinline__ float sign_of(float x) { return (float)((x > 0.0f) - (x < 0.0f)); }
+// -1, 0 or 1, and NaN for NaN (np.sign; np.sign(-0.0) is +0.0, as here).
+__device__ __forceinline__ float sign_of(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
 
 template <typename T> __device__ __forceinline__ float load_weight(const T *weight, const float *master, long long i) {
     return master ? master[i] : to_f32(weight[i]);
@@ -167,13 +195,14 @@ __global__ void nag_update(T *__restrict__ weight, const T *__restrict__ grad, f
 template <typename T>
 __global__ void adam_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
                             float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
-                            float clip, float beta1, float beta2, float epsilon) {
+                            float clip, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                            float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr_t = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float m = beta1 * mean[i] + (1.0f - beta1) * g;     // m = b1*m + (1-b1)*G
-        const float v = beta2 * var[i] + (1.0f - beta2) * g * g;  // v = b2*v + (1-b2)*G^2
+        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
+        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*G^2
         mean[i] = m;
         var[i] = v;
         w -= lr_t * m / (sqrtf(v) + epsilon);                     // w -= lr_t*m/(sqrt(v)+eps)
@@ -184,13 +213,14 @@ __global__ void adam_update(T *__restrict__ weight, const T *__restrict__ grad, 
 template <typename T>
 __global__ void adamw_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
                              float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
-                             float clip, float beta1, float beta2, float epsilon) {
+                             float clip, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                             float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float eta = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, 0.0f);
-        const float m = beta1 * mean[i] + (1.0f - beta1) * g;
-        const float v = beta2 * var[i] + (1.0f - beta2) * g * g;
+        const float m = beta1 * mean[i] + one_minus_beta1 * g;
+        const float v = beta2 * var[i] + one_minus_beta2 * g * g;
         mean[i] = m;
         var[i] = v;
         w -= eta * (m / (sqrtf(v) + epsilon) + wd * w);  // w -= eta*(m/(sqrt(v)+eps) + wd*w)
@@ -201,16 +231,16 @@ __global__ void adamw_update(T *__restrict__ weight, const T *__restrict__ grad,
 template <typename T>
 __global__ void rmsprop_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ n_buf,
                                float *__restrict__ mean, float *__restrict__ delta, float *__restrict__ master,
-                               CHUNK_TABLES, float rescale, float clip, float rho, float momentum, float epsilon,
-                               float clip_weights) {
+                               CHUNK_TABLES, float rescale, float clip, float rho, float one_minus_rho,
+                               float momentum, float epsilon, float clip_weights) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float n = rho * n_buf[i] + (1.0f - rho) * g * g;  // n = rho*n + (1-rho)*G^2
+        const float n = rho * n_buf[i] + one_minus_rho * g * g;  // n = rho*n + (1-rho)*G^2
         n_buf[i] = n;
         if (mean) {
-            const float gbar = rho * mean[i] + (1.0f - rho) * g;  // mean = rho*mean + (1-rho)*G
+            const float gbar = rho * mean[i] + one_minus_rho * g;  // mean = rho*mean + (1-rho)*G
             mean[i] = gbar;
             const float d = momentum * delta[i] - lr * g / sqrtf(n - gbar * gbar + epsilon);
             delta[i] = d;                                         // delta = mu*delta - lr*G/sqrt(n-mean^2+eps)
@@ -218,7 +248,7 @@ __global__ void rmsprop_update(T *__restrict__ weight, const T *__restrict__ gra
         } else {
             w -= lr * g / sqrtf(n + epsilon);                     // w -= lr*G/sqrt(n+eps)
         }
-        if (clip_weights > 0.0f) w = fminf(fmaxf(w, -clip_weights), clip_weights);
+        if (clip_weights > 0.0f) w = clamp_keep_nan(w, -clip_weights, clip_weights);
     });
 }
 
@@ -240,15 +270,15 @@ __global__ void adagrad_update(T *__restrict__ weight, const T *__restrict__ gra
 template <typename T>
 __global__ void adadelta_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ acc_g,
                                 float *__restrict__ acc_delta, float *__restrict__ master, CHUNK_TABLES,
-                                float rescale, float clip, float rho, float epsilon) {
+                                float rescale, float clip, float rho, float one_minus_rho, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float eg = rho * acc_g[i] + (1.0f - rho) * g * g;          // Eg = rho*Eg + (1-rho)*G^2
+        const float eg = rho * acc_g[i] + one_minus_rho * g * g;         // Eg = rho*Eg + (1-rho)*G^2
         const float d = sqrtf(acc_delta[i] + epsilon) / sqrtf(eg + epsilon) * g;
         acc_g[i] = eg;
-        acc_delta[i] = rho * acc_delta[i] + (1.0f - rho) * d * d;         // Ed = rho*Ed + (1-rho)*d^2
+        acc_delta[i] = rho * acc_delta[i] + one_minus_rho * d * d;        // Ed = rho*Ed + (1-rho)*d^2
         w -= lr * d;                                                      // w -= lr*d
     });
 }
@@ -256,13 +286,14 @@ __global__ void adadelta_update(T *__restrict__ weight, const T *__restrict__ gr
 // seg_hp: [lr, wd, decay]: decay = 1 - lr*wd_lh with momentum, 1 - lr*(wd + wd_lh) without.
 template <typename T>
 __global__ void signum_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
-                              float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
+                              float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum,
+                              float one_minus_momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1], decay = seg_hp[HP * c.seg + 2];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         if (mom) {
             const float g = effective_grad(raw, w, rescale, clip, wd);
-            const float m = momentum * mom[i] - (1.0f - momentum) * g;  // mom = mu*mom - (1-mu)*G
+            const float m = momentum * mom[i] - one_minus_momentum * g;  // mom = mu*mom - (1-mu)*G
             mom[i] = m;
             w = w * decay + lr * sign_of(m);                            // w = decay*w + lr*sign(mom)
         } else {
@@ -286,7 +317,7 @@ __global__ void ftrl_update(T *__restrict__ weight, const T *__restrict__ grad, 
         const float n = n_old + g * g;                                   // n += g^2
         z_buf[i] = z;
         n_buf[i] = n;
-        const float shrunk = sign_of(z) * fmaxf(fabsf(z) - lamda1, 0.0f);
+        const float shrunk = sign_of(z) * max_keep_nan(fabsf(z) - lamda1, 0.0f);
         w = -shrunk / ((beta + sqrtf(n)) / lr + wd);                      // w = -shrunk/((beta+sqrt(n))/lr + wd)
     });
 }
@@ -296,16 +327,16 @@ __global__ void ftrl_update(T *__restrict__ weight, const T *__restrict__ grad, 
 template <typename T>
 __global__ void lamb_phase1(const T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
                             float *__restrict__ var, const float *__restrict__ master, CHUNK_TABLES,
-                            double *__restrict__ seg_sums, float rescale, float clip, float beta1, float beta2,
-                            float epsilon) {
+                            double *__restrict__ seg_sums, float rescale, float clip, float beta1,
+                            float one_minus_beta1, float beta2, float one_minus_beta2, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float wd = seg_hp[HP * c.seg + 1], c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
     float w_sq = 0.0f, u_sq = 0.0f;
     for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
         const float w = load_weight(weight, master, i);
         const float g = effective_grad(to_f32(grad[i + c.gshift]), w, rescale, clip, 0.0f);
-        const float m = beta1 * mean[i] + (1.0f - beta1) * g;     // m = b1*m + (1-b1)*g
-        const float v = beta2 * var[i] + (1.0f - beta2) * g * g;  // v = b2*v + (1-b2)*g^2
+        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*g
+        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*g^2
         mean[i] = m;
         var[i] = v;
         const float u = (m / c1) / (sqrtf(v / c2) + epsilon) + wd * w;
@@ -326,8 +357,8 @@ __global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ me
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     const float c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
     float r1 = (float)sqrt(seg_sums[2 * c.seg]);
-    if (lower_bound >= 0.0f) r1 = fmaxf(r1, lower_bound);
-    if (upper_bound >= 0.0f) r1 = fminf(r1, upper_bound);
+    if (lower_bound >= 0.0f) r1 = max_keep_nan(r1, lower_bound);
+    if (upper_bound >= 0.0f) r1 = min_keep_nan(r1, upper_bound);
     const float r2 = (float)sqrt(seg_sums[2 * c.seg + 1]);
     const float step = lr * ((r1 > 0.0f && r2 > 0.0f) ? r1 / r2 : 1.0f);
     for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
@@ -388,21 +419,21 @@ __global__ void lars_update(T *__restrict__ weight, const T *__restrict__ grad, 
     template __global__ void sgd_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
     template __global__ void nag_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
     template __global__ void adam_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
-                                            float, float, float);                                              \
+                                            float, float, float, float, float);                                \
     template __global__ void adamw_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,      \
-                                             float, float, float, float);                                      \
+                                             float, float, float, float, float, float);                        \
     template __global__ void rmsprop_update<T>(T *, const T *, float *, float *, float *, float *, TABLE_TYPES,  \
-                                               float, float, float, float, float, float);                      \
+                                               float, float, float, float, float, float, float);               \
     template __global__ void adagrad_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,      \
                                                float);                                                         \
     template __global__ void adadelta_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,   \
-                                                float, float, float);                                          \
+                                                float, float, float, float);                                   \
     template __global__ void signum_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,       \
-                                              float);                                                          \
+                                              float, float);                                                   \
     template __global__ void ftrl_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
                                             float, float);                                                     \
     template __global__ void lamb_phase1<T>(const T *, const T *, float *, float *, const float *, TABLE_TYPES,  \
-                                            double *, float, float, float, float, float);                      \
+                                            double *, float, float, float, float, float, float, float);        \
     template __global__ void lamb_phase2<T>(T *, const float *, const float *, float *, TABLE_TYPES,              \
                                             const double *, float, float, float);                              \
     template __global__ void lars_norms<T>(const T *, const T *, const float *, TABLE_TYPES, double *);          \

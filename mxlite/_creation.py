@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.tensor import Tensor, _transfer
+from ._copy import copy_between
+from .autograd.tensor import Tensor
 from .device import Device, as_device, cpu, device_of
 
 __all__ = ["array", "zeros", "ones", "full", "empty", "arange", "from_dlpack", "from_numpy"]
@@ -46,7 +47,7 @@ def array(data: Any, device: Device | str | None = None, dtype: Any = None) -> T
         src, src_dev = arr, cpu(0)
         if dtype is None:
             dtype = _DEFAULT_DTYPE
-    out = _transfer(src, src_dev, dev, copy=True)
+    out = copy_between(src, src_dev, dev, copy=True)
     if dtype is not None and out.dtype != np.dtype(dtype):
         with dev.use():
             out = out.astype(_dtype(dtype))
@@ -99,15 +100,76 @@ def arange(start: float, stop: float | None = None, step: float = 1.0, device: D
     return Tensor(data, dev)
 
 
-def from_dlpack(capsule_or_array: Any) -> Tensor:
-    """A tensor sharing memory with a DLPack producer (an object with ``__dlpack__``).
+# DLPack's device types (dlpack.h: DLDeviceType) and the capsule names of its Python protocol.
+_KDLCPU = 1
+_LEGACY_CAPSULE, _VERSIONED_CAPSULE = b"dltensor", b"dltensor_versioned"
+# Byte offset of DLTensor.device.device_type in the capsule's struct (dlpack.h): DLManagedTensor
+# starts with its DLTensor, whose `void *data` comes first; DLManagedTensorVersioned puts a
+# DLPackVersion (2 x uint32), manager_ctx, deleter and uint64 flags before it.
+_DEVICE_TYPE_OFFSET = {_LEGACY_CAPSULE: 8, _VERSIONED_CAPSULE: 8 + 8 + 8 + 8 + 8}
 
-    CPU producers become ``cpu(0)`` tensors (NumPy), CUDA producers ``gpu(i)`` tensors (CuPy).
+
+class _Capsule:
+    """Hands a CPU DLPack capsule to ``numpy.from_dlpack``, which only takes producers."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_KDLCPU, 0)
+
+
+def _capsule_device_type(capsule: Any) -> int:
+    """The DLDeviceType of an unconsumed DLPack ``PyCapsule`` (legacy or versioned).
+
+    Raises:
+        ValueError: a capsule that is not a DLPack tensor, or was already consumed.
     """
-    kind = capsule_or_array.__dlpack_device__()[0] if hasattr(capsule_or_array, "__dlpack_device__") else 1
-    if kind == 1:  # kDLCPU
-        return Tensor(np.from_dlpack(capsule_or_array), cpu(0))
+    import ctypes  # noqa: PLC0415 - only for raw capsules
+
+    # Private prototypes: setting argtypes on ctypes.pythonapi's functions would change them for everyone.
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    name = get_name(capsule)
+    if name not in _DEVICE_TYPE_OFFSET:
+        shown = name.decode(errors="replace") if name is not None else None
+        raise ValueError(f"from_dlpack: a PyCapsule named {shown!r} is not an unconsumed DLPack tensor "
+                         f"(expected 'dltensor' or 'dltensor_versioned'; a capsule can be imported only once)")
+    pointer = get_pointer(capsule, name)
+    return ctypes.c_int32.from_address(pointer + _DEVICE_TYPE_OFFSET[name]).value
+
+
+def from_dlpack(capsule_or_array: Any) -> Tensor:
+    """A tensor sharing memory with a DLPack producer (an object with ``__dlpack__``) or capsule.
+
+    A legacy DLPack ``PyCapsule`` (what ``toDlpack()``/``to_dlpack()`` return) is accepted too,
+    and its device read from the capsule itself. CPU data becomes a ``cpu(0)`` tensor (NumPy),
+    CUDA data a ``gpu(i)`` tensor (CuPy). NumPy marks the memory of a legacy CPU capsule
+    read-only (the capsule cannot say whether writing is allowed): copy such a tensor to update it.
+
+    Raises:
+        TypeError: neither a DLPack producer nor a capsule.
+        ValueError: a capsule that is not an unconsumed DLPack tensor.
+    """
+    if hasattr(capsule_or_array, "__dlpack__"):
+        if not hasattr(capsule_or_array, "__dlpack_device__"):
+            raise TypeError(f"from_dlpack: {type(capsule_or_array).__name__} has __dlpack__ but no "
+                            "__dlpack_device__, so its device is unknown")
+        kind = int(capsule_or_array.__dlpack_device__()[0])
+        producer = capsule_or_array
+    elif type(capsule_or_array).__name__ == "PyCapsule":
+        kind = _capsule_device_type(capsule_or_array)
+        producer = _Capsule(capsule_or_array) if kind == _KDLCPU else capsule_or_array
+    else:
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__ or a DLPack PyCapsule, got "
+                        f"{type(capsule_or_array).__name__}")
+    if kind == _KDLCPU:
+        return Tensor(np.from_dlpack(producer), cpu(0))
     import cupy  # noqa: PLC0415 - CUDA producers need CuPy
 
-    data = cupy.from_dlpack(capsule_or_array)
+    data = cupy.from_dlpack(producer)  # CuPy takes producers and (for backward compatibility) raw capsules
     return Tensor(data, device_of(data))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._copy import as_host
 from .random import host_generator
 
 __all__ = ["Initializer", "Zero", "One", "Constant", "Uniform", "Normal", "Xavier", "create", "register"]
@@ -74,13 +75,13 @@ class One(Initializer):
 
 @register
 class Constant(Initializer):
-    """Fill with ``value`` (a scalar, or an array broadcastable to the parameter's shape)."""
+    """Fill with ``value``: a scalar, or an array (NumPy, CuPy, Tensor) broadcastable to the parameter's shape."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
     def _init_weight(self, name: str, arr: np.ndarray) -> None:
-        arr[...] = np.asarray(self.value)
+        arr[...] = as_host(self.value)  # np.asarray raises on a CuPy array
 
 
 @register

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import autograd
+from ._copy import as_host
 from ._creation import array
 from .autograd.tensor import Tensor
 from .device import Device, as_device
@@ -65,14 +66,16 @@ def slice_sizes(batch: int, num_slice: int, even_split: bool = True,
 
 def split_data(data: Any, num_slice: int, batch_axis: int = 0, even_split: bool = True,
                workload: Sequence[float] | None = None) -> list[Any]:
-    """Cut ``data`` (Tensor or NumPy array) into ``num_slice`` slices along ``batch_axis``.
+    """Cut ``data`` (Tensor, NumPy or CuPy array, or nested list) into ``num_slice`` slices along ``batch_axis``.
 
-    Slices are views where the input allows; see :func:`slice_sizes` for sizes and errors.
-    A negative ``batch_axis`` counts from the last axis.
+    Slices are views where the input allows (a nested list becomes a NumPy array first); see
+    :func:`slice_sizes` for sizes and errors. A negative ``batch_axis`` counts from the last axis.
 
     Raises:
         ValueError: ``batch_axis`` out of range for ``data``'s shape, and :func:`slice_sizes`' errors.
     """
+    if not hasattr(data, "shape"):
+        data = as_host(data)
     shape = tuple(data.shape)
     if not -len(shape) <= batch_axis < len(shape):
         raise ValueError(f"batch_axis {batch_axis} is out of range for data of shape {shape}")
@@ -95,7 +98,9 @@ def split_and_load(data: Any, device_list: Sequence[Device] | Device, batch_axis
     """Split ``data`` along ``batch_axis`` and copy slice ``i`` to ``device_list[i]``.
 
     Args:
-        data: a Tensor, NumPy array or nested list.
+        data: a Tensor, a NumPy or CuPy array (a CuPy array is sliced on its GPU and each slice
+            copied from there), another device array with ``get()`` (read to the host first),
+            or a nested list.
         device_list: the devices, one slice each.
         workload: relative speed of each device (slice sizes proportional to it).
 
@@ -113,8 +118,8 @@ def split_and_load(data: Any, device_list: Sequence[Device] | Device, batch_axis
     if twice:
         raise ValueError(f"split_and_load: device_list {devices} names {', '.join(twice)} more than once; "
                          "list each device once")
-    if not isinstance(data, (Tensor, np.ndarray)):
-        data = np.asarray(data)
+    if not isinstance(data, (Tensor, np.ndarray)) and not hasattr(data, "__cuda_array_interface__"):
+        data = as_host(data)  # np.asarray would raise on a device array
     if len(devices) == 1:
         return [data.to(devices[0]) if isinstance(data, Tensor) else array(data, devices[0], data.dtype)]
     parts = split_data(data, len(devices), batch_axis, even_split, workload)

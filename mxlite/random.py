@@ -122,9 +122,29 @@ def _shape(shape: Any) -> tuple[int, ...]:
     return (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
 
 
+# dtypes CuPy's generators draw natively (cuRAND's float and double generators); other float
+# dtypes (float16) are drawn as float32 and rounded, which costs no precision float16 can hold.
+_NATIVE_GPU = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _draw(dev: Device, gen: Any, method: str, a: float, b: float, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """``gen.<method>(a, b, shape)`` as ``dtype`` on ``dev``.
+
+    GPU: drawn in ``dtype`` itself when CuPy can, else in float32 (float16) or float64 (the rest)
+    and cast, so a float32 draw neither costs a float64 pass nor rounds twice. CPU: NumPy's
+    generator draws float64 (its ``normal``/``uniform`` take no dtype), then cast; these are the
+    values every seeded CPU run has always produced.
+    """
+    if dev.device_type == "cpu":
+        return getattr(gen, method)(a, b, size=shape).astype(dtype)
+    draw_as = dtype if dtype in _NATIVE_GPU else np.dtype(np.float32) if dtype == np.float16 else np.dtype(np.float64)
+    data = getattr(gen, method)(a, b, size=shape, dtype=draw_as)
+    return data if data.dtype == dtype else data.astype(dtype)
+
+
 def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (), dtype: Any = None,
            device: Device | str | None = None) -> Tensor:
-    """Samples of N(loc, scale²) on ``device`` (float32 by default).
+    """Samples of N(loc, scale²) on ``device`` (float32 by default; see :func:`_draw` for the GPU's dtypes).
 
     Raises:
         ValueError: negative ``scale``.
@@ -135,13 +155,13 @@ def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (), dtype: Any = N
     dtype = np.dtype(dtype or np.float32)
     gen = _generator(dev)
     with dev.use():
-        data = gen.normal(loc, scale, size=_shape(shape)).astype(dtype)
+        data = _draw(dev, gen, "normal", loc, scale, _shape(shape), dtype)
     return Tensor(data, dev)
 
 
 def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None,
             device: Device | str | None = None) -> Tensor:
-    """Samples of U[low, high) on ``device`` (float32 by default).
+    """Samples of U[low, high) on ``device`` (float32 by default; see :func:`_draw` for the GPU's dtypes).
 
     Raises:
         ValueError: ``high < low``.
@@ -152,7 +172,7 @@ def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = N
     dtype = np.dtype(dtype or np.float32)
     gen = _generator(dev)
     with dev.use():
-        data = gen.uniform(low, high, size=_shape(shape)).astype(dtype)
+        data = _draw(dev, gen, "uniform", low, high, _shape(shape), dtype)
     return Tensor(data, dev)
 
 

@@ -15,7 +15,9 @@ if mx.num_gpus() == 0:
 
 import cupy  # noqa: E402 - only importable where a GPU is
 
+from mxlite._copy import as_host, copy_between  # noqa: E402
 from mxlite.autograd import nn_ops  # noqa: E402
+from mxlite.data.dataloader import default_batchify_fn  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -235,3 +237,43 @@ def test_dlpack_from_cupy():
     np.testing.assert_array_equal(t.asnumpy(), np.arange(6).reshape(2, 3))
     src[0, 0] = 42.0
     assert t.asnumpy()[0, 0] == 42.0
+
+
+def test_dlpack_from_a_legacy_cupy_capsule():
+    src = cupy.arange(4, dtype=cupy.float32)
+    t = mx.from_dlpack(src.toDlpack())  # a raw PyCapsule: its device is read from the capsule
+    assert t.device == mx.gpu(0)
+    src[1] = 9.0
+    np.testing.assert_array_equal(t.asnumpy(), [0, 9, 2, 3])
+
+
+# -- CuPy arrays where NumPy would raise ------------------------------------------------------------
+def test_split_and_load_and_constant_take_cupy_arrays():
+    batch = cupy.arange(8, dtype=cupy.float32).reshape(4, 2)
+    parts = mx.split_and_load(batch, [mx.gpu(0), mx.cpu(0)])
+    assert [p.device for p in parts] == [mx.gpu(0), mx.cpu(0)]
+    np.testing.assert_array_equal(np.concatenate([p.asnumpy() for p in parts]), batch.get())
+    arr = np.zeros(3, np.float32)
+    mx.init.Constant(cupy.full(3, 2.0, cupy.float32)).init_weight("w", arr)
+    assert (arr == 2).all()
+    out = default_batchify_fn([cupy.ones(3, cupy.float32), cupy.zeros(3, cupy.float32)])
+    np.testing.assert_array_equal(out.asnumpy(), [[1, 1, 1], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_gpu_random_keeps_the_requested_dtype(dtype):
+    mx.random.seed(5)
+    for draw in (mx.random.normal, mx.random.uniform):
+        out = draw(shape=(1001,), dtype=dtype, device=mx.gpu(0))
+        assert out.dtype == np.dtype(dtype) and np.isfinite(out.asnumpy()).all()
+
+
+@pytest.mark.skipif(mx.num_gpus() < 2, reason="needs two GPUs")
+def test_peer_copy_of_a_strided_temporary():
+    """A non-contiguous temporary copied to another GPU, then freed and its memory reused at once."""
+    with mx.gpu(0).use():
+        src = cupy.arange(4096, dtype=cupy.float32).reshape(64, 64)
+    out = copy_between((src * 2).T, mx.gpu(0), mx.gpu(1), copy=False)  # a strided view of a temporary
+    with mx.gpu(0).use():
+        cupy.full((64, 64), -1.0, cupy.float32)  # may take the freed temporaries' memory
+    np.testing.assert_array_equal(as_host(out), np.arange(4096, dtype=np.float32).reshape(64, 64).T * 2)

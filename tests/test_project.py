@@ -16,9 +16,14 @@ KERNELS = sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu")))
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("source", KERNELS, ids=os.path.basename)
 def test_kernel_compiles_to_ptx(source, tmp_path):
-    result = subprocess.run(["nvcc", "--ptx", "-std=c++17", "-arch=sm_80", source, "-o", str(tmp_path / "k.ptx")],
+    """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left)."""
+    from mxlite._kernels import _NVRTC_OPTIONS
+
+    ptx = tmp_path / "k.ptx"
+    result = subprocess.run(["nvcc", "--ptx", *_NVRTC_OPTIONS, "-arch=sm_80", source, "-o", str(ptx)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    assert "fma.rn.f32" not in ptx.read_text(), "a multiply-add was contracted despite --fmad=false"
 
 
 def test_no_pickle_on_any_load_path():

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
-from .tensor import Tensor, _describe, _result, _transfer, _unbroadcast
+from .._copy import copy_between
+from .tensor import Tensor, _describe, _result, _unbroadcast
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "matmul", "dot",
@@ -96,7 +97,7 @@ def _as_tensor(x: Any, like: Tensor) -> Tensor:
         with like._device.use():
             return Tensor(xp.asarray(x, dtype=dtype), like._device)
     if isinstance(x, np.ndarray):
-        return Tensor(_transfer(x, _device.cpu(0), like._device, copy=False), like._device)
+        return Tensor(copy_between(x, _device.cpu(0), like._device, copy=False), like._device)
     raise TypeError(f"unsupported operand type {type(x).__name__}")
 
 
@@ -624,8 +625,8 @@ def to_device(x: Tensor, device: _device.Device) -> Tensor:
     if device == x._device:
         return x
     src = x._device
-    out = _transfer(x._data, src, device, copy=True)
-    return _result("to_device", out, device, (x,), lambda g: (_transfer(g, device, src, copy=True),))
+    out = copy_between(x._data, src, device, copy=True)
+    return _result("to_device", out, device, (x,), lambda g: (copy_between(g, device, src, copy=True),))
 
 
 @_op("astype")

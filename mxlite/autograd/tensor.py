@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
+from .._copy import copy_between
 from . import _state
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -122,9 +123,10 @@ class Tensor:
 
     # -- conversion -----------------------------------------------------------------------
     def asnumpy(self) -> np.ndarray:
-        """A NumPy copy of the data (blocking on GPU)."""
+        """A NumPy copy of the data (blocking on GPU: it waits for the device's current stream)."""
         if self._device.is_gpu:
-            return self._data.get()
+            with self._device.use():
+                return self._data.get()
         return np.array(self._data, copy=True)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -243,49 +245,25 @@ class Tensor:
             other._assign(self)
             return other
         dev = _device.as_device(other)
-        return Tensor(_transfer(self._data, self._device, dev, copy=True), dev)
+        return Tensor(copy_between(self._data, self._device, dev, copy=True), dev)
 
     def _assign(self, value: Any) -> None:
         """Write ``value`` (Tensor, array or scalar) into this tensor's buffer in place."""
         if isinstance(value, Tensor):
-            value = _transfer(value._data, value._device, self._device, copy=False)
+            value = copy_between(value._data, value._device, self._device, copy=False)
         elif isinstance(value, np.ndarray) and self._device.is_gpu:
-            value = _transfer(value, _device.cpu(0), self._device, copy=False)
+            value = copy_between(value, _device.cpu(0), self._device, copy=False)
         with self._device.use():
             self._data[...] = value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, Tensor):
-            value = _transfer(value._data, value._device, self._device, copy=False)
+            value = copy_between(value._data, value._device, self._device, copy=False)
         elif isinstance(value, np.ndarray) and self._device.is_gpu:
-            value = _transfer(value, _device.cpu(0), self._device, copy=False)
+            value = copy_between(value, _device.cpu(0), self._device, copy=False)
         key = key._data if isinstance(key, Tensor) else key
         with self._device.use():
             self._data[key] = value
-
-
-def _transfer(data: Array, src: _device.Device, dst: _device.Device, copy: bool) -> Array:
-    """Move raw array data between devices; copies only when needed unless ``copy``."""
-    if src == dst:
-        if not copy:
-            return data
-        with dst.use():
-            return data.copy()
-    if not src.is_gpu and not dst.is_gpu:  # virtual CPU devices share host memory
-        return np.array(data, copy=True) if copy else data
-    if src.is_gpu and not dst.is_gpu:
-        with src.use():
-            return data.get()
-    if src.is_gpu:
-        # CuPy queues a peer copy on the destination's stream, which does not wait for work still
-        # queued on the source device: make it wait for everything queued there so far.
-        with src.use():
-            ready = src.xp.cuda.get_current_stream().record()
-        with dst.use():
-            dst.xp.cuda.get_current_stream().wait_event(ready)
-            return data.copy()  # CuPy's copy() lands on the current device: a peer copy
-    with dst.use():
-        return dst.xp.asarray(data)  # host -> device
 
 
 # -- graph construction -----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd.tensor import _transfer
+from .._copy import copy_between
 from ..device import Device
 
 __all__ = ["Communicator", "Work"]
@@ -111,7 +111,7 @@ class Communicator:
         with home.use():
             total = buffers[0].copy()
             for device, buf in zip(self.devices[1:], buffers[1:]):
-                total += _transfer(buf, device, home, copy=False)
+                total += copy_between(buf, device, home, copy=False)
         return total
 
     def _copy_out(self, total: Any, buffers: Sequence[Any], source: Device | None = None) -> None:
@@ -121,4 +121,4 @@ class Communicator:
             if buf is total:
                 continue
             with device.use():
-                buf[...] = _transfer(total, source, device, copy=False)
+                buf[...] = copy_between(total, source, device, copy=False)

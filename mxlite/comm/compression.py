@@ -68,9 +68,8 @@ from typing import Any
 
 import numpy as np
 
+from .._copy import as_host, copy_between
 from .._kernels import get_kernel
-from .._serialization import as_host
-from ..autograd.tensor import _transfer
 from ..device import Device, device_of
 from .base import Communicator
 
@@ -223,7 +222,7 @@ class Codec:
         home = device_of(out)
         payloads = [self._encode(g, r, contributions) for g, r in zip(grads, residuals)]
         if ranks == 1:
-            messages = [tuple(_transfer(a, device_of(a), home, copy=False) for a in p) for p in payloads]
+            messages = [tuple(copy_between(a, device_of(a), home, copy=False) for a in p) for p in payloads]
         else:
             messages = self._exchange(payloads, n, comm, home)
         with home.use():
@@ -246,7 +245,7 @@ class Codec:
         messages = []
         for rank, host in enumerate(comm.allgather(mine)):
             host = np.ascontiguousarray(host).view(np.uint8)
-            on_home = _transfer(host, Device("cpu", 0), home, copy=False)
+            on_home = copy_between(host, Device("cpu", 0), home, copy=False)
             offset = 0
             for i in range(len(payloads)):
                 try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._serialization import as_host
+from .._copy import as_host
 from .base import DONE, Communicator, Work
 
 __all__ = ["LocalCommunicator"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._copy import as_host
 from ..device import Device
 from .base import Communicator, Work
 
@@ -164,7 +165,7 @@ class NcclCommunicator(Communicator):
         """
         cupy = self._cupy
         if self.size == 1:  # one process: nothing to gather (and initAll's ranks are all local)
-            return [np.array(cupy.asnumpy(array)).reshape(-1)]
+            return [np.array(as_host(array)).reshape(-1)]
         self._debug_check("allgather", [array])
         device, comm, stream = self.devices[0], self._comms[0], self._streams[0]
         with device.use():
@@ -182,6 +183,7 @@ class NcclCommunicator(Communicator):
         self._debug_check("barrier", [])
         with self.devices[0].use():
             token = self._cupy.zeros(1, np.float32)
+        self._after_callers()  # the communication stream reads the token the current stream zeroed
         self._comms[0].allReduce(token.data.ptr, token.data.ptr, 1, self._nccl.NCCL_FLOAT32, self._nccl.NCCL_SUM,
                                  self._streams[0].ptr)
         self._streams[0].synchronize()

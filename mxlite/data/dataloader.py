@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .._copy import as_host
 from ..autograd.tensor import Tensor
 from ..device import Device, as_device, cpu
 from . import sampler as _sampler
@@ -51,8 +52,9 @@ def default_batchify_fn(data: list[Any]) -> Any:
     """Stack a list of samples into a batch along a new first axis (Gluon's default).
 
     Tuple samples are batched field by field into a tuple. Tensors are copied to the host
-    and stacked; NumPy arrays keep their dtype; Python numbers become what ``numpy.asarray``
-    makes of them (int64, float64). Every array field becomes a CPU :class:`~mxlite.Tensor`.
+    and stacked, and so are device (CuPy) arrays; NumPy arrays keep their dtype; Python numbers
+    become what ``numpy.asarray`` makes of them (int64, float64). Every array field becomes a
+    CPU :class:`~mxlite.Tensor`.
 
     Raises:
         ValueError: the samples' fields have different shapes (the message lists them).
@@ -61,7 +63,7 @@ def default_batchify_fn(data: list[Any]) -> Any:
     first = data[0]
     if isinstance(first, tuple):
         return tuple(default_batchify_fn(list(field)) for field in zip(*data, strict=True))
-    items = [x.asnumpy() if isinstance(x, Tensor) else x for x in data]
+    items = [as_host(x) if isinstance(x, Tensor) or hasattr(x, "__cuda_array_interface__") else x for x in data]
     try:
         batch = np.stack(items) if isinstance(items[0], np.ndarray) else np.asarray(items)
     except ValueError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._copy import as_host
 from ..autograd.tensor import Tensor
 
 __all__ = ["ArrayDataset", "Dataset", "SimpleDataset"]
@@ -83,10 +84,8 @@ class ArrayDataset(Dataset):
             raise ValueError("ArrayDataset needs at least one array")
         data: list[Any] = []
         for i, arr in enumerate(arrays):
-            if isinstance(arr, Tensor):
-                arr = arr.asnumpy()
-            elif hasattr(arr, "__cuda_array_interface__"):  # a raw CuPy array
-                arr = arr.get()
+            if isinstance(arr, Tensor) or hasattr(arr, "__cuda_array_interface__"):  # device data: to the host
+                arr = as_host(arr)
             if not hasattr(arr, "__len__"):
                 raise TypeError(f"ArrayDataset: argument {i} ({type(arr).__name__}) has no length")
             if isinstance(arr, np.ndarray) and arr.ndim == 0:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from .. import sparse
-from ..autograd.tensor import Tensor, _transfer
+from .._copy import as_host, copy_between
+from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..device import Device
 
@@ -25,13 +26,13 @@ __all__ = ["dense_sum", "row_sparse_sum", "allgather_row_sparse", "host"]
 
 
 def host(array: Any) -> np.ndarray:
-    """A NumPy view or copy of a NumPy or CuPy array."""
-    return array if isinstance(array, np.ndarray) else array.get()
+    """A NumPy view or copy of a NumPy or CuPy array (read after its device's queued writes)."""
+    return as_host(array)
 
 
 def copy_to(value: Tensor, device: Device) -> Any:
     """A C-contiguous copy of ``value``'s data on ``device`` (never shares memory with it)."""
-    data = _transfer(value._data, value.device, device, copy=True)
+    data = copy_between(value._data, value.device, device, copy=True)
     with device.use():
         return device.xp.ascontiguousarray(data)
 
@@ -41,7 +42,7 @@ def dense_sum(values: Sequence[Tensor], home: Device) -> Any:
     total = copy_to(values[0], home)
     with home.use():
         for v in values[1:]:
-            total += _transfer(v._data, v.device, home, copy=False)
+            total += copy_between(v._data, v.device, home, copy=False)
     return total
 
 
@@ -83,5 +84,5 @@ def allgather_row_sparse(comm: Communicator, value: sparse.RowSparseTensor) -> s
     merged = np.zeros((uniq.size,) + tail, dtype=value.dtype)
     np.add.at(merged, inverse.reshape(-1), rows_host)  # np.add.at adds in index order: rank order
     src = Device("cpu", 0)
-    return sparse.RowSparseTensor(Tensor(_transfer(merged, src, device, copy=False), device),
-                                  Tensor(_transfer(uniq.astype(np.int64), src, device, copy=False), device), shape)
+    return sparse.RowSparseTensor(Tensor(copy_between(merged, src, device, copy=False), device),
+                                  Tensor(copy_between(uniq.astype(np.int64), src, device, copy=False), device), shape)

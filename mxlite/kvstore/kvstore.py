@@ -65,8 +65,9 @@ import numpy as np
 
 from .. import comm as _comm
 from .. import sparse
+from .._copy import copy_between
 from .._serialization import atomic_write
-from ..autograd.tensor import Tensor, _transfer
+from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..comm.mpi import mpi_module
 from ..device import Device, cpu
@@ -113,9 +114,9 @@ class _Stored(Tensor):
 
     def _inplace(self, op: str, other: Any) -> _Stored:
         if isinstance(other, Tensor):
-            other = _transfer(other._data, other.device, self.device, copy=False)
+            other = copy_between(other._data, other.device, self.device, copy=False)
         elif isinstance(other, np.ndarray) and self.device.is_gpu:
-            other = _transfer(other, cpu(0), self.device, copy=False)
+            other = copy_between(other, cpu(0), self.device, copy=False)
         with self.device.use():
             getattr(self._data, op)(other)
         return self
@@ -312,7 +313,7 @@ class KVStore:
         for k, (v,) in pairs:
             home = self._home(v)
             if isinstance(v, sparse.RowSparseTensor):
-                data = _transfer(v._dense_data(), v.device, home, copy=False)
+                data = copy_between(v._dense_data(), v.device, home, copy=False)
             else:
                 data = _reduce.copy_to(v, home)
             stored = _Stored(data, home)
@@ -560,7 +561,7 @@ class KVStore:
         home, dev = stored.device, out.device
         with home.use():
             picked = stored._data[home.xp.asarray(rows)]
-        out.data = Tensor(_transfer(picked, home, dev, copy=False), dev)  # fancy indexing made a copy
+        out.data = Tensor(copy_between(picked, home, dev, copy=False), dev)  # fancy indexing made a copy
         with dev.use():
             out.indices = Tensor(dev.xp.asarray(rows), dev)
 

@@ -26,7 +26,8 @@ import numpy as np
 from .._kernels import get_kernel
 from ..device import Device
 
-__all__ = ["CHUNK", "HP", "KERNELS", "ArenaPlan", "Launcher", "Segment", "adam_twin", "sgd_twin", "step_segments"]
+__all__ = ["CHUNK", "HP", "KERNELS", "ArenaPlan", "Launcher", "Segment", "adam_twin", "one_minus", "sgd_twin",
+           "step_segments"]
 
 CHUNK = 65536  # elements per block: 256 threads x 256 elements, amortising the table reads
 THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
@@ -38,6 +39,17 @@ KERNELS = ("sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_u
            "adadelta_update", "signum_update", "ftrl_update", "lamb_phase1", "lamb_phase2", "lars_norms",
            "lars_update")
 _ALL_NAMES = tuple(f"{k}<{t}>" for k in KERNELS for t in _TYPE_NAMES.values())
+
+
+def one_minus(x: float) -> np.float32:
+    """``1 - x`` computed in float64, rounded once to float32: a kernel's derived constant.
+
+    The kernels take ``1 - beta1``, ``1 - rho``, ... as arguments instead of computing
+    ``1.0f - x`` from the already rounded ``x``. This is the value NumPy uses when a twin
+    multiplies a float32 array by the Python float ``1.0 - x`` (a Python float is cast to the
+    array's dtype), so kernel and twin multiply by the same float32 number.
+    """
+    return np.float32(1.0 - x)
 
 
 @dataclass(frozen=True)
@@ -231,16 +243,17 @@ def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, mast
         w = _weights32(w_store, w32, w_buf[:n])
         G = _effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
         m *= f(beta1)                                                    # m = b1*m + (1-b1)*G
-        np.multiply(G, f(1) - f(beta1), out=tmp)
+        np.multiply(G, one_minus(beta1), out=tmp)
         m += tmp
         v *= f(beta2)                                                    # v = b2*v + (1-b2)*G^2
-        np.multiply(G, G, out=tmp)
-        tmp *= f(1) - f(beta2)
+        np.multiply(G, one_minus(beta2), out=tmp)                        #   ((1-b2)*G)*G, the kernel's order
+        tmp *= G
         v += tmp
-        np.sqrt(v, out=tmp)                                              # w -= lr_t*m/(sqrt(v)+eps)
+        step = G_buf[:n]                                                 # G is no longer read
+        np.multiply(m, f(hp[s, 0]), out=step)                            # w -= (lr_t*m)/(sqrt(v)+eps)
+        np.sqrt(v, out=tmp)
         tmp += f(epsilon)
-        np.divide(m, tmp, out=tmp)
-        tmp *= f(hp[s, 0])
-        w -= tmp
+        step /= tmp
+        w -= step
         if w is not w_store:
             w_store[...] = w

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import _fused
+from ._fused import one_minus
 from .adadelta import AdaDelta
 from .adagrad import AdaGrad
 from .adam import Adam
@@ -95,7 +96,8 @@ def _adam_twin(opt: Adam, plan, weight, grad, st, master, hp) -> None:
 
 
 def _betas_eps(opt: Any) -> tuple[float, ...]:
-    return (opt.beta1, opt.beta2, opt.epsilon)
+    """Adam, AdamW and LAMB: ``beta1, 1 - beta1, beta2, 1 - beta2, epsilon`` (see :func:`_fused.one_minus`)."""
+    return (opt.beta1, one_minus(opt.beta1), opt.beta2, one_minus(opt.beta2), opt.epsilon)
 
 
 # -- rules with a per-parameter value besides lr and wd ------------------------------------------
@@ -129,8 +131,8 @@ def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
 
 def _lamb_launch(run: _fused.Launcher, opt: LAMB, weight, grad, st, master) -> None:
     sums = run.sums()
-    run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
-        (opt.rescale_grad, _clip(opt), opt.beta1, opt.beta2, opt.epsilon), sums)
+    run("lamb_phase1", (weight, grad, st["m"], st["v"], master), (opt.rescale_grad, _clip(opt), *_betas_eps(opt)),
+        sums)
     lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
     upper = -1.0 if opt.upper_bound is None else opt.upper_bound
     run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)
@@ -156,12 +158,14 @@ _RULES: dict[type, FusedRule] = {
     AdamW: FusedRule(lambda o: ("mean", "var"), _adamw_row, _one_kernel("adamw_update", ("mean", "var"), _betas_eps)),
     RMSProp: FusedRule(_rmsprop_states, _lr_wd, _one_kernel(
         "rmsprop_update", ("n", "mean", "delta"),
-        lambda o: (o.rho, o.momentum, o.epsilon, o.clip_weights or 0.0))),
+        lambda o: (o.rho, one_minus(o.rho), o.momentum, o.epsilon, o.clip_weights or 0.0))),
     AdaGrad: FusedRule(lambda o: ("history",), _lr_wd,
                        _one_kernel("adagrad_update", ("history",), lambda o: (o.epsilon,))),
     AdaDelta: FusedRule(lambda o: ("acc_g", "acc_delta"), _lr_wd,
-                        _one_kernel("adadelta_update", ("acc_g", "acc_delta"), lambda o: (o.rho, o.epsilon))),
-    Signum: FusedRule(_momentum_state, _signum_row, _one_kernel("signum_update", ("mom",), lambda o: (o.momentum,))),
+                        _one_kernel("adadelta_update", ("acc_g", "acc_delta"),
+                                    lambda o: (o.rho, one_minus(o.rho), o.epsilon))),
+    Signum: FusedRule(_momentum_state, _signum_row,
+                      _one_kernel("signum_update", ("mom",), lambda o: (o.momentum, one_minus(o.momentum)))),
     Ftrl: FusedRule(lambda o: ("z", "n"), _ftrl_row,
                     _one_kernel("ftrl_update", ("z", "n"), lambda o: (o.lamda1, o.beta))),
     LAMB: FusedRule(lambda o: ("m", "v"), _lamb_row, _lamb_launch),
