@@ -8,14 +8,17 @@ any caller has changed state.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
-__all__ = ["atomic_write", "fsync_dir", "save_arrays", "load_arrays", "as_host"]
+from ._copy import as_host  # re-exported: device-to-host reads live in the device layer
+
+__all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
@@ -25,6 +28,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=folder)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; a plain open() would respect the umask
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -35,6 +39,31 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             os.unlink(tmp)
         raise
     fsync_dir(folder)  # make the rename itself durable
+
+
+def current_umask() -> int:
+    """This process's umask (read from /proc where it can be, so no thread sees it changed)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: the classic read-and-restore
+    os.umask(mask)
+    return mask
+
+
+def file_sha256(path: str | os.PathLike) -> tuple[str, int]:
+    """(SHA-256 hex digest, size in bytes) of the file at ``path``."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
@@ -84,15 +113,3 @@ def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from BadZipFile to NotImplementedError
         raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: {exc})") from exc
-
-
-def as_host(value: Any) -> np.ndarray:
-    """A Tensor's, CuPy array's or NumPy array's values as a NumPy array.
-
-    Device data is copied to the host; a NumPy array is returned as it is (not copied).
-    """
-    if hasattr(value, "asnumpy"):
-        return value.asnumpy()
-    if hasattr(value, "get"):
-        return value.get()
-    return np.asarray(value)

@@ -7,59 +7,143 @@ Layout of ``directory``:
 
 * ``step-<step>/`` one checkpoint: ``params.npz`` (the model, as ``save_parameters`` writes it),
   ``trainer-rank<r>.states`` (each rank's ``Trainer.save_states``: its compression residuals
-  are its own) and ``meta-rank<r>.json`` (format, step, world size, each rank's random
-  streams);
+  are its own), ``meta-rank<r>.json`` (format, step, world size, each rank's random streams)
+  and ``manifest.json`` (the SHA-256 digest and size of every other file; written last);
 * ``latest``: the name of the newest complete checkpoint.
 
-Crash safety: a checkpoint is written into a temporary folder (every file fsynced), which is
-renamed to ``step-<step>`` only when complete; ``latest`` is then replaced atomically. A crash
-at any point leaves the previous checkpoint and ``latest`` intact (a stray temporary folder is
-removed by the next save). Loading reads and checks everything (the metadata, the random
-streams, the trainer states against the trainer, the parameters against the model) before
-changing anything, so a failed load leaves model, trainer and random streams as they were.
+Crash safety: a checkpoint is written into a staging folder of its own
+(``.tmp-step-<step>-<token>``, every file fsynced, with a ``.writer.json`` naming the host and
+process writing it), which is renamed to ``step-<step>`` only when every file listed in its
+manifest is there; ``latest`` is then replaced atomically. A crash at any point leaves the
+previous checkpoint and ``latest`` intact. A failed save (a full disk) removes its staging
+folder. Staging folders of writers that died are removed by later saves: on the same host when
+the writing process no longer exists, from another host once they are a day old.
 
-Several processes (``dist_*`` kvstores): every rank calls ``save``/``load`` with the same
-arguments; rank 0 writes the parameters and renames the folder after a barrier, each rank
-writes its own trainer states and metadata. The number of processes must match at load.
+Concurrent writers (a restarted job while the old one still runs): each save stages into its
+own folder and never touches another live writer's; publishing (the renames, ``latest``, the
+removal of old checkpoints beyond ``keep``) happens under an exclusive lock on the folder
+(``flock``), and never removes the checkpoint ``latest`` names.
+
+Loading verifies the manifest first (a file whose digest differs is named), then reads and
+checks everything (the metadata, the random streams, the trainer states against the trainer,
+the parameters against the model) before changing anything, so a failed load leaves model,
+trainer and random streams as they were. A damaged ``latest`` is named, with the complete
+checkpoints found; it does not stop later saves.
+
+Several processes (``dist_*`` kvstores): every rank calls ``save``/``load``; the ranks first
+check that they were given the same step and folder (else every rank raises a ValueError naming
+the odd rank). Rank 0 writes the parameters and publishes, each rank writes its own trainer
+states and metadata. Every step is agreed: when any rank fails (a file it cannot write, or
+read), every rank raises the same error, naming that rank and its message, so no rank goes on
+alone. The collectives honour ``MXLITE_COLLECTIVE_TIMEOUT``. The number of processes must match
+at load.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from . import random as _random
-from ._serialization import atomic_write, fsync_dir
+from ._serialization import atomic_write, file_sha256, fsync_dir
 
 __all__ = ["save", "load", "latest_step"]
 
 _FORMAT = "mxlite.checkpoint"
-_VERSION = 1
+_VERSION = 2  # 2: every checkpoint holds manifest.json
+_MANIFEST = "manifest.json"
+_MANIFEST_FORMAT = "mxlite.checkpoint.manifest"
+_WRITER = ".writer.json"
 _LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_STAGING = re.compile(r"^\.tmp-step-\d{8,}(-[0-9a-f]+)?$")
+_FOREIGN_HOST_AGE = 24 * 3600.0  # seconds before another host's staging folder counts as abandoned
+_UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, or an old mxlite's)
 
 
-def _world() -> tuple[int, int, Any]:
-    """(rank, size, MPI communicator or None) of the running job."""
+def _world() -> Any:
+    """An MPI communicator over every process of the job (timed collectives), or None with one process."""
     from .comm.factory import launched_by_mpi  # noqa: PLC0415
 
     if not launched_by_mpi():
-        return 0, 1, None
+        return None
     try:
         from mpi4py import MPI  # noqa: PLC0415
     except ImportError:  # started by srun/mpiexec, but no MPI in Python: a single-process job
-        return 0, 1, None
-    world = MPI.COMM_WORLD
-    return world.Get_rank(), world.Get_size(), world
+        return None
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return None
+    from .comm.mpi import MpiCommunicator  # noqa: PLC0415
+    from .device import cpu  # noqa: PLC0415
+
+    return MpiCommunicator([cpu(0)], MPI.COMM_WORLD)  # installs the fault handling; honours the timeout
 
 
 def _step_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+# -- agreement between ranks --------------------------------------------------------------------
+_ERRORS: dict[str, type[Exception]] = {cls.__name__: cls for cls in (
+    ValueError, TypeError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+    NotADirectoryError, OSError, RuntimeError, KeyError)}
+
+
+def _gather_text(comm: Any, text: str) -> list[str]:
+    """Every rank's ``text``, in rank order (one timed all-gather)."""
+    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return [bytes(part.tobytes()).decode("utf-8") for part in comm.allgather(data)]
+
+
+def _agreed(comm: Any, what: str, work: Callable[[], Any]) -> list[Any]:
+    """Run ``work()`` on every rank; returns every rank's (JSON-able) result, in rank order.
+
+    When ``work`` raises on any rank, every rank raises the same error (the failing rank's
+    exception type, when a built-in one) naming the first failing rank and its message. With one
+    process the exception propagates unchanged.
+    """
+    try:
+        report: list[Any] = ["ok", work()]
+        error: Exception | None = None
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+        report, error = ["error", type(exc).__name__, str(exc)], exc
+    if comm is None:
+        if error is not None:
+            raise error
+        return [report[1]]
+    reports = [json.loads(t) for t in _gather_text(comm, json.dumps(report))]
+    failed = [(rank, r) for rank, r in enumerate(reports) if r[0] != "ok"]
+    if not failed:
+        return [r[1] for r in reports]
+    rank, (_, kind, message) = failed[0]
+    others = [r for r, _ in failed[1:]]
+    also = f" (it failed on rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} too)" if others else ""
+    raise _ERRORS.get(kind, RuntimeError)(f"{what} failed on rank {rank} of {comm.size}: {kind}: {message}{also}") \
+        from error
+
+
+def _check_arguments(comm: Any, what: str, entries: list[tuple[str, Any]]) -> None:
+    """Every rank was given the same arguments (ValueError naming the odd rank on every rank)."""
+    if comm is None:
+        return
+    from .comm.agree import check_same_across_ranks  # noqa: PLC0415
+
+    check_same_across_ranks(comm, f"the arguments of {what}", entries)
+
+
+# -- saving -------------------------------------------------------------------------------------
 def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int = 0, keep: int | None = 3) -> str:
     """Write a checkpoint of ``net`` (and ``trainer``) at ``step``; returns its folder.
 
@@ -69,103 +153,354 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         trainer: its Trainer, or None.
         step: the training step (a non-negative int) the checkpoint is named after.
         keep: how many checkpoints to keep (older ones are deleted after the new one is
-            complete); None keeps all.
+            complete; never the one ``latest`` names); None keeps all.
+
+    Files are created with the permissions the umask allows (0666 & ~umask; folders 0777 &
+    ~umask). On failure the staging folder is removed and nothing is published.
 
     Raises:
-        ValueError: a negative or non-int step, or keep < 1.
+        ValueError: a negative or non-int step, keep < 1, or (several processes) ranks given
+            another step, folder, keep or trainer (the message names the ranks).
+        OSError: a file could not be written (the message names the rank with several processes).
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"checkpoint step must be a non-negative int, got {step!r}")
-    if keep is not None and keep < 1:
-        raise ValueError(f"keep must be at least 1 (or None), got {keep!r}")
-    rank, size, world = _world()
-    directory = os.fspath(directory)
-    final = os.path.join(directory, _step_name(step))
-    staging = os.path.join(directory, f".tmp-{_step_name(step)}")
-    if rank == 0:
-        os.makedirs(directory, exist_ok=True)
-        _recover(directory)
-        for name in os.listdir(directory):  # left by crashed saves
-            if name.startswith(".tmp-step-") or name.startswith(".old-step-"):
-                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-        os.makedirs(staging)
-        net.save_parameters(os.path.join(staging, "params.npz"))
-    if world is not None:
-        world.Barrier()
-    if trainer is not None:
-        trainer.save_states(os.path.join(staging, f"trainer-rank{rank}.states"))
-    meta = {"format": _FORMAT, "version": _VERSION, "step": step, "world_size": size, "rank": rank,
-            "trainer": trainer is not None, "random": _random.get_state()}
-    atomic_write(os.path.join(staging, f"meta-rank{rank}.json"), lambda f: f.write(json.dumps(meta).encode()))
-    if world is not None:
-        world.Barrier()
-    if rank == 0:
-        fsync_dir(staging)  # every file in it was written by atomic_write (fsynced)
-        aside = None
-        if os.path.exists(final):  # the same step saved again: set the old one aside until the new one is in
-            aside = os.path.join(directory, f".old-{_step_name(step)}")
-            os.replace(final, aside)
-        os.replace(staging, final)
-        fsync_dir(directory)
-        atomic_write(os.path.join(directory, _LATEST), lambda f: f.write(_step_name(step).encode()))
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-        if keep is not None:
-            for old in _steps(directory)[:-keep]:
-                if old != step:
-                    shutil.rmtree(os.path.join(directory, _step_name(old)), ignore_errors=True)
-    if world is not None:
-        world.Barrier()
+    comm = _world()
+    rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
+
+    def arguments() -> str:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"checkpoint step must be a non-negative int, got {step!r}")
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ValueError(f"keep must be an int of at least 1 (or None), got {keep!r}")
+        return os.path.abspath(os.fspath(directory))
+
+    folder = _agreed(comm, "checkpoint.save", arguments)[0]
+    _check_arguments(comm, "checkpoint.save", [("directory", folder), ("step", step), ("keep", keep),
+                                               ("trainer", trainer is not None)])
+    final = os.path.join(folder, _step_name(step))
+    staging: str | None = None
+    try:
+        def stage() -> str | None:
+            nonlocal staging
+            if rank != 0:
+                return None
+            os.makedirs(folder, exist_ok=True)
+            with _lock(folder):  # no live writer holds a set-aside folder outside the lock
+                _recover(folder)
+                for name in os.listdir(folder):
+                    if name.startswith(".old-step-"):
+                        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            _remove_abandoned_staging(folder)
+            staging = _new_staging(folder, step)
+            net.save_parameters(os.path.join(staging, "params.npz"))
+            return staging
+
+        where = _agreed(comm, "checkpoint.save", stage)[0]
+        assert where is not None
+
+        def write_own() -> dict[str, Any]:
+            names = [f"meta-rank{rank}.json"]
+            if trainer is not None:
+                names.insert(0, f"trainer-rank{rank}.states")
+                trainer.save_states(os.path.join(where, names[0]))
+            meta = {"format": _FORMAT, "version": _VERSION, "step": step, "world_size": size, "rank": rank,
+                    "trainer": trainer is not None, "random": _random.get_state()}
+            atomic_write(os.path.join(where, names[-1]), lambda f: f.write(json.dumps(meta).encode()))
+            if rank == 0:
+                names.insert(0, "params.npz")
+            return {name: list(file_sha256(os.path.join(where, name))) for name in names}
+
+        files: dict[str, Any] = {}
+        for own in _agreed(comm, "checkpoint.save", write_own):
+            files.update(own)
+
+        def publish() -> None:
+            if rank == 0:
+                _publish(folder, where, final, step, keep, files, size, trainer is not None)
+
+        _agreed(comm, "checkpoint.save", publish)
+    except BaseException:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
     return final
 
 
+def _new_staging(folder: str, step: int) -> str:
+    """A staging folder of this writer's own (umask permissions), with its writer file."""
+    token = secrets.token_hex(8)
+    staging = os.path.join(folder, f".tmp-{_step_name(step)}-{token}")
+    os.mkdir(staging)  # 0777 & ~umask
+    writer = {"host": socket.gethostname(), "pid": os.getpid(), "token": token, "started": time.time()}
+    atomic_write(os.path.join(staging, _WRITER), lambda f: f.write(json.dumps(writer).encode()))
+    return staging
+
+
+def _publish(folder: str, staging: str, final: str, step: int, keep: int | None, files: dict[str, Any],
+             size: int, with_trainer: bool) -> None:
+    """Check the staging folder is complete and ours, write its manifest, rename it, point ``latest`` at it."""
+    expected = {"params.npz", *(f"meta-rank{r}.json" for r in range(size))}
+    if with_trainer:
+        expected.update(f"trainer-rank{r}.states" for r in range(size))
+    if set(files) != expected:
+        raise RuntimeError(f"checkpoint {staging!r} is incomplete: missing {sorted(expected - set(files))}")
+    listed = {name: {"sha256": digest, "bytes": nbytes} for name, (digest, nbytes) in sorted(files.items())}
+    manifest = {"format": _MANIFEST_FORMAT, "step": step, "files": listed, "self_sha256": _self_digest(step, listed)}
+    atomic_write(os.path.join(staging, _MANIFEST), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    with _lock(folder):
+        _check_ours(staging)
+        for name, (_, nbytes) in files.items():  # verify before the rename: publish nothing that lacks a file
+            path = os.path.join(staging, name)
+            if not os.path.isfile(path) or os.path.getsize(path) != nbytes:
+                raise RuntimeError(f"checkpoint file {path!r} vanished or changed before publication; nothing "
+                                   "was published (is another process deleting files in this folder?)")
+        os.unlink(os.path.join(staging, _WRITER))
+        fsync_dir(staging)  # every file in it was written by atomic_write (fsynced)
+        aside = None
+        if os.path.exists(final):  # the same step saved again: set the old one aside until the new one is in
+            aside = os.path.join(folder, f".old-{_step_name(step)}")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+        os.replace(staging, final)
+        fsync_dir(folder)
+        atomic_write(os.path.join(folder, _LATEST), lambda f: f.write(_step_name(step).encode()))
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        if keep is not None:
+            for old in _steps(folder)[:-keep]:
+                if old != step:
+                    shutil.rmtree(os.path.join(folder, _step_name(old)), ignore_errors=True)
+
+
+def _check_ours(staging: str) -> None:
+    try:
+        with open(os.path.join(staging, _WRITER), "rb") as f:
+            writer = json.loads(f.read())
+        ours = writer.get("pid") == os.getpid() and writer.get("host") == socket.gethostname()
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise RuntimeError(f"the staging folder {staging!r} of this save was removed or taken over by another "
+                           "process; nothing was published")
+
+
+@contextlib.contextmanager
+def _lock(folder: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the checkpoint folder itself (released when the holder dies)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _pid_alive(pid: Any) -> bool:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_abandoned_staging(folder: str) -> None:
+    """Remove staging folders whose writer is dead; never a live writer's."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if not _STAGING.match(name):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(os.path.join(path, _WRITER), "rb") as f:
+                writer = json.loads(f.read())
+            host, pid = writer["host"], writer["pid"]
+            age = now - os.path.getmtime(os.path.join(path, _WRITER))
+        except (OSError, ValueError, KeyError, TypeError):
+            try:
+                age = now - os.path.getmtime(path)
+            except OSError:
+                continue
+            if age > _UNMARKED_AGE or "-" not in name[len(".tmp-step-"):]:  # unmarked: an old mxlite's, or stale
+                shutil.rmtree(path, ignore_errors=True)
+            continue
+        if (host == socket.gethostname() and not _pid_alive(pid)) or (
+                host != socket.gethostname() and age > _FOREIGN_HOST_AGE):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# -- the latest checkpoint ---------------------------------------------------------------------------
+def _read_latest(directory: str) -> tuple[int | None, str | None]:
+    """(step ``latest`` names, None) — or (None, why it is unusable); (None, None) when there is none."""
+    path = os.path.join(directory, _LATEST)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(256)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be read ({exc})"
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None, f"is damaged (holds {raw[:40]!r}, not a step name)"
+    match = _STEP_DIR.match(text)
+    if not match:
+        return None, f"is damaged (holds {text[:40]!r}, not a step name such as 'step-00000100')"
+    return int(match.group(1)), None
+
+
 def latest_step(directory: str | os.PathLike) -> int | None:
-    """The step of the newest complete checkpoint in ``directory`` (None when there is none)."""
-    path = os.path.join(os.fspath(directory), _LATEST)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        match = _STEP_DIR.match(f.read().strip())
-    return int(match.group(1)) if match else None
+    """The step of the newest complete checkpoint in ``directory`` (None when there is none).
+
+    Raises:
+        ValueError: the ``latest`` file is damaged (the message lists the complete checkpoints).
+    """
+    directory = os.fspath(directory)
+    step, problem = _read_latest(directory)
+    if problem is not None:
+        raise ValueError(f"checkpoint file {os.path.join(directory, _LATEST)!r} {problem}; "
+                         f"{_complete_note(directory)}")
+    return step
 
 
+def _complete_steps(directory: str) -> list[int]:
+    """Steps whose folder holds a manifest and every file it lists."""
+    found = []
+    for step in _steps(directory) if os.path.isdir(directory) else []:
+        try:
+            _read_manifest(os.path.join(directory, _step_name(step)), step)
+            found.append(step)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _complete_note(directory: str) -> str:
+    steps = _complete_steps(directory)
+    if not steps:
+        return "no complete checkpoint was found there"
+    return (f"complete checkpoints there: steps {steps}; pass step=<one of them> to load one (the next save "
+            "replaces 'latest')")
+
+
+# -- loading ----------------------------------------------------------------------------------
 def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int | None = None) -> int:
     """Restore the checkpoint at ``step`` (default: the latest) into ``net`` (and ``trainer``); returns the step.
 
-    Everything is checked before anything changes (see the module docstring).
+    Everything is checked before anything changes (see the module docstring); with several
+    processes, nothing changes on any rank unless every rank's checks passed.
 
     Raises:
-        FileNotFoundError: no checkpoint in ``directory`` (or none at ``step``).
-        ValueError: a damaged or foreign checkpoint, another number of processes, a trainer
-            given at load but not at save (or the reverse), or files that do not fit the
-            model or trainer; the message names the file.
+        FileNotFoundError: no checkpoint in ``directory`` (or none at ``step``), or ``latest``
+            names a missing one (the message lists the complete checkpoints).
+        ValueError: a damaged or foreign checkpoint (a file whose digest differs from the
+            manifest, a damaged ``latest``), another number of processes, a trainer given at
+            load but not at save (or the reverse), or files that do not fit the model or trainer;
+            the message names the file. With several processes, every rank raises the error of
+            the first failing rank, naming it.
     """
-    directory = os.fspath(directory)
-    _recover(directory)
-    if step is None:
-        step = latest_step(directory)
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint in {directory!r} (no {_LATEST!r} file)")
-    folder = os.path.join(directory, _step_name(step))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"no checkpoint of step {step} in {directory!r}")
-    rank, size, _ = _world()
-    meta_path = os.path.join(folder, f"meta-rank{rank}.json")
-    meta = _read_meta(meta_path, step, size)
-    random_state = meta["random"]
-    try:
-        _check_random_state(random_state)
-    except ValueError as exc:
-        raise ValueError(f"checkpoint {meta_path!r}: {exc}") from exc
-    if meta["trainer"] != (trainer is not None):
-        raise ValueError(f"checkpoint {folder!r} was saved {'with' if meta['trainer'] else 'without'} a trainer, "
-                         f"and load was given {'one' if trainer is not None else 'none'}")
-    parsed = trainer._read_states(os.path.join(folder, f"trainer-rank{rank}.states")) if trainer is not None else None
-    net.load_parameters(os.path.join(folder, "params.npz"))  # checks everything before changing anything
+    comm = _world()
+    rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
+    plan: dict[str, Any] = {}
+
+    def check() -> int:
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise ValueError(f"checkpoint step must be a non-negative int or None, got {step!r}")
+        folder_root = os.fspath(directory)
+        if os.path.isdir(folder_root):
+            with _lock(folder_root):
+                _recover(folder_root)
+        wanted = step
+        if wanted is None:
+            wanted, problem = _read_latest(folder_root)
+            latest = os.path.join(folder_root, _LATEST)
+            if problem is not None:
+                raise ValueError(f"checkpoint file {latest!r} {problem}; {_complete_note(folder_root)}")
+            if wanted is None:
+                raise FileNotFoundError(f"no checkpoint in {folder_root!r} (no {_LATEST!r} file)")
+            if not os.path.isdir(os.path.join(folder_root, _step_name(wanted))):
+                raise FileNotFoundError(f"checkpoint file {latest!r} names {_step_name(wanted)}, which is missing; "
+                                        f"{_complete_note(folder_root)}")
+        folder = os.path.join(folder_root, _step_name(wanted))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"no checkpoint of step {wanted} in {folder_root!r}; "
+                                    f"{_complete_note(folder_root)}")
+        manifest = _read_manifest(folder, wanted)
+        mine = ["params.npz", f"meta-rank{rank}.json"] + ([f"trainer-rank{rank}.states"] if trainer is not None else [])
+        for name in mine:
+            _verify(folder, manifest, name)
+        meta_path = os.path.join(folder, f"meta-rank{rank}.json")
+        meta = _read_meta(meta_path, wanted, size)
+        try:
+            _check_random_state(meta["random"])
+        except ValueError as exc:
+            raise ValueError(f"checkpoint {meta_path!r}: {exc}") from exc
+        if meta["trainer"] != (trainer is not None):
+            raise ValueError(f"checkpoint {folder!r} was saved {'with' if meta['trainer'] else 'without'} a trainer, "
+                             f"and load was given {'one' if trainer is not None else 'none'}")
+        if trainer is not None:
+            plan["trainer"] = trainer._read_states(os.path.join(folder, f"trainer-rank{rank}.states"))
+        plan["params"] = net._plan_load(os.path.join(folder, "params.npz"))  # checks, changes nothing
+        plan["random"] = meta["random"]
+        return wanted
+
+    steps = _agreed(comm, "checkpoint.load", check)
+    if len(set(steps)) > 1:
+        raise ValueError("ranks disagree on the checkpoint to load: " + ", ".join(
+            f"step {s} on rank {r}" for r, s in enumerate(steps)) + "; pass the same step= on every rank")
+    net._apply_load(plan["params"])
     if trainer is not None:
-        trainer._apply_states(parsed)
-    _random.set_state(random_state)
-    return step
+        trainer._apply_states(plan["trainer"])
+    _random.set_state(plan["random"])
+    return steps[0]
+
+
+def _read_manifest(folder: str, step: int) -> dict[str, Any]:
+    """The checked manifest of a checkpoint folder: {file name: {"sha256", "bytes"}}."""
+    path = os.path.join(folder, _MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {folder!r} has no {_MANIFEST} (incomplete, or written by an mxlite before "
+                         "checkpoint format 2)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"checkpoint file {path!r} is damaged: not JSON ({exc})") from exc
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if (not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT or manifest.get("step") != step
+            or not isinstance(files, dict) or not all(
+                isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("bytes"), int)
+                for v in files.values())):
+        raise ValueError(f"checkpoint file {path!r} is damaged: not an {_MANIFEST_FORMAT} of step {step}")
+    if manifest.get("self_sha256") != _self_digest(step, files):
+        raise ValueError(f"checkpoint file {path!r} is damaged: its own SHA-256 does not match its content")
+    for name, entry in files.items():
+        if os.path.basename(name) != name or not os.path.isfile(os.path.join(folder, name)):
+            raise ValueError(f"checkpoint {folder!r} is incomplete: {name!r}, listed in its manifest, is missing")
+        if os.path.getsize(os.path.join(folder, name)) != entry["bytes"]:
+            raise ValueError(f"checkpoint file {os.path.join(folder, name)!r} is damaged (or its {_MANIFEST} is): "
+                             f"{os.path.getsize(os.path.join(folder, name))} bytes, {_MANIFEST} says {entry['bytes']}")
+    return files
+
+
+def _self_digest(step: int, files: dict[str, Any]) -> str:
+    """The manifest's digest of its own entries (a flipped bit in the manifest is caught too)."""
+    text = json.dumps({"step": step, "files": files}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _verify(folder: str, files: dict[str, Any], name: str) -> None:
+    path = os.path.join(folder, name)
+    if name not in files:
+        raise FileNotFoundError(f"checkpoint file {path!r} is not listed in its manifest (saved by another number "
+                                "of processes, or without a trainer?)")
+    digest, _ = file_sha256(path)
+    if digest != files[name]["sha256"]:
+        raise ValueError(f"checkpoint file {path!r} is damaged (or its {_MANIFEST} is): its SHA-256 is {digest}, "
+                         f"{_MANIFEST} says {files[name]['sha256']}")
 
 
 def _read_meta(path: str, step: int, size: int) -> dict[str, Any]:
@@ -196,8 +531,8 @@ def _check_random_state(state: Any) -> None:
 
 
 def _recover(directory: str) -> None:
-    """Undo a crash between the two renames of a re-save: put the set-aside checkpoint back."""
-    step = latest_step(directory)
+    """Undo a crash between the two renames of a re-save: put the set-aside checkpoint back (under the lock)."""
+    step, _ = _read_latest(directory)
     if step is None:
         return
     final = os.path.join(directory, _step_name(step))

@@ -67,6 +67,8 @@ class Loss(Block):
     def __init__(self, weight: float | None = None, batch_axis: int = 0) -> None:
         if weight is not None and not isinstance(weight, numbers.Number):
             raise TypeError(f"weight must be a number or None, got {type(weight).__name__}: {weight!r}")
+        if isinstance(batch_axis, bool) or not isinstance(batch_axis, (int, np.integer)):
+            raise TypeError(f"batch_axis must be an int, got {type(batch_axis).__name__}: {batch_axis!r}")
         super().__init__()
         self._weight = weight
         self._batch_axis = batch_axis

@@ -57,6 +57,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 _WARMUP_MODES = ("linear", "constant")
+_COUNTERS = ("count", "cur_step_ind", "warmup_steps", "max_update", "max_steps")  # integers >= 0 in a state
 
 
 def _as_int(name: str, value: Any) -> int:
@@ -64,6 +65,26 @@ def _as_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
     return int(value)
+
+
+def _real(name: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` when it is a finite real number >= 0 (> 0 with ``positive``); errors name the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
+    if not (value > 0 if positive else value >= 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    return value
+
+
+def _check_count(num_update: Any) -> None:
+    """A schedule is asked for a number of updates: a finite real number >= 0 (the Optimizer passes ints)."""
+    if isinstance(num_update, bool) or not isinstance(num_update, numbers.Real):
+        raise TypeError(f"num_update must be a number of updates (an int >= 0), got {num_update!r} of type "
+                        f"{type(num_update).__name__}")
+    if not num_update >= 0 or not math.isfinite(num_update):
+        raise ValueError(f"num_update must be a finite number of updates >= 0, got {num_update}")
 
 
 def _plain(value: Any) -> Any:
@@ -77,6 +98,8 @@ def _plain(value: Any) -> Any:
 
 def _check_factor(factor: float) -> None:
     """A decay factor lies in [0, 1]: MXNet rejects > 1; mxlite also rejects < 0 (a negative rate)."""
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+        raise TypeError(f"factor must be a real number, got {factor!r} of type {type(factor).__name__}")
     if factor > 1.0:
         raise ValueError(f"factor must be no more than 1 to make the rate decrease, got {factor}")
     if not factor >= 0.0:
@@ -117,9 +140,49 @@ class _Schedule:
         if given != expected:
             raise ValueError(f"state_dict keys do not match {type(self).__name__}: "
                              f"missing {sorted(expected - given)}, unexpected {sorted(given - expected)}")
+        self._check_loaded(state)
         for key in expected:
             value = state[key]
             setattr(self, key, list(value) if isinstance(value, (list, tuple)) else value)
+
+    def _check_loaded(self, state: dict[str, Any]) -> None:
+        """ValueError unless ``state`` holds values of the kinds this schedule holds, that its constructor accepts."""
+        for key, current in vars(self).items():
+            value = state[key]
+            if isinstance(current, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(current, str):
+                ok = isinstance(value, str)
+            elif isinstance(current, (list, tuple)):
+                ok = isinstance(value, list) and all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                                     and math.isfinite(v) for v in value)
+            elif key in _COUNTERS:
+                ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+            elif isinstance(current, numbers.Real):
+                ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            else:
+                ok = True
+            if not ok:
+                raise ValueError(f"state_dict entry {key!r} of {type(self).__name__} is {value!r}; it must be "
+                                 + ("an integer >= 0" if key in _COUNTERS else
+                                    f"of type {type(current).__name__}, finite"))
+        if "base_lr" in state and not state["base_lr"] >= 0:
+            raise ValueError(f"state_dict entry 'base_lr' of {type(self).__name__} must be >= 0, "
+                             f"got {state['base_lr']}")
+        import inspect  # noqa: PLC0415
+
+        params = inspect.signature(type(self).__init__).parameters
+        aliases = {"pwr": "power", "init_value": "base_lr", "base_lr": "warmup_final_lr"}
+        kwargs = {}
+        for name in params:
+            source = aliases.get(name, name)
+            source = source if source in state else name
+            if name != "self" and source in state:
+                kwargs[name] = state[source]
+        try:
+            type(self)(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"state_dict holds a value {type(self).__name__}(...) refuses: {exc}") from exc
 
 
 class LRScheduler(_Schedule):
@@ -151,10 +214,10 @@ class LRScheduler(_Schedule):
 
     def __init__(self, base_lr: float = 0.01, warmup_steps: int = 0, warmup_begin_lr: float = 0,
                  warmup_mode: str = "linear") -> None:
-        self.base_lr = base_lr
+        self.base_lr = _real("base_lr", base_lr)
         self.warmup_steps = _as_int("warmup_steps", warmup_steps)
         self.warmup_final_lr = base_lr
-        self.warmup_begin_lr = warmup_begin_lr
+        self.warmup_begin_lr = _real("warmup_begin_lr", warmup_begin_lr)
         # Same order of checks as MXNet: begin vs final rate, step count, mode.
         if self.warmup_begin_lr > self.warmup_final_lr:
             raise ValueError(f"base_lr ({base_lr}) has to be higher than warmup_begin_lr ({warmup_begin_lr}); "
@@ -171,6 +234,7 @@ class LRScheduler(_Schedule):
         Raises:
             ValueError: ``num_update >= warmup_steps`` (outside the warm-up), or an unknown mode.
         """
+        _check_count(num_update)
         if num_update >= self.warmup_steps:
             raise ValueError(f"get_warmup_lr: num_update ({num_update}) must be below warmup_steps "
                              f"({self.warmup_steps})")
@@ -231,15 +295,17 @@ class FactorScheduler(LRScheduler):
     def __init__(self, step: int, factor: float = 1, stop_factor_lr: float = 1e-8, base_lr: float = 0.01,
                  warmup_steps: int = 0, warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
         super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        step = _as_int("step", step)
         if step < 1:
             raise ValueError(f"step must be greater or equal than 1 update, got {step}")
         _check_factor(factor)
         self.step = step
         self.factor = factor
-        self.stop_factor_lr = stop_factor_lr
+        self.stop_factor_lr = _real("stop_factor_lr", stop_factor_lr)
         self.count = 0
 
     def __call__(self, num_update: int) -> float:
+        _check_count(num_update)
         if num_update < self.warmup_steps:
             return self.get_warmup_lr(num_update)
         # A while, not an if: a resumed run may ask for an update several steps ahead.
@@ -288,6 +354,7 @@ class MultiFactorScheduler(LRScheduler):
         if len(step) < 1:
             raise ValueError("step must list at least one update number, got []")
         for i, s in enumerate(step):
+            _as_int(f"step[{i}]", s)
             if i != 0 and step[i] <= step[i - 1]:
                 raise ValueError(f"step must be a strictly increasing list, got {list(step)} "
                                  f"(step[{i}] = {step[i]} <= step[{i - 1}] = {step[i - 1]})")
@@ -300,6 +367,7 @@ class MultiFactorScheduler(LRScheduler):
         self.count = 0
 
     def __call__(self, num_update: int) -> float:
+        _check_count(num_update)
         if num_update < self.warmup_steps:
             return self.get_warmup_lr(num_update)
         # Pass every listed update below num_update (several at once when resuming).
@@ -333,13 +401,14 @@ class _DecayToFinal(LRScheduler):
         super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
         self.max_update = _check_max_update(max_update, self.warmup_steps)
         self.base_lr_orig = self.base_lr
-        self.final_lr = final_lr
+        self.final_lr = _real("final_lr", final_lr)
         self.max_steps = self.max_update - self.warmup_steps
 
     def _decayed(self, done: int) -> float:
         raise NotImplementedError
 
     def __call__(self, num_update: int) -> float:
+        _check_count(num_update)
         if num_update < self.warmup_steps:
             return self.get_warmup_lr(num_update)
         self.base_lr = self._decayed(min(num_update, self.max_update) - self.warmup_steps)
@@ -377,8 +446,9 @@ class PolyScheduler(_DecayToFinal):
 
     def __init__(self, max_update: int, base_lr: float = 0.01, pwr: float = 2, final_lr: float = 0,
                  warmup_steps: int = 0, warmup_begin_lr: float = 0, warmup_mode: str = "linear") -> None:
-        if pwr < 0:
+        if isinstance(pwr, numbers.Real) and not isinstance(pwr, bool) and pwr < 0:
             raise ValueError(f"pwr must be >= 0 (a negative power grows without bound), got {pwr}")
+        _real("pwr", pwr)
         super().__init__(max_update, base_lr, final_lr, warmup_steps, warmup_begin_lr, warmup_mode)
         self.power = pwr
 
@@ -445,11 +515,9 @@ class ExponentialDecay(_Schedule):
     """
 
     def __init__(self, init_value: float, decay_steps: float, decay_rate: float, staircase: bool = False) -> None:
-        if decay_steps <= 0:
-            raise ValueError(f"decay_steps must be > 0, got {decay_steps}")
-        if decay_rate <= 0:
-            raise ValueError(f"decay_rate must be > 0, got {decay_rate}")
-        self.base_lr = init_value
+        _real("decay_steps", decay_steps, positive=True)
+        _real("decay_rate", decay_rate, positive=True)
+        self.base_lr = _real("init_value", init_value)
         self.decay_steps = decay_steps
         self.decay_rate = decay_rate
         self.staircase = bool(staircase)
@@ -464,6 +532,7 @@ class ExponentialDecay(_Schedule):
         self.base_lr = value
 
     def __call__(self, num_update: int) -> float:
+        _check_count(num_update)
         if self.staircase:
             exponent = float(num_update // self.decay_steps)   # whole periods elapsed
         else:

@@ -211,6 +211,10 @@ class CrossEntropy(EvalMetric):
             label_ids = _to_numpy(label).reshape(-1).astype(np.int64)
             pred_np = _to_numpy(pred).astype(np.float64)
             n = label_ids.shape[0]
+            if pred_np.ndim >= 2 and pred_np.shape[0] != n:
+                raise ValueError(
+                    f"{self.name}: {n} labels (shape {_to_numpy(label).shape}) for {pred_np.shape[0]} rows of "
+                    f"predictions (shape {pred_np.shape}); give one label per row")
             if n == 0:
                 continue
             if pred_np.size % n != 0 or pred_np.size == 0:

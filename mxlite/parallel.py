@@ -77,6 +77,8 @@ def split_data(data: Any, num_slice: int, batch_axis: int = 0, even_split: bool 
     if not hasattr(data, "shape"):
         data = as_host(data)
     shape = tuple(data.shape)
+    if isinstance(batch_axis, bool) or not isinstance(batch_axis, (int, np.integer)):
+        raise TypeError(f"batch_axis must be an int, got {type(batch_axis).__name__}: {batch_axis!r}")
     if not -len(shape) <= batch_axis < len(shape):
         raise ValueError(f"batch_axis {batch_axis} is out of range for data of shape {shape}")
     batch_axis %= len(shape)

@@ -149,14 +149,13 @@ class Trainer:
         optimizer_params = dict(optimizer_params or {})
         if isinstance(optimizer, _opt.Optimizer) and optimizer_params:
             raise ValueError("optimizer_params must be None when optimizer is an Optimizer instance")
-        self._scale = float(optimizer_params.get("rescale_grad", 1.0))
         param_dict = dict(enumerate(self._params))
         if isinstance(optimizer, _opt.Optimizer):
             optimizer.param_dict = param_dict
             self._optimizer = optimizer
-            self._scale = optimizer.rescale_grad
         else:
-            self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)
+            self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)  # validates
+        self._scale = float(self._optimizer.rescale_grad)
         self._states: dict[tuple[int, int], Any] = {}  # (param index, mirror number) -> state
         self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
         self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
@@ -282,6 +281,7 @@ class Trainer:
         """
         self._check_batch_size(batch_size)
         self._init_kvstore()
+        self._check_devices_unchanged()
         if self._update_on_kvstore:
             self._step_on_kvstore(batch_size, ignore_stale_grad)
         elif self._partial_sync:
@@ -308,6 +308,7 @@ class Trainer:
         if self._update_on_kvstore:
             raise RuntimeError("allreduce_grads() when parameters are updated on kvstore is not supported. "
                                "Try setting `update_on_kvstore` to False when creating trainer.")
+        self._check_devices_unchanged()
         # Finish the buckets the current plans reduced during backward first; parameters that
         # join a plan now (initialised late, unfrozen) were not summed yet and are reduced apart.
         for _, sync in self._syncs.values():
@@ -322,6 +323,18 @@ class Trainer:
             if (param.grad_req != "null" and param.is_initialized and param.grad_stype == "row_sparse"
                     and len(param.list_device()) > 1):
                 _sum_row_sparse_into_all(param)
+
+    def _check_devices_unchanged(self) -> None:
+        """RuntimeError naming the parameter when one now lives on other devices than its gradient sum was built for."""
+        for devices, (_, sync) in self._syncs.items():
+            for param in (sync.params if sync is not None else []):
+                now = tuple(param.list_device()) if param.is_initialized else devices
+                if now != devices:
+                    raise RuntimeError(
+                        f"Parameter {param.label!r} now lives on {list(now)}, but this Trainer set up its gradient "
+                        f"sum when it lived on {list(devices)}: the model was initialised again on other devices "
+                        "after the Trainer was created. Create the Trainer after the last initialize (or create a "
+                        "new Trainer for the new devices)")
 
     def _ensure_sync(self) -> list[tuple[GradientSync, list[Parameter] | None]]:
         """Start new parameters in sync, and (re)build a communicator and bucket plan per device list.
@@ -594,12 +607,12 @@ class Trainer:
             states, optimizer_state, extra = unpack_states(data)
             if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
             residuals = self._split_residuals(states, extra.get("compression"))
             self._check_saved_params(extra["trainer_params"], states)
             scaler_state = extra.get("loss_scaler")
             if scaler_state is not None and self._amp_loss_scaler is not None:
                 LossScaler().load_state_dict(scaler_state)  # validates
-            self._optimizer.check_state_dict(optimizer_state)
         except ValueError as exc:
             raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
         turn = extra.get("partial_turn", 0)
@@ -649,6 +662,9 @@ class Trainer:
             value = states.pop(key)
             if index >= len(self._params) or not isinstance(value, np.ndarray):
                 raise ValueError(f"entry {key!r} is not a residual of one of this Trainer's parameters")
+            if value.dtype.kind != "f" or not np.all(np.isfinite(value)):
+                raise ValueError(f"the residual {key!r} holds {value.dtype.name} values, or inf or NaN; residuals are "
+                                 "finite floating-point arrays")
             param = self._params[index]
             shape = param.shape
             if param._shape_known() and value.shape != tuple(shape):
@@ -706,6 +722,25 @@ class Trainer:
                 if shape is not None and tuple(leaf.shape) != shape:
                     raise ValueError(f"the state of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
                                      f"the parameter has shape {shape}")
+                kind = np.dtype(leaf.dtype)
+                if kind.kind != "f" and kind.name != "bfloat16":
+                    raise ValueError(f"the state of parameter {param.label!r} holds {kind.name} values; optimizer "
+                                     "states are floating-point arrays")
+                if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
+                    raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
+            if shape is not None:
+                problem = _structure_difference(self._template_state(index, param, shape), state)
+                if problem:
+                    raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
+                                     f"{type(self._optimizer).__name__} creates: {problem}")
+
+    def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
+        """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""
+        import warnings  # noqa: PLC0415
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._optimizer.create_state(index, np.zeros(shape, dtype=param.dtype))
 
     @staticmethod
     def _check_batch_size(batch_size: int) -> None:
@@ -720,6 +755,27 @@ def _state_arrays(state: Any) -> list[Any]:
     if isinstance(state, (tuple, list)):
         return [leaf for part in state for leaf in _state_arrays(part)]
     return [state] if hasattr(state, "shape") else []
+
+
+def _structure_difference(template: Any, state: Any, where: str = "the state") -> str:
+    """'' when ``state`` is shaped like ``template`` (tuples and lists alike), else what differs."""
+    if isinstance(template, MultiPrecisionState) != isinstance(state, MultiPrecisionState):
+        return f"{where} {'lacks' if isinstance(template, MultiPrecisionState) else 'has'} float32 master weights"
+    if template is None or state is None:
+        return "" if template is None and state is None else \
+            f"{where} is {'empty' if state is None else type(state).__name__}, expected " \
+            f"{'none' if template is None else type(template).__name__}"
+    if isinstance(template, (tuple, list)):
+        if not isinstance(state, (tuple, list)) or len(state) != len(template):
+            return f"{where} should be {len(template)} arrays, got {type(state).__name__}"
+        for i, (t, s) in enumerate(zip(template, state)):
+            problem = _structure_difference(t, s, f"{where}[{i}]")
+            if problem:
+                return problem
+        return ""
+    if hasattr(template, "shape") != hasattr(state, "shape"):
+        return f"{where} should be {'an array' if hasattr(template, 'shape') else repr(template)}, got {state!r}"
+    return ""
 
 
 def _copy_state(state: Any, device: Any) -> Any:

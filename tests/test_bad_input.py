@@ -947,3 +947,60 @@ def test_batchify_of_samples_with_different_shapes():
     dataset = mx.data.SimpleDataset([np.ones(3), np.ones(4)])
     with pytest.raises(ValueError, match=r"cannot stack samples of different shapes \[\(3,\), \(4,\)\]"):
         list(mx.data.DataLoader(dataset, batch_size=2))
+
+
+# -- consistent checks at construction (NaN, inf, str, None, wrong arity), each naming the argument ------------
+
+def _ce_update():
+    metric = mx.metric.CrossEntropy()
+    metric.update([mx.array(np.array([0, 1, 2], np.float32))], [mx.array(np.full((4, 3), 1 / 3, np.float32))])
+
+
+def _param():
+    return mx.nn.Parameter("w", shape=(2,))
+
+
+CONSISTENT = [
+    ("cross-entropy-3-labels-4-rows", _ce_update, ValueError, r"3 labels .* for 4 rows of predictions"),
+    ("factor-step-nan", lambda: lrs.FactorScheduler(step=float("nan")), TypeError, r"step must be an integer, got nan"),
+    ("factor-step-2.5", lambda: lrs.FactorScheduler(step=2.5), TypeError, r"step must be an integer, got 2\.5"),
+    ("factor-step-str", lambda: lrs.FactorScheduler(step="5"), TypeError, r"step must be an integer, got '5'"),
+    ("factor-base-nan", lambda: lrs.FactorScheduler(step=2, base_lr=float("nan")), ValueError,
+     r"base_lr must be >= 0, got nan"),
+    ("multifactor-nan", lambda: lrs.MultiFactorScheduler(step=[float("nan")]), TypeError,
+     r"step\[0\] must be an integer"),
+    ("poly-pwr-nan", lambda: lrs.PolyScheduler(5, pwr=float("nan")), ValueError, r"pwr must be >= 0, got nan"),
+    ("poly-pwr-inf", lambda: lrs.PolyScheduler(5, pwr=float("inf")), ValueError, r"pwr must be a finite number"),
+    ("called-with-nan", lambda: lrs.FactorScheduler(step=2)(float("nan")), ValueError, r"num_update must be .*got nan"),
+    ("called-with-negative", lambda: lrs.PolyScheduler(5)(-3), ValueError, r"num_update must be .*>= 0, got -3"),
+    ("adagrad-eps-nan", lambda: mx.optimizer.create("adagrad", epsilon=float("nan")), ValueError,
+     r"epsilon must be > 0, got nan"),
+    ("adadelta-eps-nan", lambda: mx.optimizer.create("adadelta", epsilon=float("nan")), ValueError,
+     r"epsilon must be > 0, got nan"),
+    ("rescale-inf", lambda: mx.optimizer.create("sgd", rescale_grad=float("inf")), ValueError,
+     r"rescale_grad must be a finite number, got inf"),
+    ("clip-str", lambda: mx.optimizer.create("sgd", clip_gradient="x"), TypeError, r"clip_gradient must be a real"),
+    ("epsilon-str", lambda: mx.optimizer.create("adam", epsilon="x"), TypeError, r"epsilon must be a real number"),
+    ("trainer-lr-str", lambda: mx.Trainer([_param()], "sgd", {"learning_rate": "0.1x"}), TypeError,
+     r"learning_rate must be a real number, got str: '0\.1x'"),
+    ("trainer-rescale-str", lambda: mx.Trainer([_param()], "sgd", {"rescale_grad": "2"}), TypeError,
+     r"rescale_grad must be a real number"),
+    ("dense-units-none", lambda: mx.nn.Dense(units=None), TypeError, r"Dense: units must be an integer"),
+    ("dense-units-float", lambda: mx.nn.Dense(units=2.5), TypeError, r"Dense: units must be an integer"),
+    ("conv-kernel-one", lambda: mx.nn.Conv2D(4, kernel_size=(3,)), ValueError, r"Conv2D: kernel_size must be .* pair"),
+    ("conv-strides-0", lambda: mx.nn.Conv2D(4, kernel_size=3, strides=0), ValueError, r"Conv2D: strides must be >= 1"),
+    ("pool-size-str", lambda: mx.nn.MaxPool2D(pool_size="2"), ValueError, r"MaxPool2D: pool_size must be"),
+    ("loss-batch-axis-str", lambda: mx.loss.L2Loss(batch_axis="0"), TypeError, r"batch_axis must be an int"),
+    ("split-batch-axis-str", lambda: mx.split_and_load(np.ones((4, 2)), [mx.cpu(0), mx.cpu(1)], batch_axis="0"),
+     TypeError, r"batch_axis must be an int"),
+    ("dropout-rate-str", lambda: mx.nn.Dropout("0.5"), TypeError, r"Dropout: rate must be a real number"),
+    ("batchnorm-eps-nan", lambda: mx.nn.BatchNorm(epsilon=float("nan")), ValueError, r"BatchNorm: epsilon must be > 0"),
+    ("exp-decay-inf", lambda: lrs.ExponentialDecay(1, decay_steps=float("inf"), decay_rate=0.5), ValueError,
+     r"decay_steps must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("make, exc, match", [c[1:] for c in CONSISTENT], ids=[c[0] for c in CONSISTENT])
+def test_construction_refuses_nan_inf_str_and_wrong_arity_naming_the_argument(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()

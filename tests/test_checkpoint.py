@@ -111,6 +111,23 @@ def test_latest_keep_and_step_validation(tmp_path):
             mx.checkpoint.save(tmp_path, net, trainer, step=bad)
 
 
+def _reseal(folder):
+    """Rewrite a checkpoint's manifest to match its files (as a hand-made checkpoint would)."""
+    import json  # noqa: PLC0415
+
+    from mxlite._serialization import file_sha256  # noqa: PLC0415
+
+    path = os.path.join(folder, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    for name in manifest["files"]:
+        digest, size = file_sha256(os.path.join(folder, name))
+        manifest["files"][name] = {"sha256": digest, "bytes": size}
+    manifest["self_sha256"] = mx.checkpoint._self_digest(manifest["step"], manifest["files"])
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
 def _state_of(net, trainer, tmp_path):
     params = {k: p.data(DEVICES[1]).asnumpy() for k, p in net.collect_params().items()}
     trainer.save_states(tmp_path / "probe.states")
@@ -134,6 +151,7 @@ def test_a_failed_load_changes_nothing(tmp_path, damage):
         key = sorted(arrays)[0]
         arrays[key] = np.zeros((3, 3), np.float32)
         np.savez(path, **arrays)
+        _reseal(folder)  # a consistent manifest: the shape check itself must refuse it
         match = key.replace(".", r"\.")
     elif damage == "meta_json":
         with open(os.path.join(folder, "meta-rank0.json"), "w") as f:

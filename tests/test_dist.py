@@ -79,7 +79,8 @@ def test_ranks_with_different_parameters_get_an_error_naming_the_ranks(tmp_path)
 def test_two_ranks_resume_from_a_checkpoint_bit_for_bit(tmp_path):
     _mpirun(2, WORKER, "resume", str(tmp_path))
     assert sorted(os.listdir(tmp_path / "ckpt" / "step-00000003")) == [
-        "meta-rank0.json", "meta-rank1.json", "params.npz", "trainer-rank0.states", "trainer-rank1.states"]
+        "manifest.json", "meta-rank0.json", "meta-rank1.json", "params.npz", "trainer-rank0.states",
+        "trainer-rank1.states"]
     runs = {(r, kind): dict(np.load(tmp_path / f"rank{r}-{kind}.npz")) for r in range(2)
             for kind in ("straight", "resumed")}
     for k, want in runs[(0, "straight")].items():

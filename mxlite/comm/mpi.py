@@ -23,7 +23,7 @@ from ..device import Device
 from . import faults
 from .base import DONE, Communicator, Work
 
-__all__ = ["MpiCommunicator", "mpi_module"]
+__all__ = ["MpiCommunicator", "mpi_module", "timed_barrier"]
 
 
 def mpi_module() -> Any:
@@ -34,6 +34,20 @@ def mpi_module() -> Any:
         raise RuntimeError("multi-process training needs mpi4py and an MPI library: "
                            "pip install 'mxlite[mpi]' (mpi4py and the mpich wheel)") from exc
     return MPI
+
+
+def timed_barrier(comm: Any, what: str = "barrier") -> None:
+    """``comm.Barrier()`` within ``MXLITE_COLLECTIVE_TIMEOUT`` (see :func:`mxlite.comm.faults.wait`).
+
+    For MPI communicators used outside a :class:`MpiCommunicator` (the KVStore's world): every raw
+    MPI call must honour the timeout. Installs the fault handling.
+    """
+    faults.install()
+    timeout = faults.collective_timeout()
+    if timeout is None:
+        comm.Barrier()
+    else:
+        faults.wait(comm.Ibarrier(), comm.Get_rank(), comm.Get_size(), what, timeout)
 
 
 class MpiCommunicator(Communicator):

@@ -192,7 +192,9 @@ class KVStore:
     def barrier(self) -> None:
         """Return when every process has called ``barrier`` (at once for the single-process types)."""
         if self._world is not None:
-            self._world.Barrier()
+            from ..comm.mpi import timed_barrier  # noqa: PLC0415
+
+            timed_barrier(self._world, "KVStore.barrier")  # honours MXLITE_COLLECTIVE_TIMEOUT
 
     _barrier = barrier  # MXNet's name
 

@@ -29,6 +29,31 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
+def _int_arg(layer: str, name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an int >= ``low``; TypeError/ValueError naming the layer, the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{layer}: {name} must be an integer >= {low}, got {type(value).__name__}: {value!r}")
+    if value < low:
+        raise ValueError(f"{layer}: {name} must be >= {low}, got {value}")
+    return int(value)
+
+
+def _real_arg(layer: str, name: str, value: Any, *, low: float, high: float | None = None,
+              low_inclusive: bool = True, high_inclusive: bool = False) -> float:
+    """A finite real number in the given range; TypeError/ValueError naming the layer, the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{layer}: {name} must be a real number, got {type(value).__name__}: {value!r}")
+    ok = (low <= value if low_inclusive else low < value) and (
+        high is None or (value <= high if high_inclusive else value < high))
+    if not ok:
+        text = (f"lie in {'[' if low_inclusive else '('}{low:g}, {high:g}{']' if high_inclusive else ')'}"
+                if high is not None else f"be {'>=' if low_inclusive else '>'} {low:g}")
+        raise ValueError(f"{layer}: {name} must {text}, got {value}")
+    if not np.isfinite(value):
+        raise ValueError(f"{layer}: {name} must be a finite number, got {value}")
+    return value
+
+
 def _activation(name: str | None) -> Callable[[Tensor], Tensor] | None:
     if name is None:
         return None
@@ -87,8 +112,8 @@ class Dense(Block):
                  dtype: Any = np.float32, weight_initializer: Any = None, bias_initializer: Any = "zeros",
                  in_units: int = 0) -> None:
         super().__init__()
-        if units <= 0:
-            raise ValueError(f"Dense: units must be > 0, got {units}")
+        units = _int_arg("Dense", "units", units)
+        in_units = _int_arg("Dense", "in_units", in_units, low=0)
         self._units, self._flatten, self._in_units = units, flatten, in_units
         self._act_name = activation
         self._act = _activation(activation)
@@ -126,8 +151,7 @@ class Dropout(Block):
 
     def __init__(self, rate: float, axes: tuple[int, ...] = ()) -> None:
         super().__init__()
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"Dropout: rate must lie in [0, 1), got {rate}")
+        _real_arg("Dropout", "rate", rate, low=0, high=1)
         self._rate, self._axes = rate, tuple(axes)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -176,10 +200,10 @@ class BatchNorm(Block):
                  gamma_initializer: Any = "ones", running_mean_initializer: Any = "zeros",
                  running_variance_initializer: Any = "ones", in_channels: int = 0) -> None:
         super().__init__()
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"BatchNorm: momentum must lie in [0, 1], got {momentum}")
-        if epsilon <= 0:
-            raise ValueError(f"BatchNorm: epsilon must be > 0, got {epsilon}")
+        _real_arg("BatchNorm", "momentum", momentum, low=0, high=1, high_inclusive=True)
+        _real_arg("BatchNorm", "epsilon", epsilon, low=0, low_inclusive=False)
+        _int_arg("BatchNorm", "axis", axis, low=-(2**31))
+        _int_arg("BatchNorm", "in_channels", in_channels, low=0)
         self._axis, self._momentum, self._eps = axis, momentum, epsilon
         self._use_global_stats, self._fix_gamma = use_global_stats, not scale
         self.gamma = Parameter("gamma", grad_req="write" if scale else "null", shape=(in_channels,),
@@ -215,8 +239,8 @@ class LayerNorm(Block):
     def __init__(self, axis: int = -1, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
                  beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0) -> None:
         super().__init__()
-        if epsilon <= 0:
-            raise ValueError(f"LayerNorm: epsilon must be > 0, got {epsilon}")
+        _real_arg("LayerNorm", "epsilon", epsilon, low=0, low_inclusive=False)
+        _int_arg("LayerNorm", "axis", axis, low=-(2**31))
         self._axis, self._eps = axis, epsilon
         self.gamma = Parameter("gamma", shape=(in_channels,), init=gamma_initializer, allow_deferred_init=True,
                                differentiable=scale)
@@ -242,8 +266,10 @@ class Embedding(Block):
     def __init__(self, input_dim: int, output_dim: int, dtype: Any = np.float32, weight_initializer: Any = None,
                  sparse_grad: bool = False) -> None:
         super().__init__()
-        if input_dim <= 0 or output_dim <= 0:
-            raise ValueError(f"Embedding: input_dim and output_dim must be > 0, got {input_dim}, {output_dim}")
+        for name, value in (("input_dim", input_dim), ("output_dim", output_dim)):
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value <= 0:
+                raise ValueError(f"Embedding: input_dim and output_dim must be > 0, got {input_dim}, {output_dim}")
+            _int_arg("Embedding", name, value)
         self._sparse_grad = sparse_grad
         self.weight = Parameter("weight", shape=(input_dim, output_dim), dtype=dtype, init=weight_initializer,
                                 grad_stype="row_sparse" if sparse_grad else "default")

@@ -188,6 +188,15 @@ class Block:
             FileNotFoundError: no such file.
             ValueError: unreadable file, or mismatches (every problem listed at once).
         """
+        plan = self._plan_load(filename, allow_missing, ignore_extra, cast_dtype, dtype_source)
+        self._apply_load(plan, device)
+
+    def _plan_load(self, filename: str | os.PathLike, allow_missing: bool = False, ignore_extra: bool = False,
+                   cast_dtype: bool = False, dtype_source: str = "current") -> list[tuple[Parameter, np.ndarray]]:
+        """Read and check a :meth:`save_parameters` file, changing nothing: [(parameter, value)] to apply.
+
+        Raises the errors of :meth:`load_parameters`.
+        """
         if dtype_source not in ("current", "saved"):
             raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
         loaded = load_arrays(filename)
@@ -219,6 +228,10 @@ class Block:
             plan.append((param, value))
         if problems:
             raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
+        return plan
+
+    def _apply_load(self, plan: list[tuple[Parameter, np.ndarray]], device: Any = None) -> None:
+        """Apply what :meth:`_plan_load` checked (uninitialised parameters are initialised on ``device``)."""
         devices = _device_list(device) if device is not None else [current_device()]
         store = ParameterStore()  # one arena set for every parameter initialised here, as initialize() does
         for param, value in plan:

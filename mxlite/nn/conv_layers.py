@@ -8,15 +8,20 @@ import numpy as np
 
 from ..autograd import nn_ops
 from ..autograd.tensor import Tensor
-from .basic_layers import _activation, _ready
+from .basic_layers import _activation, _int_arg, _ready
 from .block import Block
 from .parameter import Parameter
 
 __all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D"]
 
 
-def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
-    return (value, value) if isinstance(value, (int, np.integer)) else tuple(value)  # type: ignore[return-value]
+def _pair(value: int | tuple[int, int], layer: str = "layer", name: str = "size", low: int = 1) -> tuple[int, int]:
+    """An int or a pair of ints, each >= ``low``, as a pair; errors name the layer, the argument and the value."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{layer}: {name} must be an int or a pair of ints (height, width), got {value!r}")
+    return (_int_arg(layer, name, value[0], low), _int_arg(layer, name, value[1], low))
 
 
 def _check_layout(layout: str) -> None:
@@ -47,11 +52,16 @@ class Conv2D(Block):
                  bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
         super().__init__()
         _check_layout(layout)
+        for name, value in (("channels", channels), ("groups", groups)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"Conv2D: {name} must be a positive integer, got {type(value).__name__}: {value!r}")
         if channels <= 0 or groups <= 0 or channels % groups:
             raise ValueError(f"Conv2D: channels ({channels}) must be a positive multiple of groups ({groups})")
+        _int_arg("Conv2D", "in_channels", in_channels, low=0)
         self._channels, self._groups = channels, groups
-        self._kernel, self._strides = _pair(kernel_size), _pair(strides)
-        self._padding, self._dilation = _pair(padding), _pair(dilation)
+        self._kernel, self._strides = _pair(kernel_size, "Conv2D", "kernel_size"), _pair(strides, "Conv2D", "strides")
+        self._padding = _pair(padding, "Conv2D", "padding", low=0)
+        self._dilation = _pair(dilation, "Conv2D", "dilation")
         self._act = _activation(activation)
         in_per_group = in_channels // groups if in_channels else 0
         self.weight = Parameter("weight", shape=(channels, in_per_group) + self._kernel, init=weight_initializer,
@@ -84,9 +94,13 @@ class _Pool(Block):
     def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str) -> None:
         super().__init__()
         _check_layout(layout)
-        self._pool = _pair(pool_size)
-        self._strides = _pair(strides) if strides is not None else self._pool
-        self._padding, self._ceil = _pair(padding), ceil_mode
+        layer = type(self).__name__
+        self._pool = _pair(pool_size, layer, "pool_size")
+        self._strides = _pair(strides, layer, "strides") if strides is not None else self._pool
+        self._padding, self._ceil = _pair(padding, layer, "padding", low=0), ceil_mode
+        if any(2 * p > k for p, k in zip(self._padding, self._pool)):
+            raise ValueError(f"{layer}: padding {self._padding} must be at most half of pool_size {self._pool} (a "
+                             "window lying wholly in the padding has no input to pool)")
 
     def _extra_repr(self) -> str:
         return f"size={self._pool}, stride={self._strides}, padding={self._padding}"

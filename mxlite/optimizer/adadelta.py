@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _xp, register
+from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["AdaDelta"]
 
@@ -49,10 +49,8 @@ class AdaDelta(Optimizer):
     def __init__(self, learning_rate: float = 1.0, rho: float = 0.9, epsilon: float = 1e-6,
                  **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if not 0.0 <= rho < 1.0:
-            raise ValueError(f"rho must lie in [0, 1), got {rho}")
-        if epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        _check_real("rho", rho, low=0, high=1)
+        _check_real("epsilon", epsilon, low=0, low_inclusive=False)
         self.rho, self.epsilon = rho, epsilon
 
     def create_state(self, index: int, weight: Any) -> Any:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _xp, register
+from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["AdaGrad"]
 
@@ -48,8 +48,7 @@ class AdaGrad(Optimizer):
 
     def __init__(self, learning_rate: float = 0.01, epsilon: float = 1e-6, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        _check_real("epsilon", epsilon, low=0, low_inclusive=False)
         self.epsilon = epsilon
 
     def create_state(self, index: int, weight: Any) -> Any:

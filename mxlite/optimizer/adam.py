@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .optimizer import Optimizer, _xp, register
+from .optimizer import Optimizer, _check_real, _xp, register
 
 
 def _zero_moments(weight: Any) -> tuple[Any, Any]:
@@ -40,10 +40,8 @@ def _zero_moments(weight: Any) -> tuple[Any, Any]:
 def _check_betas_epsilon(beta1: float, beta2: float, epsilon: float) -> None:
     """Shared by Adam and AdamW: β in [0, 1), ε > 0 (each error names the argument)."""
     for name, beta in (("beta1", beta1), ("beta2", beta2)):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"{name} must lie in [0, 1), got {beta}")
-    if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        _check_real(name, beta, low=0, high=1)
+    _check_real("epsilon", epsilon, low=0, low_inclusive=False)
 
 
 @register

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _xp, register
+from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["Ftrl"]
 
@@ -55,12 +55,12 @@ class Ftrl(Optimizer):
 
     def __init__(self, learning_rate: float = 0.1, lamda1: float = 0.01, beta: float = 1.0,
                  **kwargs: Any) -> None:
-        if learning_rate is not None and learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0 for Ftrl (the rule divides by it), got {learning_rate}")
+        if learning_rate is not None:
+            _check_real("learning_rate", learning_rate, low=0, low_inclusive=False,
+                        why=" for Ftrl (the rule divides by it)")
         super().__init__(learning_rate=learning_rate, **kwargs)
         for name, value in (("lamda1", lamda1), ("beta", beta)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+            _check_real(name, value, low=0)
         self.lamda1, self.beta = lamda1, beta
 
     def create_state(self, index: int, weight: Any) -> Any:

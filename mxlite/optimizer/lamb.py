@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _xp, register
+from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["LAMB"]
 
@@ -68,13 +68,10 @@ class LAMB(Optimizer):
                  bias_correction: bool = True, aggregate_num: int = 4, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, aggregate_num=aggregate_num, **kwargs)
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"{name} must lie in [0, 1), got {beta}")
-        if epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+            _check_real(name, beta, low=0, high=1)
+        _check_real("epsilon", epsilon, low=0, low_inclusive=False)
         for name, bound in (("lower_bound", lower_bound), ("upper_bound", upper_bound)):
-            if bound is not None and bound < 0:
-                raise ValueError(f"{name} must be >= 0 or None (no bound), got {bound}")
+            _check_real(name, bound, low=0, none_ok=True, why=" (no bound)")
         if lower_bound is not None and upper_bound is not None and lower_bound > upper_bound:
             raise ValueError(f"lower_bound must not exceed upper_bound, got lower_bound={lower_bound} "
                              f"> upper_bound={upper_bound}")

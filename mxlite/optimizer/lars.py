@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _check_momentum, _xp, register
+from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["LARS"]
 
@@ -76,8 +76,7 @@ class LARS(Optimizer):
         super().__init__(learning_rate=learning_rate, aggregate_num=aggregate_num, **kwargs)
         _check_momentum(momentum)
         for name, value in (("eta", eta), ("epsilon", epsilon)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+            _check_real(name, value, low=0)
         self.momentum, self.eta, self.epsilon = momentum, eta, epsilon
         # Kept private: the base class applies row-wise (lazy) updates to rules whose public
         # ``lazy_update`` is true, which would take the norms over the present rows only.

@@ -109,6 +109,33 @@ def _check_nonneg(name: str, value: float | None) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def _check_real(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                low_inclusive: bool = True, high_inclusive: bool = False, none_ok: bool = False, why: str = "") -> None:
+    """A finite real number (not a bool, not a str) within the given bounds; None too with ``none_ok``.
+
+    The same check serves construction and :meth:`Optimizer.load_state_dict`. Errors name the
+    argument and the value: TypeError for a non-number, ValueError for NaN, inf or out of range
+    (``epsilon must be > 0, got nan``; ``rho must lie in [0, 1), got 1.0``).
+    """
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number{' or None' if none_ok else ''}, "
+                        f"got {type(value).__name__}: {value!r}")
+    if low is not None and high is not None:
+        ok = (low <= value if low_inclusive else low < value) and (value <= high if high_inclusive else value < high)
+        text = f"lie in {'[' if low_inclusive else '('}{low:g}, {high:g}{']' if high_inclusive else ')'}"
+    elif low is not None:
+        ok = low <= value if low_inclusive else low < value
+        text = f"be {'>=' if low_inclusive else '>'} {low:g}"
+    else:
+        ok, text = value == value, "be a number"
+    if not ok:
+        raise ValueError(f"{name} must {text}{' or None' if none_ok else ''}{why}, got {value}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+
+
 def _check_momentum(value: float, name: str = "momentum") -> None:
     """A momentum (a decay factor) must lie in [0, 1).
 
@@ -166,8 +193,8 @@ class Optimizer:
                  aggregate_num: int | None = None, use_fused_step: bool | None = None) -> None:
         _check_nonneg("learning_rate", learning_rate)
         _check_nonneg("wd", wd)
-        if clip_gradient is not None and not clip_gradient > 0:
-            raise ValueError(f"clip_gradient must be > 0 or None, got {clip_gradient}")
+        _check_real("rescale_grad", rescale_grad, low=0)
+        _check_real("clip_gradient", clip_gradient, low=0, low_inclusive=False, none_ok=True)
         if isinstance(begin_num_update, bool) or not isinstance(begin_num_update, numbers.Integral) \
                 or begin_num_update < 0:
             raise ValueError(f"begin_num_update must be an integer >= 0, got {begin_num_update!r}")
@@ -189,6 +216,9 @@ class Optimizer:
         # applies the same update, so each must see the same count sequence.
         self._all_index_update_counts: dict[int, dict[Any, int]] = {0: {}}
         self._index_update_count = self._all_index_update_counts[0]
+        # The counts a mirror that appears after load_state_dict starts from (a run resumed onto
+        # more devices): the saved mirror 0's, since every mirror applied the same updates.
+        self._resumed_counts: dict[Any, int] = {}
         self.multi_precision = bool(multi_precision)
         self.param_dict = dict(param_dict or {})
         self.lr_mult: dict[Any, float] = {}
@@ -243,7 +273,10 @@ class Optimizer:
 
     def _set_current_device(self, slot: int) -> None:
         """Select the update-count table of device mirror number ``slot``."""
-        self._index_update_count = self._all_index_update_counts.setdefault(slot, {})
+        table = self._all_index_update_counts.get(slot)
+        if table is None:
+            table = self._all_index_update_counts[slot] = dict(getattr(self, "_resumed_counts", {}))
+        self._index_update_count = table
 
     def _update_count(self, index: Any) -> int:
         count = self._index_update_count.get(index, self.begin_num_update) + 1
@@ -423,6 +456,7 @@ class Optimizer:
         if set(hyper) != expected:
             raise ValueError(f"optimizer state hyperparameters do not match {type(self).__name__}: "
                              f"missing {sorted(expected - set(hyper))}, unexpected {sorted(set(hyper) - expected)}")
+        self._check_loaded(hyper, lr_mult, wd_mult, counts)
         if 0 not in counts:
             counts[0] = {}
         sched = self.lr_scheduler
@@ -438,6 +472,71 @@ class Optimizer:
         self.lr_mult, self.wd_mult = lr_mult, wd_mult
         self._all_index_update_counts = counts
         self._index_update_count = counts[0]
+        self._resumed_counts = dict(counts[0])  # for mirrors the saved run did not have
+
+    def _check_loaded(self, hyper: dict[str, Any], lr_mult: dict[Any, float], wd_mult: dict[Any, float],
+                      counts: dict[int, dict[Any, int]]) -> None:
+        """ValueError unless loaded values pass the checks construction applies (before anything changes).
+
+        Each hyperparameter must have the kind of value it has now (a bool stays a bool, a number a
+        number or None); the values then go through the class's own constructor, so a state file
+        can never hold what ``Optimizer(...)`` refuses (a NaN rate, ``beta1 = 5``, a negative
+        ``rescale_grad``). Update counts must be integers >= 0 and multipliers finite numbers.
+        """
+        for name, value in hyper.items():
+            current = getattr(self, name)
+            if isinstance(current, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(current, str):
+                ok = isinstance(value, str)
+            elif isinstance(current, (list, tuple)):
+                ok = isinstance(value, list)
+            else:
+                ok = value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+            if not ok:
+                raise ValueError(f"hyperparameter {name!r} is {value!r} ({type(value).__name__}); "
+                                 f"{type(self).__name__} holds a {type(current).__name__} there")
+        for name in ("num_update", "begin_num_update"):
+            value = hyper.get(name, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"hyperparameter {name!r} must be an integer >= 0, got {value!r}")
+        for slot, table in counts.items():
+            if slot < 0 or any(c < 0 for c in table.values()):
+                raise ValueError(f"update counts must be >= 0 for mirrors >= 0, got mirror {slot}: {table}")
+        for what, mults in (("lr_mult", lr_mult), ("wd_mult", wd_mult)):
+            bad = {k: v for k, v in mults.items() if not math.isfinite(v)}
+            if bad:
+                raise ValueError(f"{what} must hold finite numbers, got {bad}")
+        kwargs = self._constructor_arguments(hyper)
+        if kwargs is not None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    type(self)(**kwargs)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"a hyperparameter is one {type(self).__name__}(...) refuses: {exc}") from exc
+
+    def _constructor_arguments(self, hyper: dict[str, Any]) -> dict[str, Any] | None:
+        """``hyper`` as keyword arguments of this class's constructor; None when it cannot be built from them."""
+        import inspect  # noqa: PLC0415
+
+        accepted: dict[str, inspect.Parameter] = {}
+        for klass in type(self).__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            params = inspect.signature(init).parameters
+            accepted.update({k: p for k, p in params.items() if k != "self" and k not in accepted
+                             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)})
+            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                break
+        kwargs = {}
+        for name, value in hyper.items():
+            arg = "learning_rate" if name == "lr" else name
+            if arg in accepted:
+                kwargs[arg] = tuple(value) if isinstance(getattr(self, name), tuple) else value
+        required = [k for k, p in accepted.items() if p.default is p.empty and k not in kwargs]
+        return None if required else kwargs
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(learning_rate={self.learning_rate}, wd={self.wd})"

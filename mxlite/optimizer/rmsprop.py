@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _check_momentum, _xp, register
+from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["RMSProp"]
 
@@ -69,13 +69,10 @@ class RMSProp(Optimizer):
                  epsilon: float = 1e-8, centered: bool = False, clip_weights: float | None = None,
                  **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if not 0.0 <= rho < 1.0:
-            raise ValueError(f"rho must lie in [0, 1), got {rho}")
+        _check_real("rho", rho, low=0, high=1)
         _check_momentum(momentum)
-        if epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon}")
-        if clip_weights is not None and clip_weights <= 0:
-            raise ValueError(f"clip_weights must be > 0 or None (no clipping), got {clip_weights}")
+        _check_real("epsilon", epsilon, low=0, low_inclusive=False)
+        _check_real("clip_weights", clip_weights, low=0, low_inclusive=False, none_ok=True, why=" (no clipping)")
         self.rho, self.momentum, self.epsilon = rho, momentum, epsilon
         self.centered = bool(centered)
         self.clip_weights = clip_weights

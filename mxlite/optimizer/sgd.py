@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _check_momentum, _xp, register
+from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 
 @register
@@ -71,8 +71,7 @@ class SGD(Optimizer):
                  dampening: float = 0.0, nesterov: bool = False, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
         _check_momentum(momentum)
-        if not 0.0 <= dampening <= 1.0:
-            raise ValueError(f"dampening must lie in [0, 1], got {dampening}")
+        _check_real("dampening", dampening, low=0, high=1, high_inclusive=True)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening == 0, got momentum={momentum}, "
                              f"dampening={dampening}")

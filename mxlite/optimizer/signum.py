@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .optimizer import Optimizer, _check_momentum, _xp, register
+from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["Signum"]
 
@@ -57,8 +57,7 @@ class Signum(Optimizer):
                  **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
         _check_momentum(momentum)
-        if wd_lh < 0:
-            raise ValueError(f"wd_lh must be >= 0, got {wd_lh}")
+        _check_real("wd_lh", wd_lh, low=0)
         self.momentum, self.wd_lh = momentum, wd_lh
 
     def create_state(self, index: int, weight: Any) -> Any:
