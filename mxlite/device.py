@@ -6,6 +6,11 @@ code without a GPU. GPU devices are CuPy-backed; creating one on a machine witho
 CUDA stack raises :class:`DeviceUnavailableError` saying why (CuPy missing, no driver, no such
 device).
 
+``MXLITE_EMULATE_GPUS=N`` (an integer from 1 to 16) puts ``gpu(0)`` .. ``gpu(N-1)`` on N emulated
+GPUs: a strict CuPy/NCCL double backed by NumPy, installed as ``cupy`` for the whole process, on
+which every GPU code path of mxlite runs without a GPU (docs/gpu-emulation.md). Unset or ``0``,
+nothing changes: real CuPy and real GPUs are used when present.
+
 ``with device:`` makes ``device`` the current one, which is where creation functions put
 arrays when no device is given (MXNet's ``with mx.gpu(0):`` idiom).
 """
@@ -13,6 +18,8 @@ arrays when no device is given (MXNet's ``with mx.gpu(0):`` idiom).
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 from types import ModuleType
 from typing import Any
@@ -28,7 +35,10 @@ __all__ = [
     "gpu_devices",
     "current_device",
     "device_of",
+    "EMULATE_GPUS_ENV",
 ]
+
+EMULATE_GPUS_ENV = "MXLITE_EMULATE_GPUS"
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -38,6 +48,16 @@ class DeviceUnavailableError(RuntimeError):
 @functools.lru_cache(maxsize=1)
 def _cupy_status() -> tuple[ModuleType | None, int, str]:
     """Return ``(cupy or None, number of visible GPUs, reason when 0)``; probed once."""
+    emulated = _emulated_gpus()
+    if emulated:
+        from ._emulation.install import install  # noqa: PLC0415 - only when asked for
+
+        install(emulated)
+        import cupy  # noqa: PLC0415 - the double, just installed as `cupy`
+
+        print(f"mxlite: gpu(0)..gpu({emulated - 1}) are emulated on the CPU ({EMULATE_GPUS_ENV}={emulated}); "
+              "nothing runs on a real GPU", file=sys.stderr)
+        return cupy, emulated, ""
     try:
         import cupy  # noqa: PLC0415 - optional dependency, probed lazily
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
@@ -52,6 +72,24 @@ def _cupy_status() -> tuple[ModuleType | None, int, str]:
     if count == 0:
         return cupy, 0, "CuPy is installed but CUDA sees no GPU"
     return cupy, count, ""
+
+
+def _emulated_gpus() -> int:
+    """The number of GPUs ``MXLITE_EMULATE_GPUS`` asks to emulate (0: none, use real CUDA).
+
+    Raises:
+        ValueError: the variable is set to something other than an integer from 0 to 16.
+    """
+    text = os.environ.get(EMULATE_GPUS_ENV, "").strip()
+    if not text:
+        return 0
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if not 0 <= count <= 16:
+        raise ValueError(f"{EMULATE_GPUS_ENV} must be an integer from 0 (off) to 16 emulated GPUs, got {text!r}")
+    return count
 
 
 def num_gpus() -> int:

@@ -1,0 +1,131 @@
+"""``cupy.RawModule`` / ``cupy.RawKernel``: CUDA C++ compiled for the host by
+:mod:`mxlite._emulation.hostcuda`, launched under the emulation's rules.
+
+A launch checks every device-array argument: it must live on the current device (rule 1), a ``const T*``
+parameter is a read and any other pointer a write, on the launch stream (``stream=`` or the current
+stream; rule 2). The launch is counted (``kernel_launches`` by name) and runs at once on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core, _counters, _ndarray, _state, _streams
+from ._errors import EmulatedGPUError
+
+__all__ = ["RawModule", "RawKernel"]
+
+
+def _host_module(code: str, options: tuple, name_expressions: Any) -> Any:
+    from mxlite._emulation import hostcuda  # noqa: PLC0415 - built by g++ on first use
+
+    return hostcuda.HostModule(code, tuple(options), None if name_expressions is None else tuple(name_expressions))
+
+
+class _Function:
+    """A kernel of a compiled module: ``kernel(grid, block, args, shared_mem=0, stream=None)``."""
+
+    def __init__(self, host_kernel: Any, name: str) -> None:
+        self._kernel = host_kernel
+        self.name = name
+        self.signature = getattr(host_kernel, "signature", None)
+
+    def __call__(self, grid: Any, block: Any, args: Any, shared_mem: int = 0, stream: Any = None,
+                 enable_cooperative_groups: bool = False) -> None:
+        device_id = _state.current_device_id()
+        if stream is None:
+            stream = _streams.get_current_stream(device_id)
+        elif not isinstance(stream, _streams.Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, got {type(stream).__name__}")
+        elif stream.device_id != device_id:
+            raise EmulatedGPUError(f"launch of {self.name}: {stream!r} belongs to gpu({stream.device_id}) but the "
+                                   f"current device is gpu({device_id})")
+        if not isinstance(args, tuple):
+            raise TypeError(f"kernel arguments must be a tuple, got {type(args).__name__}")
+        sig = self.signature
+        if sig is not None and len(sig) != len(args):
+            raise TypeError(f"kernel {self.name} takes {len(sig)} arguments, got {len(args)}")
+        reads, writes = [], []
+        for i, arg in enumerate(args):
+            if not isinstance(arg, _ndarray.ndarray):
+                if isinstance(arg, np.ndarray) and arg.ndim > 0:
+                    raise TypeError(f"kernel {self.name} argument {i}: a host NumPy array cannot be passed to a "
+                                    "kernel (copy it to the device first)")
+                continue
+            if sig is not None:
+                kind, _code, _width, is_const = sig[i]
+                if kind != "ptr":
+                    raise TypeError(f"kernel {self.name} argument {i}: a device array for a by-value parameter")
+            else:
+                is_const = False
+            (reads if is_const else writes).append(arg)
+        what = f"launch of kernel {self.name}"
+        _core.check_device(reads + writes, device_id, what)
+        _core.check_access(stream, reads, writes, what)
+        _core.record_access(stream, reads, writes)
+        _counters.counters[device_id].kernel_launches[self.name] += 1
+        grid = (grid,) if isinstance(grid, int) else tuple(grid)
+        block = (block,) if isinstance(block, int) else tuple(block)
+        self._kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
+
+
+class RawModule:
+    """CUDA C++ source compiled for the host (CuPy's ``RawModule``; only ``code=`` sources are supported).
+
+    Args:
+        code: CUDA C++ source.
+        path: not supported (cubin/PTX cannot run on the host).
+        options: compiler options (passed on; ``-std=...`` is honoured).
+        backend, translate_cucomplex, enable_cooperative_groups, jitify: accepted for compatibility.
+        name_expressions: template instantiations to make available to :meth:`get_function`.
+    """
+
+    def __init__(self, code: str | None = None, *, path: str | None = None, options: tuple = (),
+                 backend: str = "nvrtc", translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
+                 name_expressions: Any = None, jitify: Any = None) -> None:
+        if code is None:
+            raise NotImplementedError("the GPU emulation compiles CUDA sources only: RawModule(path=...) loads "
+                                      "cubin/PTX, which cannot run on the host")
+        self.code = code
+        self.options = tuple(options)
+        self.name_expressions = None if name_expressions is None else tuple(name_expressions)
+        self._module: Any = None
+
+    def compile(self, log_stream: Any = None) -> None:
+        """Compile the source now (otherwise done at the first :meth:`get_function`)."""
+        if self._module is None:
+            self._module = _host_module(self.code, self.options, self.name_expressions)
+
+    def get_function(self, name: str) -> _Function:
+        """The kernel ``name`` (a name expression such as ``'adam<float>'`` for templates)."""
+        self.compile()
+        return _Function(self._module.get_function(name), name)
+
+
+class RawKernel:
+    """One kernel of CUDA C++ source, compiled for the host (CuPy's ``RawKernel``).
+
+    Args:
+        code: CUDA C++ source.
+        name: the kernel's name.
+        options, backend, translate_cucomplex, enable_cooperative_groups, jitify: see :class:`RawModule`.
+    """
+
+    def __init__(self, code: str, name: str, options: tuple = (), backend: str = "nvrtc",
+                 translate_cucomplex: bool = False, *, enable_cooperative_groups: bool = False,
+                 jitify: Any = None) -> None:
+        self.code, self.name, self.options = code, name, tuple(options)
+        self._module = RawModule(code=code, options=self.options)
+        self._function: _Function | None = None
+
+    def compile(self, log_stream: Any = None) -> None:
+        """Compile now."""
+        if self._function is None:
+            self._function = self._module.get_function(self.name)
+
+    def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> None:
+        """Launch: ``kernel(grid, block, args, shared_mem=0, stream=None)``."""
+        self.compile()
+        self._function(grid, block, args, **kwargs)

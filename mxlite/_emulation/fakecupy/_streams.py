@@ -1,0 +1,234 @@
+"""Streams, events and the logical ordering between them (strictness rule 2).
+
+Work executes eagerly in NumPy; what is tracked is the order CUDA would guarantee. Every operation on a
+stream gets the next sequence number of that stream. A stream knows, per other stream, a watermark: the
+last sequence number of that stream it is ordered after (raised by ``wait_event``, transitively: an event
+carries what its stream knew when it was recorded). The host has the same kind of watermarks, raised by
+``synchronize`` calls and blocking reads; once the host knows work is complete, everything it enqueues
+later, on any stream, is ordered after it.
+
+Simplification (stricter than CUDA): streams made with ``non_blocking=False`` are not implicitly ordered
+with the legacy default stream; every stream behaves as a non-blocking one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any
+
+from . import _counters, _state
+from ._errors import EmulatedGPUError
+
+__all__ = ["Stream", "Event", "get_current_stream", "stream_from_ptr", "host_known", "host_sync", "completed",
+           "synchronize_device"]
+
+_ids = itertools.count(1)
+_tls = threading.local()
+# What the host knows is complete: {stream: last completed sequence number}.
+host_known: dict[Any, int] = {}
+_by_ptr: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
+_per_device: dict[int, weakref.WeakSet[Stream]] = {}
+_null: dict[int, Stream] = {}
+
+
+class Stream:
+    """A CUDA stream of an emulated GPU (on the device current when it is made).
+
+    Args:
+        null: the legacy default stream of the current device (``ptr`` 0).
+        non_blocking: accepted for compatibility; every emulated stream is non-blocking.
+        ptds: accepted for compatibility.
+        priority: accepted for compatibility.
+
+    ``with stream:`` makes it the current stream of its device; ``ptr`` is a unique fake handle.
+    """
+
+    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False,
+                 priority: int | None = None) -> None:
+        self.device_id = _state.current_device_id()
+        _state.check_device_id(self.device_id)
+        self._uid = next(_ids)
+        self._seq = 0
+        self._known: dict[Stream, int] = {}
+        self._stack: list[Stream] = []
+        self.non_blocking = bool(non_blocking)
+        self.priority = 0 if priority is None else priority
+        if null:
+            self.ptr = 0
+        else:
+            self.ptr = 0x5EA0_0000_0000 + self._uid * 0x100
+            _by_ptr[self.ptr] = self
+        _per_device.setdefault(self.device_id, weakref.WeakSet()).add(self)
+
+    def __repr__(self) -> str:
+        kind = "null stream" if self.ptr == 0 else f"stream {self._uid} (ptr {self.ptr:#x})"
+        return f"<{kind} of emulated gpu({self.device_id}), op #{self._seq}>"
+
+    def __hash__(self) -> int:
+        return self._uid
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    # -- current stream ------------------------------------------------------------------------
+    def __enter__(self) -> Stream:
+        self._stack.append(_current(self.device_id))
+        _set_current(self.device_id, self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _set_current(self.device_id, self._stack.pop())
+
+    def use(self) -> Stream:
+        """Make this stream the current stream of its device; returns itself."""
+        _set_current(self.device_id, self)
+        return self
+
+    # -- ordering ------------------------------------------------------------------------------
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def record(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one when None) on this stream; returns it."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def wait_event(self, event: Event) -> None:
+        """Order this stream's later work after the work ``event`` captured."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event expects an Event, got {type(event).__name__}")
+        for stream, seq in event._known.items():
+            if stream is not self and seq > self._known.get(stream, 0):
+                self._known[stream] = seq
+
+    def synchronize(self) -> None:
+        """Block the host until this stream's work is done (the host then knows it complete)."""
+        host_sync(self)
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream's work is done (always True; no ordering is learnt)."""
+        return True
+
+    def add_callback(self, callback: Any, arg: Any) -> None:
+        """Call ``callback(stream, 0, arg)`` (the work already ran)."""
+        callback(self, 0, arg)
+
+
+class Event:
+    """A CUDA event: captures a stream's position (and what that stream knew) at ``record``.
+
+    Args:
+        block, disable_timing, interprocess: accepted for compatibility.
+    """
+
+    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
+        self._known: dict[Stream, int] = {}
+        self._stream: Stream | None = None
+        self.ptr = 0x5EB0_0000_0000 + next(_ids) * 0x100
+
+    def __repr__(self) -> str:
+        return f"<event on {self._stream!r}>" if self._stream else "<unrecorded event>"
+
+    def record(self, stream: Stream | None = None) -> None:
+        """Capture ``stream``'s work so far (default: the current stream)."""
+        if stream is None:
+            stream = get_current_stream()
+        self._stream = stream
+        self._known = dict(stream._known)
+        self._known[stream] = stream._seq
+
+    def synchronize(self) -> None:
+        """Block the host until the captured work is done."""
+        if self._stream is not None:
+            _counters.counters[self._stream.device_id].host_syncs += 1
+        _merge_host(self._known)
+
+    @property
+    def done(self) -> bool:
+        """Whether the captured work is done (always True)."""
+        return True
+
+
+def _merge_host(known: dict[Stream, int]) -> None:
+    for stream, seq in known.items():
+        if seq > host_known.get(stream, 0):
+            host_known[stream] = seq
+
+
+def host_sync(stream: Stream) -> None:
+    """The host waited for ``stream``: it knows its work (and what it waited for) complete."""
+    _counters.counters[stream.device_id].host_syncs += 1
+    _merge_host(stream._known)
+    _merge_host({stream: stream._seq})
+
+
+def synchronize_device(device_id: int) -> None:
+    """The host waited for every stream of ``device_id``."""
+    _counters.counters[device_id].host_syncs += 1
+    for stream in list(_per_device.get(device_id, ())):
+        _merge_host(stream._known)
+        _merge_host({stream: stream._seq})
+
+
+def completed(observer: Stream, stream: Stream, seq: int) -> bool:
+    """Whether work ``seq`` of ``stream`` is ordered before new work of ``observer``."""
+    return stream is observer or observer._known.get(stream, 0) >= seq or host_known.get(stream, 0) >= seq
+
+
+def _null_stream(device_id: int) -> Stream:
+    stream = _null.get(device_id)
+    if stream is None:
+        saved = _state.current_device_id()
+        try:
+            _state._tls.device = device_id
+            stream = _null[device_id] = Stream(null=True)
+        finally:
+            _state._tls.device = saved
+    return stream
+
+
+def _current(device_id: int) -> Stream:
+    current = getattr(_tls, "streams", None)
+    if current is None:
+        current = _tls.streams = {}
+    stream = current.get(device_id)
+    return stream if stream is not None else _null_stream(device_id)
+
+
+def _set_current(device_id: int, stream: Stream) -> None:
+    if getattr(_tls, "streams", None) is None:
+        _tls.streams = {}
+    _tls.streams[device_id] = stream
+
+
+def get_current_stream(device_id: int = -1) -> Stream:
+    """The current stream of ``device_id`` (default: the current device) in this thread."""
+    if device_id == -1:
+        device_id = _state.current_device_id()
+    return _current(_state.check_device_id(device_id))
+
+
+def stream_from_ptr(ptr: int, device_id: int) -> Stream:
+    """The stream whose handle is ``ptr`` (0: ``device_id``'s null stream); EmulatedGPUError otherwise."""
+    if ptr == 0:
+        return _null_stream(device_id)
+    stream = _by_ptr.get(int(ptr))
+    if stream is None:
+        raise EmulatedGPUError(f"stream handle {int(ptr):#x} is not a live stream of the emulated GPUs")
+    if stream.device_id != device_id:
+        raise EmulatedGPUError(f"{stream!r} belongs to gpu({stream.device_id}), not to gpu({device_id})")
+    return stream
+
+
+def reset() -> None:
+    """Forget all ordering state (used by install)."""
+    host_known.clear()
+    _null.clear()
+    _per_device.clear()
+    _tls.streams = {}

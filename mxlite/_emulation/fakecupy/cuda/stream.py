@@ -1,0 +1,7 @@
+"""``cupy.cuda.stream``: streams and events of the emulated GPUs."""
+
+from __future__ import annotations
+
+from .._streams import Event, Stream, get_current_stream
+
+__all__ = ["Event", "Stream", "get_current_stream"]

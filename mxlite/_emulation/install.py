@@ -1,0 +1,73 @@
+"""Put the CuPy/NCCL double into ``sys.modules`` so that unmodified ``import cupy`` code gets it.
+
+``install(n)`` emulates ``n`` GPUs: ``cupy``, ``cupy.cuda``, ``cupy.cuda.runtime``, ``cupy.cuda.nccl``,
+``cupy.cuda.memory``, ``cupy.random``, ``cupy.linalg``, ``cupy.lib``, ``cupy.lib.stride_tricks`` and
+``cupyx`` then resolve to :mod:`mxlite._emulation.fakecupy` / ``fakecupyx``. Installing again with
+another count starts from a clean state (no allocations, streams or communicators survive).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .fakecupy import _counters, _errors, _memory, _state, _streams
+
+__all__ = ["install", "uninstall", "emulated_gpu_count", "EmulatedGPUError", "counters", "reset_counters",
+           "MAX_GPUS"]
+
+EmulatedGPUError = _errors.EmulatedGPUError
+MAX_GPUS = 16
+_MODULES = {
+    "cupy": "fakecupy", "cupy.cuda": "fakecupy.cuda", "cupy.cuda.runtime": "fakecupy.cuda.runtime",
+    "cupy.cuda.nccl": "fakecupy.cuda.nccl", "cupy.cuda.memory": "fakecupy.cuda.memory",
+    "cupy.cuda.device": "fakecupy.cuda._device", "cupy.cuda.stream": "fakecupy.cuda.stream",
+    "cupy.random": "fakecupy._random", "cupy.linalg": "fakecupy.linalg", "cupy.lib": "fakecupy.lib",
+    "cupy.lib.stride_tricks": "fakecupy.lib.stride_tricks", "cupyx": "fakecupyx",
+}
+_installed = 0
+
+
+def install(num_gpus: int) -> None:
+    """Emulate ``num_gpus`` GPUs (1..16) and make ``import cupy`` / ``import cupyx`` return the double.
+
+    Raises:
+        ValueError: ``num_gpus`` is not an integer in 1..16.
+    """
+    global _installed
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or not 1 <= num_gpus <= MAX_GPUS:
+        raise ValueError(f"the number of emulated GPUs must be an integer from 1 to {MAX_GPUS}, got {num_gpus!r}")
+    import importlib  # noqa: PLC0415
+
+    _streams.reset()
+    _memory.reset()
+    _state.set_num_devices(num_gpus)
+    _memory.ensure_pools(num_gpus)
+    _state._tls.device = 0
+    for public, private in _MODULES.items():
+        sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
+    _installed = num_gpus
+
+
+def uninstall() -> None:
+    """Remove the double from ``sys.modules`` (a later ``import cupy`` finds the real one, if any)."""
+    global _installed
+    for public in _MODULES:
+        if sys.modules.get(public) is not None and sys.modules[public].__name__.startswith(__package__):
+            del sys.modules[public]
+    _installed = 0
+
+
+def emulated_gpu_count() -> int:
+    """How many GPUs are emulated (0 when the double is not installed)."""
+    return _installed
+
+
+def counters() -> dict[int, dict[str, Any]]:
+    """Every emulated GPU's counters (allocations, bytes, peak, copies, syncs, launches, NCCL calls/bytes)."""
+    return _counters.snapshot()
+
+
+def reset_counters() -> None:
+    """Zero every emulated GPU's counters (peak bytes restart from the bytes in use)."""
+    _counters.reset()

@@ -1,0 +1,19 @@
+"""Test-session set-up: on a machine without an NVIDIA driver, GPUs are emulated.
+
+The GPU-marked tests are meant to run everywhere. Where no NVIDIA driver is loaded (CI, laptops),
+``MXLITE_EMULATE_GPUS`` is set before mxlite first looks for GPUs, so ``mx.gpu(i)`` and every
+``import cupy`` reach mxlite's strict CuPy/NCCL double (docs/gpu-emulation.md). On a machine with
+a driver nothing is set and the same tests run on the real GPUs. An explicit
+``MXLITE_EMULATE_GPUS`` (``0`` turns the emulation off) always wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Two emulated GPUs: the most any GPU test asks for (peer copies, NCCL between two devices).
+EMULATED_GPUS = 2
+_NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # present whenever the kernel driver is loaded
+
+if "MXLITE_EMULATE_GPUS" not in os.environ and not os.path.exists(_NVIDIA_DRIVER):
+    os.environ["MXLITE_EMULATE_GPUS"] = str(EMULATED_GPUS)
