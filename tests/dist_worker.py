@@ -2,11 +2,12 @@
 
 Usage: ``python tests/dist_worker.py MODE OUT_DIR``
 
-* ``train [VARIANT]``: rank r seeds its own initial values (so rank 0's broadcast must fix the
+* ``train [VARIANT [DEVICE]]``: rank r seeds its own initial values (so rank 0's broadcast must fix the
   others), trains an MLP with ``kvstore='dist_sync'`` on its share of each batch for 8 steps and
   writes its parameters to ``OUT_DIR/rank{r}.npz``. VARIANT (see ``VARIANTS``): 'plain'
   (float64), 'on_store' (float64, ``update_on_kvstore=True``), '2bit' (float32, 2-bit
-  compression).
+  compression). DEVICE 'gpu' trains on ``gpu(0)`` of each rank (GPU buffers over NCCL), else
+  on ``cpu(0)``.
 * ``mismatch``: rank 1 builds a wider first layer; each rank writes the error its Trainer
   raised to ``OUT_DIR/rank{r}.txt``.
 * ``resume``: trains 6 steps straight (float32, Dropout, 2-bit compression, Adam), and again
@@ -63,12 +64,12 @@ def net_for(seed: int, devices, dtype: str = "float64"):
     return net
 
 
-def train(out: str, variant: str = "plain") -> None:
+def train(out: str, variant: str = "plain", device: str = "cpu") -> None:
     from mpi4py import MPI
 
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     dtype, extra = VARIANTS[variant]
-    net = net_for(rank, [mx.cpu(0)], dtype)
+    net = net_for(rank, [mx.cpu(0) if device == "cpu" else mx.gpu(0)], dtype)
     trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01, "wd": 1e-3}, kvstore="dist_sync",
                          bucket_bytes=512, **extra)
     assert trainer.num_workers == size
@@ -78,9 +79,14 @@ def train(out: str, variant: str = "plain") -> None:
         x, y = batch(step)
         mine = slice(rank * share, (rank + 1) * share)
         with mx.autograd.record():
-            loss = loss_fn(net(mx.array(x[mine].astype(dtype))), mx.array(y[mine].astype(dtype)))
+            here = net.collect_params()["0.weight"].list_device()[0]
+            loss = loss_fn(net(mx.array(x[mine].astype(dtype), device=here)),
+                           mx.array(y[mine].astype(dtype), device=here))
         loss.backward()
         trainer.step(share)
+    if device == "gpu":  # GPU buffers travelled over NCCL, not through the host
+        kinds = {type(comm).__name__ for comm, _ in trainer._syncs.values()}
+        assert kinds == {"NcclCommunicator"}, kinds
     net.save_parameters(os.path.join(out, f"rank{rank}.npz"))
 
 

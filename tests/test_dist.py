@@ -67,6 +67,28 @@ def test_two_ranks_train_like_one_process(tmp_path, variant):
 
 
 @needs_mpi
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["plain", "2bit"])
+def test_two_ranks_on_one_gpu_each_train_like_one_process(tmp_path, variant):
+    """One GPU per rank, GPU buffers over NCCL (the emulated GPUs' NCCL double over MPI where no GPU is
+    present): the parameters of one process on two devices, as on the CPU path."""
+    if mx.device._emulated_gpus() == 0 and mx.num_gpus() < 1:
+        pytest.skip("needs a GPU per rank (real, or MXLITE_EMULATE_GPUS)")
+    gpus_per_rank = {"MXLITE_EMULATE_GPUS": "1"} if mx.device._emulated_gpus() else {}
+    result = _mpirun(2, WORKER, "train", str(tmp_path), variant, "gpu", **gpus_per_rank)
+    ranks = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)]
+    two_devices = _single_process([mx.cpu(0), mx.cpu(1)], variant)
+    for k, v in two_devices.items():
+        np.testing.assert_array_equal(ranks[1][k], ranks[0][k], err_msg=f"ranks differ in {k}")
+        if variant == "2bit":  # same contributions, same residuals, same summation order
+            np.testing.assert_array_equal(ranks[0][k], v, err_msg=k)
+        else:
+            np.testing.assert_allclose(ranks[0][k], v, rtol=1e-12, atol=1e-14, err_msg=k)
+    if gpus_per_rank:
+        assert "emulated on the CPU" in result.stderr
+
+
+@needs_mpi
 def test_ranks_with_different_parameters_get_an_error_naming_the_ranks(tmp_path):
     _mpirun(2, WORKER, "mismatch", str(tmp_path))
     messages = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]

@@ -1,10 +1,11 @@
-"""The main job (`mxlite train`) end to end on two virtual CPU devices."""
+"""The main job (`mxlite train`) end to end on two virtual CPU devices, and on two GPUs (emulated in CI)."""
 
 import json
 import os
 
 import pytest
 
+import mxlite as mx
 from mxlite import cli, train_job
 
 
@@ -19,6 +20,17 @@ def test_main_job_reaches_95_percent_and_writes_outputs(tmp_path, capsys):
     png = (out / "training.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert "held-out accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(mx.num_gpus() < 2, reason="needs two GPUs (real, or MXLITE_EMULATE_GPUS=2)")
+def test_main_job_on_two_gpus_reaches_the_cpu_accuracy(tmp_path):
+    """`mxlite train --devices gpu:0,1`: the fused kernels, peer copies and the 'device' store on GPUs give
+    the accuracy of the two-CPU run (the same data order and seed: within a point)."""
+    cpu_run = train_job.run(_args(tmp_path / "cpu", devices="cpu:2", epochs=8))
+    gpu_run = train_job.run(_args(tmp_path / "gpu", devices="gpu:0,1", epochs=8))
+    assert gpu_run.test_acc[-1] >= 0.95
+    assert abs(gpu_run.test_acc[-1] - cpu_run.test_acc[-1]) <= 0.01
 
 
 def test_cnn_model_trains(tmp_path):
