@@ -7,6 +7,7 @@ Usage: ``python tests/resume_worker.py MODE OUT_DIR``
 * ``hang_save``: rank 1 sleeps 60 s before ``checkpoint.save`` (the test sets
   ``MXLITE_COLLECTIVE_TIMEOUT``): rank 0 must end the job.
 * ``hang_barrier``: rank 1 sleeps 60 s while rank 0 waits in ``KVStore.barrier()``.
+* ``hang_nccl_id``: rank 1 sleeps 60 s while rank 0 broadcasts the NCCL unique id.
 * ``load_fail``: both ranks save step 2; rank 1 damages its own trainer file; then every rank
   tries ``checkpoint.load`` and falls back to a fresh start when it fails (a common pattern).
   Each rank writes the error it got and a digest of its parameters to ``OUT_DIR/rank{r}.json``.
@@ -66,6 +67,13 @@ def main(mode: str, out: str) -> None:
             time.sleep(60)
         mx.checkpoint.save(ckpt, net, trainer, step=1)
         print(f"rank {rank} passed the save", flush=True)
+    elif mode == "hang_nccl_id":  # needs one GPU per rank (MXLITE_EMULATE_GPUS=1 without a GPU)
+        from mxlite.comm import NcclCommunicator
+
+        if rank == 1:
+            time.sleep(60)
+        NcclCommunicator([mx.gpu(0)], mpi_comm=MPI.COMM_WORLD)
+        print(f"rank {rank} passed the NCCL set-up", flush=True)
     elif mode == "hang_barrier":
         if rank == 1:
             time.sleep(60)

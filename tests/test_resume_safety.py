@@ -166,10 +166,16 @@ def test_ranks_saving_another_step_get_the_same_error_naming_the_odd_rank(tmp_pa
 
 @pytest.mark.mpi
 @needs_mpi
-@pytest.mark.parametrize("mode, what", [("hang_save", "allgather"), ("hang_barrier", "KVStore.barrier")])
+@pytest.mark.parametrize("mode, what", [("hang_save", "allgather"), ("hang_barrier", "KVStore.barrier"),
+                                        ("hang_nccl_id", "the NCCL unique id")])
 def test_a_rank_hanging_before_a_checkpoint_collective_ends_the_job_after_the_timeout(tmp_path, mode, what):
+    gpus = {}
+    if mode == "hang_nccl_id":
+        if mx.num_gpus() == 0:
+            pytest.skip("needs a GPU per rank (real, or MXLITE_EMULATE_GPUS)")
+        gpus = {"MXLITE_EMULATE_GPUS": "1"} if mx.device._emulated_gpus() else {}
     start = time.monotonic()
-    result = mpirun(2, WORKER, mode, str(tmp_path), timeout=60, MXLITE_COLLECTIVE_TIMEOUT="2")
+    result = mpirun(2, WORKER, mode, str(tmp_path), timeout=60, MXLITE_COLLECTIVE_TIMEOUT="2", **gpus)
     elapsed = time.monotonic() - start
     output = result.stdout + result.stderr
     assert result.returncode == 124, output

@@ -23,7 +23,7 @@ from ..device import Device
 from . import faults
 from .base import DONE, Communicator, Work
 
-__all__ = ["MpiCommunicator", "mpi_module", "timed_barrier"]
+__all__ = ["MpiCommunicator", "mpi_module", "timed_barrier", "timed_bcast_bytes"]
 
 
 def mpi_module() -> Any:
@@ -48,6 +48,27 @@ def timed_barrier(comm: Any, what: str = "barrier") -> None:
         comm.Barrier()
     else:
         faults.wait(comm.Ibarrier(), comm.Get_rank(), comm.Get_size(), what, timeout)
+
+
+def timed_bcast_bytes(comm: Any, data: bytes | None, nbytes: int, root: int = 0, what: str = "bcast") -> bytes:
+    """``nbytes`` bytes from process ``root`` (whose ``data`` they are) on every process of ``comm``, within
+    ``MXLITE_COLLECTIVE_TIMEOUT`` (as :func:`timed_barrier`). Other processes pass None.
+
+    Raises:
+        ValueError: on ``root``, ``data`` is not ``nbytes`` long.
+    """
+    faults.install()
+    buffer = np.zeros(nbytes, np.uint8)
+    if comm.Get_rank() == root:
+        if data is None or len(data) != nbytes:
+            raise ValueError(f"{what}: the root must give {nbytes} bytes, got {None if data is None else len(data)}")
+        buffer[:] = np.frombuffer(data, np.uint8)
+    timeout = faults.collective_timeout()
+    if timeout is None:
+        comm.Bcast(buffer, root=root)
+    else:
+        faults.wait(comm.Ibcast(buffer, root=root), comm.Get_rank(), comm.Get_size(), what, timeout)
+    return buffer.tobytes()
 
 
 class MpiCommunicator(Communicator):

@@ -22,6 +22,7 @@ import numpy as np
 from .._copy import as_host
 from ..device import Device
 from .base import Communicator, Work
+from .mpi import timed_barrier, timed_bcast_bytes
 
 __all__ = ["NcclCommunicator", "nccl_available"]
 
@@ -46,6 +47,7 @@ def nccl_available() -> bool:
     return True
 
 
+_NCCL_UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES in nccl.h
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8", "bfloat16": "NCCL_BFLOAT16"}
 
@@ -90,8 +92,11 @@ class NcclCommunicator(Communicator):
             if len(self.devices) != 1:
                 raise ValueError(f"multi-process NCCL runs one GPU per process; this process has {self.devices}")
             self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-            uid = nccl.get_unique_id() if self.rank == 0 else None
-            uid = mpi_comm.bcast(uid, root=0)
+            uid = nccl.get_unique_id() if self.rank == 0 else None  # bytes (CuPy >= 14)
+            uid = timed_bcast_bytes(mpi_comm, uid, _NCCL_UNIQUE_ID_BYTES, root=0, what="the NCCL unique id")
+            # NCCL's own set-up waits for every rank with no time limit (and the root's broadcast may
+            # complete before anyone receives it): meet under MXLITE_COLLECTIVE_TIMEOUT first.
+            timed_barrier(mpi_comm, "the NCCL unique id: every rank joining")
             with self.devices[0].use():
                 self._comms = [nccl.NcclCommunicator(self.size, uid, self.rank)]
         else:
