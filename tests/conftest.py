@@ -10,6 +10,9 @@ a driver nothing is set and the same tests run on the real GPUs. An explicit
 from __future__ import annotations
 
 import os
+import sys
+
+import pytest
 
 # Two emulated GPUs: the most any GPU test asks for (peer copies, NCCL between two devices).
 EMULATED_GPUS = 2
@@ -17,3 +20,22 @@ _NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # present whenever the kernel dr
 
 if "MXLITE_EMULATE_GPUS" not in os.environ and not os.path.exists(_NVIDIA_DRIVER):
     os.environ["MXLITE_EMULATE_GPUS"] = str(EMULATED_GPUS)
+
+
+@pytest.fixture
+def cp():
+    """The CuPy double with 4 emulated GPUs, installed as ``cupy`` for one test of the double itself.
+
+    The double's own state (devices, pools, streams) starts afresh; the modules seen before are
+    put back afterwards.
+    """
+    from mxlite._emulation import install as emu  # noqa: PLC0415 - only tests of the double need it
+
+    saved = {name: sys.modules.get(name) for name in emu._MODULES}
+    emu.install(4)
+    emu.reset_counters()
+    yield sys.modules["cupy"]
+    emu.uninstall()
+    for name, module in saved.items():
+        if module is not None:
+            sys.modules[name] = module

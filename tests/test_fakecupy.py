@@ -19,19 +19,6 @@ EmulatedGPUError = emu.EmulatedGPUError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def cp():
-    """The double with 4 emulated GPUs, installed as ``cupy`` for the test and removed after."""
-    saved = {name: sys.modules.get(name) for name in emu._MODULES}
-    emu.install(4)
-    emu.reset_counters()
-    yield sys.modules["cupy"]
-    emu.uninstall()
-    for name, module in saved.items():
-        if module is not None:
-            sys.modules[name] = module
-
-
 # -- install ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [0, 17, -1, 2.0, True, "2"])
 def test_install_rejects_bad_counts(bad):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,18 +13,6 @@ from mxlite._emulation.fakecupy.cuda._reduce import bf16_to_f32, f32_to_bf16
 
 EmulatedGPUError = emu.EmulatedGPUError
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakenccl_worker.py")
-
-
-@pytest.fixture
-def cp():
-    saved = {name: sys.modules.get(name) for name in emu._MODULES}
-    emu.install(4)
-    emu.reset_counters()
-    yield sys.modules["cupy"]
-    emu.uninstall()
-    for name, module in saved.items():
-        if module is not None:
-            sys.modules[name] = module
 
 
 def _per_device(cp, n, make):
