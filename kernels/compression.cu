@@ -1,5 +1,5 @@
 // Gradient compression codecs: 2-bit quantisation, sparse selection with error feedback, and
-// half-precision wire casts. Driven by mxlite/comm/compression.py, whose NumPy twins follow
+// half-precision wire casts. Driven by mxlite/comm/compression/kernels.py, whose NumPy twins follow
 // these kernels operation by operation (bit for bit: no multiply-add contraction, see below).
 //
 //   quantize_2bit<T>       one thread per 32-bit output word (16 values): r += g; r >= th: code 11,
@@ -12,6 +12,14 @@
 //                          (order unspecified: the host sorts the indices afterwards)
 //   take_and_zero          values[j] = r[idx[j]]; r[idx[j]] = 0   (what a sparse message sends)
 //   scatter_add            out[idx[j]] += values[j]               (indices unique per message)
+//   compact_take           after r += g and pos = inclusive prefix count of the selected elements
+//                          (|r| >= th, computed by CuPy): element i selected (pos[i] > pos[i-1]) goes
+//                          to slot pos[i]-1: idx = i, values = r[i], r[i] = 0. Ascending indices, no
+//                          atomics, so the order is the twin's; the count stays on the device (pos[n-1])
+//   scatter_add_message    out[idx[j]] += values[j] for j < min(count, capacity), reading one sparse
+//                          message laid out as int32 [count, idx[capacity], float bits[capacity]]:
+//                          the count is read on the device, so a message gathered by NCCL is decoded
+//                          without the host learning its size
 //   to_wire<T, W>          wire = W(clip(g, -c, c) * scale): the 1/N pre-scale fused into the cast
 //   from_wire<W>           out = float(wire) * scale, or out += float(wire) * scale
 //
@@ -27,7 +35,7 @@
 //
 // Every kernel takes its length n and loops grid-stride, so any grid size is correct.
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for every
-// instantiation (mxlite/comm/compression.py: _ALL_NAMES), and by `nvcc --ptx -arch=sm_80` in
+// instantiation (mxlite/comm/compression/kernels.py: _ALL_NAMES), and by `nvcc --ptx -arch=sm_80` in
 // the test suite (tests/test_project.py).
 
 #include <cuda_fp16.h>
@@ -149,6 +157,30 @@ __global__ void take_and_zero(const int *__restrict__ indices, long long m, floa
 __global__ void scatter_add(const int *__restrict__ indices, const float *__restrict__ values, long long m,
                             float *__restrict__ out) {
     for (long long j = first_index(); j < m; j += grid_stride()) {
+        const int i = indices[j];
+        out[i] = add_ieee(out[i], values[j]);
+    }
+}
+
+// pos: inclusive prefix sum (int32) of the selection mask; indices and values have room for pos[n-1].
+__global__ void compact_take(const int *__restrict__ pos, long long n, float *__restrict__ residual,
+                             int *__restrict__ indices, float *__restrict__ values) {
+    for (long long i = first_index(); i < n; i += grid_stride()) {
+        const int before = i > 0 ? pos[i - 1] : 0;
+        if (pos[i] != before) {
+            indices[before] = (int)i;
+            values[before] = residual[i];
+            residual[i] = 0.0f;
+        }
+    }
+}
+
+// message: int32 [count, indices[capacity], float32 bits[capacity]]; indices unique within it.
+__global__ void scatter_add_message(const int *__restrict__ message, long long capacity, float *__restrict__ out) {
+    const long long count = message[0] < capacity ? message[0] : capacity;
+    const int *indices = message + 1;
+    const float *values = reinterpret_cast<const float *>(message + 1 + capacity);
+    for (long long j = first_index(); j < count; j += grid_stride()) {
         const int i = indices[j];
         out[i] = add_ieee(out[i], values[j]);
     }

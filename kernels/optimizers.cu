@@ -1,14 +1,16 @@
 // Fused optimizer updates over a flat parameter arena: one launch updates every parameter.
 //
 // One kernel per rule, each templated on the weight storage type T (float, __half,
-// __nv_bfloat16); the math is always float32 and follows the rule's `step` in
+// __nv_bfloat16) and the gradient type G (T by default; __half or __nv_bfloat16 when the update
+// reads a gradient summed in half precision on the wire, mxlite/comm/narrow.py, with no cast back
+// to float32 first); the math is always float32 and follows the rule's `step` in
 // mxlite/optimizer/<rule>.py operation by operation (that NumPy code is the kernel's twin).
 //
 //   sgd_update       G = clip(rescale*g) + wd*w; mom = mu*mom - lr*G; w += mom   (no mom: w -= lr*G)
 //   nag_update       mom = mu*mom - lr*G; w += mu*mom - lr*G                     (no mom: w -= lr*G)
 //   adam_update      m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2; w -= lr_t*m/(sqrt(v)+eps)
 //   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)
-//   rmsprop_update   n = rho*n + (1-rho)*G^2; plain: w -= lr*G/sqrt(n+eps); centered: mean and
+//   rmsprop_update   n = rho*n + (1-rho)*G^2; plain: w -= lr*G/(sqrt(n)+eps); centered: mean and
 //                    delta = mu*delta - lr*G/sqrt(n - mean^2 + eps), w += delta; then clip_weights
 //   adagrad_update   h += G^2; w -= lr*G/(sqrt(h)+eps)
 //   adadelta_update  acc_g, d = sqrt(acc_d+eps)/sqrt(acc_g+eps)*G, acc_d; w -= lr*d
@@ -143,8 +145,8 @@ __device__ void block_sum_into(double *out, float x) {
 // Runs update(w, g, i) on every element i of this block's chunk: w is the float32 weight
 // (master copy or storage, updated in place by `update`), g the raw gradient in float32.
 // The new weight is then stored (and rounded into the storage type when there is a master).
-template <typename T, typename Update>
-__device__ __forceinline__ void for_each_element(T *weight, const T *grad, float *master, const Chunk &c,
+template <typename T, typename G, typename Update>
+__device__ __forceinline__ void for_each_element(T *weight, const G *grad, float *master, const Chunk &c,
                                                  Update update) {
     for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
         float w = load_weight(weight, master, i);
@@ -156,8 +158,8 @@ __device__ __forceinline__ void for_each_element(T *weight, const T *grad, float
 }  // namespace
 
 // seg_hp: [lr, wd]
-template <typename T>
-__global__ void sgd_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+template <typename T, typename G = T>
+__global__ void sgd_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
                            float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
@@ -174,8 +176,8 @@ __global__ void sgd_update(T *__restrict__ weight, const T *__restrict__ grad, f
 }
 
 // seg_hp: [lr, wd]
-template <typename T>
-__global__ void nag_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+template <typename T, typename G = T>
+__global__ void nag_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
                            float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
@@ -192,8 +194,8 @@ __global__ void nag_update(T *__restrict__ weight, const T *__restrict__ grad, f
 }
 
 // seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t), wd]
-template <typename T>
-__global__ void adam_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+template <typename T, typename G = T>
+__global__ void adam_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mean,
                             float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
                             float clip, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                             float epsilon) {
@@ -210,8 +212,8 @@ __global__ void adam_update(T *__restrict__ weight, const T *__restrict__ grad, 
 }
 
 // seg_hp: [eta = lr (times the bias correction with correct_bias), wd (decoupled)]
-template <typename T>
-__global__ void adamw_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+template <typename T, typename G = T>
+__global__ void adamw_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mean,
                              float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
                              float clip, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                              float epsilon) {
@@ -228,8 +230,8 @@ __global__ void adamw_update(T *__restrict__ weight, const T *__restrict__ grad,
 }
 
 // seg_hp: [lr, wd]. mean and delta are null for plain RMSProp; clip_weights <= 0 disables clipping.
-template <typename T>
-__global__ void rmsprop_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ n_buf,
+template <typename T, typename G = T>
+__global__ void rmsprop_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ n_buf,
                                float *__restrict__ mean, float *__restrict__ delta, float *__restrict__ master,
                                CHUNK_TABLES, float rescale, float clip, float rho, float one_minus_rho,
                                float momentum, float epsilon, float clip_weights) {
@@ -246,15 +248,15 @@ __global__ void rmsprop_update(T *__restrict__ weight, const T *__restrict__ gra
             delta[i] = d;                                         // delta = mu*delta - lr*G/sqrt(n-mean^2+eps)
             w += d;
         } else {
-            w -= lr * g / sqrtf(n + epsilon);                     // w -= lr*G/sqrt(n+eps)
+            w -= lr * g / (sqrtf(n) + epsilon);                   // w -= lr*G/(sqrt(n)+eps) (MXNet 2.x)
         }
         if (clip_weights > 0.0f) w = clamp_keep_nan(w, -clip_weights, clip_weights);
     });
 }
 
 // seg_hp: [lr, wd]
-template <typename T>
-__global__ void adagrad_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ history,
+template <typename T, typename G = T>
+__global__ void adagrad_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ history,
                                float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
@@ -267,8 +269,8 @@ __global__ void adagrad_update(T *__restrict__ weight, const T *__restrict__ gra
 }
 
 // seg_hp: [lr, wd]
-template <typename T>
-__global__ void adadelta_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ acc_g,
+template <typename T, typename G = T>
+__global__ void adadelta_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ acc_g,
                                 float *__restrict__ acc_delta, float *__restrict__ master, CHUNK_TABLES,
                                 float rescale, float clip, float rho, float one_minus_rho, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -284,8 +286,8 @@ __global__ void adadelta_update(T *__restrict__ weight, const T *__restrict__ gr
 }
 
 // seg_hp: [lr, wd, decay]: decay = 1 - lr*wd_lh with momentum, 1 - lr*(wd + wd_lh) without.
-template <typename T>
-__global__ void signum_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+template <typename T, typename G = T>
+__global__ void signum_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
                               float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum,
                               float one_minus_momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -303,8 +305,8 @@ __global__ void signum_update(T *__restrict__ weight, const T *__restrict__ grad
 }
 
 // seg_hp: [lr (> 0, checked by the host), wd]
-template <typename T>
-__global__ void ftrl_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ z_buf,
+template <typename T, typename G = T>
+__global__ void ftrl_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ z_buf,
                             float *__restrict__ n_buf, float *__restrict__ master, CHUNK_TABLES, float rescale,
                             float clip, float lamda1, float beta) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -324,8 +326,8 @@ __global__ void ftrl_update(T *__restrict__ weight, const T *__restrict__ grad, 
 
 // LAMB. seg_hp: [lr, wd, c1 = 1 - b1^t, c2 = 1 - b2^t] (1 without bias correction).
 // u = (m/c1)/(sqrt(v/c2) + eps) + wd*w; phase 1 updates m, v and adds ||w||^2, ||u||^2 to seg_sums.
-template <typename T>
-__global__ void lamb_phase1(const T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mean,
+template <typename T, typename G = T>
+__global__ void lamb_phase1(const T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mean,
                             float *__restrict__ var, const float *__restrict__ master, CHUNK_TABLES,
                             double *__restrict__ seg_sums, float rescale, float clip, float beta1,
                             float one_minus_beta1, float beta2, float one_minus_beta2, float epsilon) {
@@ -370,8 +372,8 @@ __global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ me
 }
 
 // LARS phase 1: ||w||^2 and ||g||^2 (raw gradient) of every parameter into seg_sums.
-template <typename T>
-__global__ void lars_norms(const T *__restrict__ weight, const T *__restrict__ grad, const float *__restrict__ master,
+template <typename T, typename G = T>
+__global__ void lars_norms(const T *__restrict__ weight, const G *__restrict__ grad, const float *__restrict__ master,
                            CHUNK_TABLES, double *__restrict__ seg_sums) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     float w_sq = 0.0f, g_sq = 0.0f;
@@ -388,8 +390,8 @@ __global__ void lars_norms(const T *__restrict__ weight, const T *__restrict__ g
 // LARS phase 2. seg_hp: [lr, wd, excluded (1: bias/batch-norm parameter, trust ratio 1)].
 // lambda = eta*||w||/(||g||*|rescale| + wd*||w|| + eps) when both norms are > 0, else 1;
 // G = clip(rescale*g) + wd*w; mom = mu*mom - lr*lambda*G; w += mom (no mom: w -= lr*lambda*G).
-template <typename T>
-__global__ void lars_update(T *__restrict__ weight, const T *__restrict__ grad, float *__restrict__ mom,
+template <typename T, typename G = T>
+__global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
                             float *__restrict__ master, CHUNK_TABLES, const double *__restrict__ seg_sums,
                             float rescale, float clip, float momentum, float eta, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -413,32 +415,42 @@ __global__ void lars_update(T *__restrict__ weight, const T *__restrict__ grad, 
 }
 
 // Explicit instantiations so that `nvcc --ptx` emits (and checks) every variant; NVRTC gets
-// the same list through name_expressions (mxlite/optimizer/_fused.py: KERNELS).
+// the same list through name_expressions (mxlite/optimizer/_fused.py: _ALL_NAMES).
 #define TABLE_TYPES const int *, const long long *, const long long *, const long long *, const float *
-#define INSTANTIATE(T)                                                                                         \
-    template __global__ void sgd_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
-    template __global__ void nag_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float, float);  \
-    template __global__ void adam_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
+#define INSTANTIATE(T, G)                                                                                         \
+    template __global__ void sgd_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float);  \
+    template __global__ void nag_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float);  \
+    template __global__ void adam_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float, float, \
                                             float, float, float, float, float);                                \
-    template __global__ void adamw_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,      \
+    template __global__ void adamw_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \
                                              float, float, float, float, float, float);                        \
-    template __global__ void rmsprop_update<T>(T *, const T *, float *, float *, float *, float *, TABLE_TYPES,  \
+    template __global__ void rmsprop_update<T, G>(T *, const G *, float *, float *, float *, float *, TABLE_TYPES,  \
                                                float, float, float, float, float, float, float);               \
-    template __global__ void adagrad_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,      \
+    template __global__ void adagrad_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float,      \
                                                float);                                                         \
-    template __global__ void adadelta_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float,   \
+    template __global__ void adadelta_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,   \
                                                 float, float, float, float);                                   \
-    template __global__ void signum_update<T>(T *, const T *, float *, float *, TABLE_TYPES, float, float,       \
+    template __global__ void signum_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float,       \
                                               float, float);                                                   \
-    template __global__ void ftrl_update<T>(T *, const T *, float *, float *, float *, TABLE_TYPES, float, float, \
+    template __global__ void ftrl_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float, float, \
                                             float, float);                                                     \
-    template __global__ void lamb_phase1<T>(const T *, const T *, float *, float *, const float *, TABLE_TYPES,  \
+    template __global__ void lamb_phase1<T, G>(const T *, const G *, float *, float *, const float *, TABLE_TYPES,  \
                                             double *, float, float, float, float, float, float, float);        \
-    template __global__ void lamb_phase2<T>(T *, const float *, const float *, float *, TABLE_TYPES,              \
-                                            const double *, float, float, float);                              \
-    template __global__ void lars_norms<T>(const T *, const T *, const float *, TABLE_TYPES, double *);          \
-    template __global__ void lars_update<T>(T *, const T *, float *, float *, TABLE_TYPES, const double *, float, \
+    template __global__ void lars_norms<T, G>(const T *, const G *, const float *, TABLE_TYPES, double *);          \
+    template __global__ void lars_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, const double *, float, \
                                             float, float, float, float);
-INSTANTIATE(float)
-INSTANTIATE(__half)
-INSTANTIATE(__nv_bfloat16)
+// lamb_phase2 reads no gradient: one instantiation per storage type.
+#define INSTANTIATE_NO_GRAD(T)                                                                                 \
+    template __global__ void lamb_phase2<T>(T *, const float *, const float *, float *, TABLE_TYPES,              \
+                                            const double *, float, float, float);
+// Gradient of the storage type, then the narrow wires (mxlite/optimizer/_fused.py: GRAD_TYPES).
+INSTANTIATE(float, float)
+INSTANTIATE(__half, __half)
+INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+INSTANTIATE(float, __half)
+INSTANTIATE(float, __nv_bfloat16)
+INSTANTIATE(__half, __nv_bfloat16)
+INSTANTIATE(__nv_bfloat16, __half)
+INSTANTIATE_NO_GRAD(float)
+INSTANTIATE_NO_GRAD(__half)
+INSTANTIATE_NO_GRAD(__nv_bfloat16)

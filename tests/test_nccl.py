@@ -109,8 +109,15 @@ def test_trainer_on_gpus_gives_the_cpu_parameters(kvstore, compression):
     for k in want:
         for mirror in got[k]:
             np.testing.assert_array_equal(mirror, got[k][0], err_msg=f"GPU mirrors differ in {k}")
-        rtol = 1e-2 if compression and compression["type"] in ("fp16", "bf16") else 1e-4
-        np.testing.assert_allclose(got[k][0], want[k][0], rtol=rtol, atol=1e-5, err_msg=k)
+        if compression and compression["type"] in ("fp16", "bf16"):
+            # On NCCL the wire is summed in half precision (the CPU devices sum float32(wire) * N), so
+            # each step's gradient sum differs by up to N*u*sum|g| (u = 2^-11 / 2^-8, see
+            # tests/test_narrow_wires.py for that bound on the sums themselves). Adam moves a weight by
+            # at most about lr = 0.01 per step, in a direction that such a change of the gradient turns
+            # by a relative 1e-2 at most where the gradient is not near 0: 1e-4 absolute.
+            np.testing.assert_allclose(got[k][0], want[k][0], rtol=1e-2, atol=1e-4, err_msg=k)
+        else:
+            np.testing.assert_allclose(got[k][0], want[k][0], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 @needs_gpu

@@ -26,6 +26,12 @@ Compression (a :class:`~mxlite.comm.compression.Codec`): each bucket is reduced 
 ``codec.reduce`` instead of an all-reduce. Error-feedback codecs (2-bit, top-k, threshold) keep
 one float32 residual per element of every mirror's gradient arena, laid out like the arena, so a
 bucket's residual is the same slice; residuals follow their parameters when an arena grows.
+On GPUs with NCCL the codecs exchange on the devices, with no host copy: 2bit and topk by one
+NCCL all-gather per bucket (decoded on every GPU); threshold after backward, every bucket's
+size agreed by one small NCCL all-reduce per step; fp16/bf16 by a half-precision NCCL
+all-reduce into a wire buffer that the fused update reads directly (:mod:`mxlite.comm.narrow`),
+so the gradient buffer keeps this device's own gradient until :meth:`GradientSync.materialize`
+writes the sum into it for readers other than the fused update.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import narrow
 from .base import DONE, Communicator, Work
 
 __all__ = ["Bucket", "GradientSync", "plan_buckets", "DEFAULT_BUCKET_BYTES"]
@@ -129,6 +136,13 @@ class GradientSync:
         self._works: list[Work] = []
         # id(arena) -> (residual buffer, {id(param): grad offset}) for error-feedback codecs
         self._residuals: dict[int, tuple[Any, dict[int, int]]] = {}
+        # Codecs on NCCL run on the devices (no host copy); see the module docstring.
+        from .nccl import NcclCommunicator  # noqa: PLC0415 - CuPy is imported only when NCCL is used
+
+        on_nccl = codec is not None and isinstance(comm, NcclCommunicator)
+        self._narrow = on_nccl and codec.narrow_wire  # fp16/bf16: the update reads the half-precision sum
+        self._on_device = on_nccl and not codec.narrow_wire
+        self._deferred: list[tuple[list[Any], list[tuple[Any, ...]]]] = []  # threshold: encoded, not exchanged
         # The newest GradientSync owns its parameters: one built later for any of them (another
         # Trainer, or this Trainer's plan rebuilt) takes them over, and this one stops reducing.
         self._taken: list[str] = []  # labels of parameters a newer GradientSync took over
@@ -164,6 +178,11 @@ class GradientSync:
         bucket = self._bucket_of.get(id(leaf))
         if bucket is None or bucket.stale() or self._taken:
             return  # a grown arena (replanned at the next allreduce_grads), or a plan taken over
+        if self._narrow:  # this gradient was written again: the wire's sum of its bucket is old
+            for arena, start, end in zip(bucket.arenas, bucket.start, bucket.end):
+                narrow.wire_buffer(arena, self.codec.wire_dtype).drop(start, end)
+        if self._on_device and self.codec.deferred_on_nccl:
+            return  # threshold: every bucket is exchanged at allreduce_grads, their sizes agreed at once
         if bucket.reduced:
             bucket.rewritten.add(id(leaf))
             if bucket.rewritten != bucket.leaves:
@@ -200,8 +219,9 @@ class GradientSync:
                     "step), accumulate with grad_req='add', or create the Trainer with overlap=False")
             if not bucket.reduced:
                 self._works.append(self._reduce(bucket))
+        self._works.append(self._flush_deferred())
         for work in self._works:
-            if work is not DONE:
+            if work is not DONE and work is not None:
                 work.wait()
         self._reset()
 
@@ -213,8 +233,13 @@ class GradientSync:
             bucket.rewritten.clear()
 
     def _replan_keeping_reduced(self) -> None:
-        """Re-cut the buckets of grown arenas; what backward already reduced is not reduced again."""
-        done = {id(p) for b in self.buckets if b.reduced and not b.rewritten for p in b.params}
+        """Re-cut the buckets of grown arenas; what backward already reduced is not reduced again.
+
+        (A narrow wire's sums lived in the old layout: those buckets are reduced again from the
+        gradient buffer, which their reduction never changed.)
+        """
+        done = set() if self._narrow else {id(p) for b in self.buckets if b.reduced and not b.rewritten
+                                            for p in b.params}
         self.plan()
         for bucket in self.buckets:
             owned = [p for p in bucket.params if id(p) in done]
@@ -230,6 +255,21 @@ class GradientSync:
             work = self._reduce(bucket)
             if work is not DONE:
                 work.wait()
+        work = self._flush_deferred()
+        if work is not None:
+            work.wait()
+
+    def materialize(self) -> None:
+        """Write the narrow wire's sums into the gradient buffers (for readers other than the fused update).
+
+        With fp16/bf16 on NCCL the sums stay in half precision in each arena's wire buffer, read
+        directly by the fused optimizer kernels; ``Trainer.allreduce_grads()`` called on its own,
+        the AMP and finiteness checks and rules without a fused kernel read the gradient buffers,
+        so they call this first (one ``from_wire`` launch per bucket and device). A no-op otherwise.
+        """
+        if not self._narrow:
+            return
+        narrow.materialize_all({a for b in self.buckets for a in b.arenas})
 
     def take_residuals(self, other: GradientSync) -> None:
         """Carry another plan's compression residuals over (a plan rebuilt for the same parameters)."""
@@ -249,14 +289,33 @@ class GradientSync:
         buffers = bucket.buffers()
         if self.codec is None:
             return self.comm.allreduce(buffers)
+        if self._narrow:
+            # cut bucket -> cast with the 1/N pre-scale into the wire -> NCCL half all-reduce -> the update reads it
+            wires = [narrow.wire_buffer(a, self.codec.wire_dtype) for a in bucket.arenas]
+            work = self.codec.reduce_on_nccl(buffers, [w.wire[s:e] for w, s, e in zip(wires, bucket.start, bucket.end)],
+                                             self.comm)
+            members = frozenset(id(p) for p in bucket.params)
+            for w, s, e in zip(wires, bucket.start, bucket.end):
+                w.mark(s, e, members, self.comm.contributions)
+            return work
         residuals = ([self._residuals[id(a)][0][s:e] for a, s, e in zip(bucket.arenas, bucket.start, bucket.end)]
                      if self.codec.needs_residual else [None] * len(buffers))
+        if self._on_device:
+            if self.codec.deferred_on_nccl:  # threshold: encoded now, exchanged with the others' sizes agreed
+                self._deferred.append((buffers, self.codec.encode_on_device(buffers, residuals, self.comm)))
+                return DONE
+            return self.codec.reduce_on_nccl(buffers, residuals, self.comm)
         home = self.comm.devices[0]
         with home.use():
             total = home.xp.empty_like(buffers[0])
         self.codec.reduce(buffers, residuals, total, self.comm)
         self.comm._copy_out(total, buffers, home)
         return DONE
+
+    def _flush_deferred(self) -> Work | None:
+        """Exchange the threshold buckets encoded so far (one size agreement for all of them); None when none."""
+        batch, self._deferred = self._deferred, []
+        return self.codec.exchange_on_nccl(batch, self.comm) if batch else None
 
     def _replan_residuals(self) -> None:
         """One float32 residual per gradient element, laid out like each mirror's arena; kept across growth."""

@@ -49,14 +49,21 @@ def nccl_available() -> bool:
 
 _NCCL_UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES in nccl.h
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
-               "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8", "bfloat16": "NCCL_BFLOAT16"}
+               "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8", "uint32": "NCCL_UINT32",
+               "bfloat16": "NCCL_BFLOAT16"}
+_NCCL_OPS = {"sum": "NCCL_SUM", "max": "NCCL_MAX"}
 
 
 class NcclWork(Work):
-    """Completion events of one collective, one per device."""
+    """Completion events of one collective, one per device.
+
+    ``keep`` holds device buffers the collective's streams still use (payloads allocated on the
+    communication streams), released once the work has been waited for.
+    """
 
     def __init__(self, devices: Sequence[Device], events: Sequence[Any]) -> None:
         self._pairs = list(zip(devices, events))
+        self.keep: Any = None
 
     def wait(self) -> None:
         """Make each device's current stream wait for the collective."""
@@ -65,6 +72,7 @@ class NcclWork(Work):
         for device, event in self._pairs:
             with device.use():
                 cupy.cuda.get_current_stream().wait_event(event)
+        self.keep = None
 
 
 class NcclCommunicator(Communicator):
@@ -126,6 +134,77 @@ class NcclCommunicator(Communicator):
             with device.use():
                 events.append(stream.record())
         return NcclWork(self.devices, events)
+
+    # -- device-side steps, for codecs that encode and decode on the communication streams -----
+    @property
+    def streams(self) -> list[Any]:
+        """The communication stream of every local device, in device order."""
+        return list(self._streams)
+
+    def begin(self) -> None:
+        """Order every communication stream after the work queued so far on its device's current stream.
+
+        Then run encodes under ``with device.use(), stream:``, enqueue collectives with
+        :meth:`allreduce_on_device` / :meth:`allgather_on_device`, decode on the same streams and
+        finish with :meth:`end`.
+        """
+        self._after_callers()
+
+    def end(self) -> NcclWork:
+        """The work of everything enqueued on the communication streams since :meth:`begin`."""
+        return self._done()
+
+    def allreduce_on_device(self, buffers: Sequence[Any], dtype: str | None = None, op: str = "sum") -> None:
+        """Enqueue an in-place all-reduce of one buffer per device on the communication streams (after :meth:`begin`).
+
+        Args:
+            buffers: one contiguous CuPy array per local device, equal sizes.
+            dtype: the NCCL type name, default the arrays' dtype; 'bfloat16' for uint16 bit patterns.
+            op: 'sum' or 'max'.
+
+        Raises:
+            ValueError: buffers that do not match the devices; TypeError: a dtype NCCL cannot carry.
+        """
+        self._check(buffers, "allreduce")
+        self._debug_check(f"allreduce ({op}, {dtype or buffers[0].dtype})", buffers)
+        nccl = self._nccl
+        code = self._dtype(buffers[0]) if dtype is None else self._dtype_named(dtype)
+        reduction = getattr(nccl, _NCCL_OPS[op])
+        nccl.groupStart()
+        try:
+            for comm, buf, stream in zip(self._comms, buffers, self._streams):
+                comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, code, reduction, stream.ptr)
+        finally:
+            nccl.groupEnd()
+
+    def allgather_on_device(self, sends: Sequence[Any]) -> list[Any]:
+        """Enqueue an allGather of one 1-D array per device (after :meth:`begin`); returns the receive arrays.
+
+        Each receive array (on its device, allocated on its communication stream) holds every
+        contribution's array in NCCL rank order, which is (process rank, local device) order.
+        Sizes must be equal on every device and process. No copy to the host.
+        """
+        self._check(sends, "allgather")
+        self._debug_check("allgather (device)", sends)
+        nccl = self._nccl
+        code = self._dtype(sends[0])
+        recvs = []
+        for device, send, stream in zip(self.devices, sends, self._streams):
+            with device.use(), stream:
+                recvs.append(self._cupy.empty(send.size * self.contributions, send.dtype))
+        nccl.groupStart()
+        try:
+            for comm, send, recv, stream in zip(self._comms, sends, recvs, self._streams):
+                comm.allGather(send.data.ptr, recv.data.ptr, send.size, code, stream.ptr)
+        finally:
+            nccl.groupEnd()
+        return recvs
+
+    def _dtype_named(self, name: str) -> int:
+        code = _NCCL_TYPES.get(name)
+        if code is None:
+            raise TypeError(f"NCCL has no type {name!r}")
+        return getattr(self._nccl, code)
 
     def allreduce(self, buffers: Sequence[Any], average: bool = False) -> Work:
         """Sum (``average``: mean) over every GPU of every process; asynchronous (see :class:`NcclWork`)."""

@@ -13,6 +13,12 @@ replaced the state buffers are rebuilt in the new layout, each parameter's state
 
 Half-precision weights without ``multi_precision`` still get float32 states and float32 math
 (the per-parameter path keeps their states in float16).
+
+Narrow wires (fp16/bf16 compression on NCCL, :mod:`mxlite.comm.narrow`): when the gradient sum of
+every parameter of the update is held in the arena's half-precision wire buffer, the kernels read
+that buffer instead of the gradient buffer (the gradient dtype is a template parameter of the
+kernels) and multiply by ``rescale_grad * N`` to undo the 1/N pre-scale: no cast back, no
+float32 copy of the gradient.
 """
 
 from __future__ import annotations
@@ -102,7 +108,15 @@ class ArenaUpdater:
             hp[k, :len(row)] = row
         weight, grad, st, master = arena._data_buf, arena._grad_buf, self._states, self._states.get("master")
         if arena.device.is_gpu:
-            rule.launch(_fused.Launcher(arena.device, plan, arena.dtype, hp), opt, weight, grad, st, master)
+            from ..comm.narrow import narrow_gradient  # noqa: PLC0415 - the update reads a wire the comm layer fills
+
+            wire = narrow_gradient(arena, {id(s.key) for _, s in entries})
+            if wire is not None:  # the bucket sums in half precision: read them as they are
+                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp, wire.dtype, wire.scale)
+                grad = wire.wire
+            else:
+                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp)
+            rule.launch(launcher, opt, weight, grad, st, master)
         elif rule.twin is not None:
             rule.twin(opt, plan, weight, grad, st, master, hp)
         else:

@@ -13,6 +13,14 @@ On a CPU device the NumPy twins do the same math. The twin of most kernels is th
 (:func:`step_segments`): one NumPy text of each rule, which the rule tests check against
 float64 references. SGD and Adam, the hot rules, also have hand-tuned twins
 (:func:`sgd_twin`, :func:`adam_twin`) that reuse scratch buffers instead of allocating.
+
+Every twin walks each segment in chunks of :data:`TWIN_CHUNK` elements, the CPU's counterpart of
+a kernel's block: a NumPy expression makes one pass over memory per operation, so on a whole
+multi-megabyte parameter each of an update's ten-odd operations would stream the arena from DRAM;
+on a chunk the operands and temporaries stay in cache and the arena is read and written from
+memory about once. Every element goes through the same operations in the same order as without
+chunks, so results are bit-identical. LAMB and LARS are the exception: their ``step`` takes norms
+over the whole parameter, so their generic twin keeps whole segments.
 """
 
 from __future__ import annotations
@@ -26,10 +34,17 @@ import numpy as np
 from .._kernels import get_kernel
 from ..device import Device
 
-__all__ = ["CHUNK", "HP", "KERNELS", "ArenaPlan", "Launcher", "Segment", "adam_twin", "one_minus", "sgd_twin",
-           "step_segments"]
+__all__ = ["CHUNK", "GRAD_TYPES", "HP", "KERNELS", "TWIN_CHUNK", "ArenaPlan", "Launcher", "Segment", "adam_twin",
+           "one_minus", "sgd_twin", "step_segments"]
 
 CHUNK = 65536  # elements per block: 256 threads x 256 elements, amortising the table reads
+# Elements per CPU twin chunk: 1 MiB per float32 operand, so an update's operands and temporaries
+# (~7 MiB for Adam) stay in the last-level cache while each NumPy call (~1-2 us of Python) covers
+# enough elements. Measured with benchmarks/bench_optimizer.py --chunks on a 2-core EPYC (1 MiB L2
+# per core, 32 MiB L3): Adam over 8 tensors of 2.5M: 57 ms at 16K elements (L2-sized; the calls'
+# overhead dominates), 43 ms at 64K, 37 ms at 256K, 52 ms unchunked; on 300 tensors of at most a
+# few 100K elements (already cache-sized) 256K matches the unchunked twin.
+TWIN_CHUNK = 1 << 18
 THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
@@ -38,7 +53,13 @@ _TYPE_NAMES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat
 KERNELS = ("sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
            "adadelta_update", "signum_update", "ftrl_update", "lamb_phase1", "lamb_phase2", "lars_norms",
            "lars_update")
-_ALL_NAMES = tuple(f"{k}<{t}>" for k in KERNELS for t in _TYPE_NAMES.values())
+# Gradient types a kernel reads besides its storage type: the narrow wires' sums (mxlite/comm/narrow.py), one
+# pair per `INSTANTIATE(T, G)` line of kernels/optimizers.cu. lamb_phase2 reads no gradient.
+GRAD_TYPES = {"float32": ("float16", "bfloat16"), "float16": ("bfloat16",), "bfloat16": ("float16",)}
+_NO_GRAD = ("lamb_phase2",)
+_ALL_NAMES = (*(f"{k}<{t}>" for k in KERNELS for t in _TYPE_NAMES.values()),
+              *(f"{k}<{_TYPE_NAMES[w]}, {_TYPE_NAMES[g]}>" for k in KERNELS if k not in _NO_GRAD
+                for w, gs in GRAD_TYPES.items() for g in gs))
 
 
 def one_minus(x: float) -> np.float32:
@@ -105,11 +126,19 @@ class Launcher:
     Made once per fused update: it copies ``hp`` (shape ``(segments, HP)``, float32) to the
     device, then each call launches one kernel over every chunk of the plan.
 
+    ``grad_dtype`` (default: the weights' dtype) is the type of the gradient buffer the kernels
+    read; 'float16' or 'bfloat16' for a gradient summed on a narrow wire (bfloat16 arrays hold
+    uint16 bit patterns). Such a buffer holds the sum pre-scaled by ``1/grad_scale``: rules pass
+    their ``rescale_grad`` through :meth:`rescale`, which multiplies it by ``grad_scale``, so the
+    kernel reads the half-precision gradient once and needs no float32 copy of it.
+
     Raises:
-        TypeError: weights of a dtype without kernels (float32, float16, bfloat16 have them).
+        TypeError: weights of a dtype without kernels (float32, float16, bfloat16 have them), or a
+            gradient dtype without kernels for those weights (see :data:`GRAD_TYPES`).
     """
 
-    def __init__(self, device: Device, plan: ArenaPlan, weight_dtype: Any, hp: np.ndarray) -> None:
+    def __init__(self, device: Device, plan: ArenaPlan, weight_dtype: Any, hp: np.ndarray, grad_dtype: Any = None,
+                 grad_scale: float = 1.0) -> None:
         self.device, self.plan = device, plan
         # 'bfloat16' may come as a name: NumPy and CuPy have no bfloat16 dtype of their own.
         name = weight_dtype if isinstance(weight_dtype, str) else np.dtype(weight_dtype).name
@@ -117,8 +146,19 @@ class Launcher:
         if self.type_name is None:
             raise TypeError(f"no fused optimizer kernel for weights of dtype {name} "
                             f"(there are kernels for {', '.join(_TYPE_NAMES)})")
+        grad_name = name if grad_dtype is None else (
+            grad_dtype if isinstance(grad_dtype, str) else np.dtype(grad_dtype).name)
+        if grad_name != name and grad_name not in GRAD_TYPES.get(name, ()):
+            raise TypeError(f"no fused optimizer kernel for {name} weights reading a {grad_name} gradient "
+                            f"(gradient types: {name}, {', '.join(GRAD_TYPES.get(name, ()))})")
+        self.grad_type_name = _TYPE_NAMES[grad_name]
+        self.grad_scale = float(grad_scale)
         with device.use():
             self._tables = (*plan.tables(device), device.xp.asarray(hp, dtype=np.float32))
+
+    def rescale(self, rescale_grad: float) -> np.float32:
+        """The ``rescale`` argument of a kernel: ``rescale_grad * grad_scale`` (float64 product, one rounding)."""
+        return np.float32(float(rescale_grad) * self.grad_scale)
 
     def sums(self) -> Any:
         """A zeroed ``(segments, 2)`` float64 device array for the per-parameter norm sums."""
@@ -127,7 +167,9 @@ class Launcher:
 
     def __call__(self, kernel: str, buffers: Sequence[Any], scalars: Sequence[float], sums: Any = None) -> None:
         """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
-        function = get_kernel(_KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+        types = self.type_name if kernel in _NO_GRAD or self.grad_type_name == self.type_name else (
+            f"{self.type_name}, {self.grad_type_name}")
+        function = get_kernel(_KERNEL_FILE, f"{kernel}<{types}>", self.device, _ALL_NAMES)
         null = np.uint64(0)  # an 8-byte zero is a null pointer argument (e.g. no master weights)
         args = [b if b is not None else null for b in buffers]
         args += self._tables
@@ -140,6 +182,19 @@ class Launcher:
             function((len(self.plan.chunk_seg),), (THREADS,), tuple(args))
 
 
+def _whole_segment_rules() -> tuple[type, ...]:
+    """Rules whose ``step`` reduces over the whole parameter (norms), so it cannot run chunk by chunk."""
+    from .lamb import LAMB  # noqa: PLC0415 - the rule modules import the optimizer base, not this module
+    from .lars import LARS  # noqa: PLC0415
+
+    return (LAMB, LARS)
+
+
+def _chunks(size: int) -> range:
+    """Starts of the :data:`TWIN_CHUNK`-element chunks of a segment of ``size`` elements."""
+    return range(0, size, TWIN_CHUNK)
+
+
 def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], counts: Sequence[int], weight: Any,
                   grad: Any, state_names: Sequence[str], states: dict[str, Any], master: Any) -> None:
     """The generic twin: ``optimizer.step`` on each segment's views of the arena buffers, in float32.
@@ -147,23 +202,26 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
     ``state_names`` lists the state buffers in the order of the rule's state tuple (one name:
     the state is that array; none: None). Half-precision weights are updated through
     ``master`` when given, else through a float32 copy written back rounded, so the math is
-    float32 as in the kernels.
+    float32 as in the kernels. Elementwise rules run chunk by chunk (see the module docstring).
     """
     f32 = np.float32
+    whole = isinstance(optimizer, _whole_segment_rules())
     for s, (index, count) in enumerate(zip(indices, counts)):
         seg = plan.segments[s]
-        window = slice(seg.offset, seg.offset + seg.size)
-        views = [states[name][window] for name in state_names]
-        state = None if not views else views[0] if len(views) == 1 else tuple(views)
-        g = grad[seg.grad_offset: seg.grad_offset + seg.size]
-        w_store = weight[window]
-        if master is not None:
-            w = master[window]
-        else:
-            w = w_store if w_store.dtype == f32 else w_store.astype(f32)
-        optimizer.step(index, w, g if g.dtype == f32 else g.astype(f32), state, count)
-        if w is not w_store:
-            w_store[...] = w
+        for lo in (0,) if whole else _chunks(seg.size):
+            hi = seg.size if whole else min(lo + TWIN_CHUNK, seg.size)
+            window = slice(seg.offset + lo, seg.offset + hi)
+            views = [states[name][window] for name in state_names]
+            state = None if not views else views[0] if len(views) == 1 else tuple(views)
+            g = grad[seg.grad_offset + lo: seg.grad_offset + hi]
+            w_store = weight[window]
+            if master is not None:
+                w = master[window]
+            else:
+                w = w_store if w_store.dtype == f32 else w_store.astype(f32)
+            optimizer.step(index, w, g if g.dtype == f32 else g.astype(f32), state, count)
+            if w is not w_store:
+                w_store[...] = w
 
 
 def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, clip: float | None,
@@ -182,10 +240,10 @@ def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, cli
 
 
 def _scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
-    """``count`` float32 work buffers as long as the longest segment, made once per plan (CPU twins)."""
-    if len(plan._scratch) < count:
-        longest = max((s.size for s in plan.segments), default=0)
-        plan._scratch = [np.empty(longest, np.float32) for _ in range(count)]
+    """``count`` float32 work buffers of one chunk (or the longest segment, if shorter), made once per plan."""
+    length = min(TWIN_CHUNK, max((s.size for s in plan.segments), default=0))
+    if len(plan._scratch) < count or (plan._scratch and len(plan._scratch[0]) != length):
+        plan._scratch = [np.empty(length, np.float32) for _ in range(count)]
     return plan._scratch[:count]
 
 
@@ -198,10 +256,13 @@ def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) 
     return tmp
 
 
-def _views(plan: ArenaPlan, s: int, buffers: Sequence[Any], grad: Any) -> tuple[Any, ...]:
-    seg = plan.segments[s]
-    out = [b[seg.offset: seg.offset + seg.size] if b is not None else None for b in buffers]
-    return (*out, grad[seg.grad_offset: seg.grad_offset + seg.size])
+def _views(plan: ArenaPlan, buffers: Sequence[Any], grad: Any) -> Any:
+    """Per chunk of every segment: ``(segment index, *views of buffers (None stays None), grad view)``."""
+    for s, seg in enumerate(plan.segments):
+        for lo in _chunks(seg.size):
+            hi = min(lo + TWIN_CHUNK, seg.size)
+            out = [b[seg.offset + lo: seg.offset + hi] if b is not None else None for b in buffers]
+            yield (s, *out, grad[seg.grad_offset + lo: seg.grad_offset + hi])
 
 
 def sgd_twin(plan: ArenaPlan, weight: Any, grad: Any, mom: Any, master: Any, hp: np.ndarray, momentum: float,
@@ -211,8 +272,7 @@ def sgd_twin(plan: ArenaPlan, weight: Any, grad: Any, mom: Any, master: Any, hp:
     (float32, or None) holds master weights for half-precision ``weight``.
     """
     G_buf, tmp_buf, w_buf = _scratch(plan, 3)
-    for s in range(len(plan.segments)):
-        w_store, m, w32, g = _views(plan, s, (weight, mom, master), grad)
+    for s, w_store, m, w32, g in _views(plan, (weight, mom, master), grad):
         n = g.size
         G, tmp = G_buf[:n], tmp_buf[:n]
         w = _weights32(w_store, w32, w_buf[:n])
@@ -236,8 +296,7 @@ def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, mast
     """
     f = np.float32
     G_buf, tmp_buf, w_buf = _scratch(plan, 3)
-    for s in range(len(plan.segments)):
-        w_store, m, v, w32, g = _views(plan, s, (weight, mean, var, master), grad)
+    for s, w_store, m, v, w32, g in _views(plan, (weight, mean, var, master), grad):
         n = g.size
         G, tmp = G_buf[:n], tmp_buf[:n]
         w = _weights32(w_store, w32, w_buf[:n])

@@ -9,7 +9,8 @@ needs; the updater itself knows no rule:
   learning rate, the weight decay and up to two rule values), computed with the same optimizer
   methods ``step`` uses, after the update count has been incremented;
 * ``launch(run, opt, weight, grad, states, master)``: the kernel launches of one update (one,
-  or two for the rules with per-parameter norms, LAMB and LARS);
+  or two for the rules with per-parameter norms, LAMB and LARS); ``grad`` may be a narrow wire's
+  half-precision sum, so every launch passes ``rescale_grad`` through :func:`_rescale`;
 * ``twin``: a hand-tuned NumPy twin, or None for the generic one (the rule's ``step`` on views,
   :func:`mxlite.optimizer._fused.step_segments`).
 
@@ -63,6 +64,16 @@ def _clip(opt: Optimizer) -> float:
     return opt.clip_gradient or 0.0  # the kernels read clip <= 0 as "no clipping"
 
 
+def _rescale(run: Any, opt: Optimizer) -> float:
+    """The kernels' ``rescale``: ``rescale_grad``, times N when they read a narrow wire's sum pre-scaled by 1/N.
+
+    (See :meth:`mxlite.optimizer._fused.Launcher.rescale`; a launcher without ``grad_scale`` reads
+    the gradient buffer itself.)
+    """
+    scale = getattr(run, "grad_scale", 1.0)
+    return opt.rescale_grad if scale == 1.0 else float(run.rescale(opt.rescale_grad))
+
+
 def _lr_wd(opt: Optimizer, index: Any, count: int) -> Row:
     return (opt._get_lr(index), opt._get_wd(index))
 
@@ -71,7 +82,7 @@ def _one_kernel(kernel: str, state_args: tuple[str, ...], scalars: Callable[[Any
     """A launch of ``kernel(weight, grad, *states named state_args, master, ..., rescale, clip, *scalars)``."""
     def launch(run: _fused.Launcher, opt: Any, weight: Any, grad: Any, st: dict[str, Any], master: Any) -> None:
         run(kernel, (weight, grad, *(st.get(n) for n in state_args), master),
-            (opt.rescale_grad, _clip(opt), *scalars(opt)))
+            (_rescale(run, opt), _clip(opt), *scalars(opt)))
     return launch
 
 
@@ -131,8 +142,8 @@ def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
 
 def _lamb_launch(run: _fused.Launcher, opt: LAMB, weight, grad, st, master) -> None:
     sums = run.sums()
-    run("lamb_phase1", (weight, grad, st["m"], st["v"], master), (opt.rescale_grad, _clip(opt), *_betas_eps(opt)),
-        sums)
+    run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
+        (_rescale(run, opt), _clip(opt), *_betas_eps(opt)), sums)
     lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
     upper = -1.0 if opt.upper_bound is None else opt.upper_bound
     run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)
@@ -146,7 +157,7 @@ def _lars_launch(run: _fused.Launcher, opt: LARS, weight, grad, st, master) -> N
     sums = run.sums()
     run("lars_norms", (weight, grad, master), (), sums)
     run("lars_update", (weight, grad, st.get("mom"), master),
-        (opt.rescale_grad, _clip(opt), opt.momentum, opt.eta, opt.epsilon), sums)
+        (_rescale(run, opt), _clip(opt), opt.momentum, opt.eta, opt.epsilon), sums)
 
 
 _RULES: dict[type, FusedRule] = {
