@@ -27,9 +27,10 @@ def slice_sizes(batch: int, num_slice: int, even_split: bool = True,
                 workload: Sequence[float] | None = None) -> list[int]:
     """Sizes of the slices a batch of ``batch`` samples is cut into.
 
-    Without ``workload``: equal slices; with ``even_split=False`` the last slice also takes
-    the remainder (MXNet's rule). With ``workload``: slice ``i`` gets
-    ``round(w_i * batch / sum(w))`` samples and the last gets what remains.
+    Without ``workload``: equal slices; with ``even_split=False`` the first ``batch % num_slice``
+    slices take one sample more, as ``numpy.array_split`` and MXNet 2.x do (10 into 3: [4, 3, 3]).
+    With ``workload``: slice ``i`` gets ``round(w_i * batch / sum(w))`` samples and the last gets
+    what remains.
 
     Raises:
         ValueError: ``num_slice`` < 1, a batch that does not split evenly with
@@ -56,8 +57,8 @@ def slice_sizes(batch: int, num_slice: int, even_split: bool = True,
         if even_split and batch % num_slice:
             raise ValueError(f"data with shape[batch_axis]={batch} cannot be evenly split into {num_slice} slices; "
                              "use a batch size that's a multiple of the number of devices, or set even_split=False")
-        step = batch // num_slice
-        sizes = [step] * (num_slice - 1) + [batch - step * (num_slice - 1)]
+        step, extra = divmod(batch, num_slice)
+        sizes = [step + 1] * extra + [step] * (num_slice - extra)
     if any(s <= 0 for s in sizes):
         raise ValueError(f"splitting a batch of {batch} by workload {list(workload or [])} gives slice sizes "
                          f"{sizes}: every device needs at least one sample")

@@ -23,13 +23,23 @@ _seed_entropy: int | None = None
 _generators: dict[Any, Any] = {}
 
 
-def seed(seed_state: int, device: Device | str = "all") -> None:
+def seed(seed_state: int, device: Device | str = "all", ctx: Device | str | None = None) -> None:
     """Seed the random streams of every device (``device='all'``) or of one device.
 
+    Args:
+        seed_state: the seed, an integer >= 0.
+        device: ``'all'`` or the device whose stream is seeded.
+        ctx: MXNet's name for ``device`` (``mx.random.seed(1, ctx=mx.gpu(0))``).
+
     Raises:
-        ValueError: ``seed_state`` is not a non-negative integer.
+        ValueError: ``seed_state`` is not a non-negative integer, or both ``device`` and
+            ``ctx`` name a device.
     """
     global _seed_entropy
+    if ctx is not None:
+        if not (isinstance(device, str) and device == "all"):
+            raise ValueError(f"give the device once: device={device!r} and ctx={ctx!r}")
+        device = ctx
     if not isinstance(seed_state, (int, np.integer)) or seed_state < 0:
         raise ValueError(f"seed_state must be a non-negative integer, got {seed_state!r}")
     if device == "all":

@@ -45,7 +45,7 @@ from . import comm as _comm
 from . import optimizer as _opt
 from . import sparse
 from ._serialization import as_host, atomic_write
-from .amp import LossScaler, gradients_finite
+from .amp import LossScaler, all_gradients_finite, gradients_finite
 from .comm.base import Communicator
 from .comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
 from .nn.parameter import Parameter
@@ -56,7 +56,8 @@ from .optimizer.updater import pack_states, unpack_states
 
 __all__ = ["Trainer"]
 
-_KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync", "dist_async")
+_KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync", "dist_async",
+                  "local_allreduce_cpu", "local_allreduce_device", "local_update_cpu")  # the last 3: MXNet's aliases
 
 
 class Trainer:
@@ -70,8 +71,9 @@ class Trainer:
         kvstore: a :class:`~mxlite.kvstore.KVStore` or a type name. 'device' (default),
             'local' and 'nccl' reduce over this process's devices; 'dist_sync' (and
             'dist_sync_device', 'dist_device_sync') also over every process started by
-            ``mpiexec``/``mxlite launch`` (MPI; NCCL for GPUs), averaging over workers. None
-            reduces over local devices like 'device' (Gluon's None does not reduce at all).
+            ``mpiexec``/``mxlite launch`` (MPI; NCCL for GPUs), summing over workers as MXNet
+            does (see ``average_over_workers``). None reduces over local devices like 'device'
+            (Gluon's None does not reduce at all).
         compression_params: gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``,
             ``{'type': 'topk', 'ratio': 0.01}``, ``{'type': 'fp16'}``; see
             :mod:`mxlite.comm.compression`. Used only when a store is (several devices or
@@ -90,6 +92,12 @@ class Trainer:
             FloatingPointError naming the first parameter holding inf/NaN; nothing is written.
             (With ``mx.amp`` loss scaling such a step is skipped instead.) One reduction per
             parameter and one host synchronisation per step.
+        average_over_workers: (mxlite) with a 'dist_*' kvstore, divide the gradient summed over
+            workers by ``batch_size * num_workers`` instead of ``batch_size``. False (default):
+            MXNet's convention, ``step(local_batch)`` applies the sum of every worker's gradient
+            divided by the local batch, so a learning rate tuned in MXNet works unchanged. True:
+            the mean over workers (as Horovod and PyTorch DDP), so the same learning rate fits
+            1 or N workers. No effect with a single process.
 
     Raises:
         ValueError: empty params, a non-Parameter entry, optimizer_params with an instance,
@@ -103,7 +111,7 @@ class Trainer:
                  optimizer_params: dict[str, Any] | None = None, kvstore: Any = "device",
                  compression_params: dict[str, Any] | None = None, update_on_kvstore: bool | None = None, *,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, partial_sync: bool = False,
-                 check_finite: bool = False) -> None:
+                 check_finite: bool = False, average_over_workers: bool = False) -> None:
         if isinstance(params, Mapping):
             param_list = [params[k] for k in sorted(params)]
         elif isinstance(params, (list, tuple)):
@@ -144,6 +152,7 @@ class Trainer:
         self._syncs: dict[tuple[Any, ...], tuple[Communicator, GradientSync | None]] = {}  # devices -> sync
         self._synced_params: set[int] = set()  # id() of parameters covered by a GradientSync
         self._num_workers = 1
+        self._average_over_workers = bool(average_over_workers)
         self._amp_loss_scaler: Any = None  # set by mx.amp.init_trainer
         self._amp_original_scale = 1.0
         optimizer_params = dict(optimizer_params or {})
@@ -167,6 +176,7 @@ class Trainer:
             # parameters initialised later (deferred) join at their first step.
             self._init_kvstore()
             self._ensure_sync()
+        self._num_workers = max(self._num_workers, self._dist_size())  # known from construction on
 
     # -- hyperparameters ------------------------------------------------------------------
     @property
@@ -185,8 +195,29 @@ class Trainer:
 
     @property
     def num_workers(self) -> int:
-        """Processes taking part in the gradient sum (1 unless a 'dist_*' kvstore runs under MPI)."""
+        """Processes taking part in the gradient sum (1 unless a 'dist_*' kvstore runs under MPI).
+
+        Right from construction, also while the parameters wait for deferred initialisation, so
+        ``dataset.shard(trainer.num_workers, rank)`` splits the data before the first step.
+        """
         return self._num_workers
+
+    def _dist_size(self) -> int:
+        """How many MPI processes the 'dist_*' store spans (1 for other stores), known before any step."""
+        kv = self._kvstore if self._kvstore is not None else self._kvstore_arg
+        if kv is None:
+            return 1
+        if not isinstance(kv, str):
+            return int(kv.num_workers) if "dist" in kv.type else 1
+        if "dist" not in kv:
+            return 1
+        from .comm.mpi import mpi_module  # noqa: PLC0415 - only the 'dist_*' types need MPI
+
+        return int(mpi_module().COMM_WORLD.Get_size())
+
+    def _workers_divisor(self) -> int:
+        """What the summed gradient is divided by besides the batch size: 1 (MXNet) or ``num_workers``."""
+        return self._num_workers if self._average_over_workers else 1
 
     @property
     def update_on_kvstore(self) -> bool:
@@ -270,8 +301,9 @@ class Trainer:
         and lowers the loss scale.
 
         Args:
-            batch_size: samples that produced this worker's gradients (the summed gradient is
-                divided by ``batch_size * num_workers``).
+            batch_size: samples that produced this worker's gradients. The gradient summed over
+                devices and workers is divided by ``batch_size`` (MXNet), or by
+                ``batch_size * num_workers`` with ``average_over_workers=True``.
             ignore_stale_grad: skip, instead of rejecting, parameters whose gradient is stale.
 
         Raises:
@@ -290,7 +322,7 @@ class Trainer:
             self._update(batch_size, ignore_stale_grad, workers=1 / max(1, len(self._devices())))
             self._average_partition()
         else:
-            self.allreduce_grads()
+            self._allreduce_grads()  # a narrow wire's half-precision sum stays for the fused update to read
             self.update(batch_size, ignore_stale_grad)
         self._debug_check_after_step()
 
@@ -308,6 +340,12 @@ class Trainer:
         if self._update_on_kvstore:
             raise RuntimeError("allreduce_grads() when parameters are updated on kvstore is not supported. "
                                "Try setting `update_on_kvstore` to False when creating trainer.")
+        self._allreduce_grads()
+        for _, sync in self._syncs.values():
+            if sync is not None:
+                sync.materialize()  # the caller reads the gradient buffers: a narrow wire's sums go there
+
+    def _allreduce_grads(self) -> None:
         self._check_devices_unchanged()
         # Finish the buckets the current plans reduced during backward first; parameters that
         # join a plan now (initialised late, unfrozen) were not summed yet and are reduced apart.
@@ -414,7 +452,7 @@ class Trainer:
             raise ValueError("dynamic loss scaling needs update_on_kvstore=False")
         self._ensure_sync()  # rank 0's initial values everywhere, before the store copies them
         self._num_workers = max(self._num_workers, self._kvstore.num_workers)
-        self._optimizer.rescale_grad = self._scale / (batch_size * self._num_workers)
+        self._optimizer.rescale_grad = self._scale / (batch_size * self._workers_divisor())
         todo = self._fresh_params(ignore_stale_grad)
         kv = self._kvstore
         for index, param in todo:
@@ -492,13 +530,19 @@ class Trainer:
         if self._update_on_kvstore:
             raise RuntimeError("update() when parameters are updated on kvstore is not supported. "
                                "Try setting `update_on_kvstore` to False when creating trainer.")
-        self._update(batch_size, ignore_stale_grad, self._num_workers)
+        self._update(batch_size, ignore_stale_grad, self._workers_divisor())
 
     def _update(self, batch_size: int, ignore_stale_grad: bool, workers: float) -> None:
-        # Each worker passes its own batch size; the gradient is averaged over workers.
+        # Each worker passes its own batch size; the sum over workers is divided by it (MXNet), or
+        # also by num_workers (average_over_workers).
         self._optimizer.rescale_grad = self._scale / (batch_size * workers)
         opt = self._optimizer
         todo = self._fresh_params(ignore_stale_grad)
+        if self._check_finite or self._amp_loss_scaler is not None or any(
+                p.grad_stype != "default" or fused_rule(opt, p.dtype) is None for _, p in todo):
+            for _, sync in self._syncs.values():  # these read the gradient buffers, not a narrow wire
+                if sync is not None:
+                    sync.materialize()
         if self._check_finite and self._amp_loss_scaler is None:
             _raise_if_not_finite([p for _, p in todo])
         if self._amp_loss_scaler is not None and self._amp_loss_scaler.has_overflow([p for _, p in todo]):
@@ -806,7 +850,12 @@ def _row_sparse_to(rs: sparse.RowSparseTensor, device: Any) -> sparse.RowSparseT
 
 
 def _raise_if_not_finite(params: list[Parameter]) -> None:
-    """FloatingPointError naming the first parameter whose (summed) gradient holds inf or NaN."""
+    """FloatingPointError naming the first parameter whose (summed) gradient holds inf or NaN.
+
+    One flag is read per device; only when it says inf/NaN are the parameters checked one by one.
+    """
+    if all_gradients_finite(params):
+        return
     finite = gradients_finite(params)
     if not all(finite):
         param = params[finite.index(False)]

@@ -4,10 +4,11 @@ Usage: ``python tests/dist_worker.py MODE OUT_DIR``
 
 * ``train [VARIANT [DEVICE]]``: rank r seeds its own initial values (so rank 0's broadcast must fix the
   others), trains an MLP with ``kvstore='dist_sync'`` on its share of each batch for 8 steps and
-  writes its parameters to ``OUT_DIR/rank{r}.npz``. VARIANT (see ``VARIANTS``): 'plain'
-  (float64), 'on_store' (float64, ``update_on_kvstore=True``), '2bit' (float32, 2-bit
-  compression). DEVICE 'gpu' trains on ``gpu(0)`` of each rank (GPU buffers over NCCL), else
-  on ``cpu(0)``.
+  writes its parameters to ``OUT_DIR/rank{r}.npz``. Each rank passes its own share to
+  ``step`` (MXNet's convention: the gradient summed over ranks is divided by it). VARIANT (see
+  ``VARIANTS``): 'plain' (float64), 'on_store' (float64, ``update_on_kvstore=True``), '2bit'
+  (float32, 2-bit compression), 'average' (float64, ``average_over_workers=True``). DEVICE 'gpu'
+  trains on ``gpu(0)`` of each rank (GPU buffers over NCCL), else on ``cpu(0)``.
 * ``mismatch``: rank 1 builds a wider first layer; each rank writes the error its Trainer
   raised to ``OUT_DIR/rank{r}.txt``.
 * ``resume``: trains 6 steps straight (float32, Dropout, 2-bit compression, Adam), and again
@@ -25,6 +26,11 @@ Usage: ``python tests/dist_worker.py MODE OUT_DIR``
   scale to ``OUT_DIR/rank{r}.json``.
 * ``stale VARIANT``: layer b is used on rank 1 only and ``step(ignore_stale_grad=True)`` runs
   ('plain' or 'on_store'); each rank writes its parameters to ``OUT_DIR/rank{r}.npz``.
+* ``sizes``: before any step, with deferred parameters, writes what ``Trainer.num_workers`` and a
+  'dist_sync' KVStore's ``rank``/``num_workers`` say to ``OUT_DIR/rank{r}.json``.
+* ``sgd_step``: one SGD step (lr 0.1) of a single weight 1.0 whose gradient on rank r is
+  2(r + 1), with ``step(2)``, summing (default) and averaging over workers, each also updating on
+  the store; writes the weights to ``OUT_DIR/rank{r}.json``.
 * ``collectives``: exercises MpiCommunicator's calls and writes what it saw to
   ``OUT_DIR/rank{r}.json``.
 """
@@ -53,7 +59,17 @@ VARIANTS = {
     "plain": ("float64", {}),
     "on_store": ("float64", {"update_on_kvstore": True}),
     "2bit": ("float32", {"compression_params": {"type": "2bit", "threshold": 0.002}}),
+    "average": ("float64", {"average_over_workers": True}),
 }
+
+
+def one_process_batch(variant: str, ranks: int = 2) -> int:
+    """The batch size one process must pass to ``step`` to match ``ranks`` ranks each passing its share.
+
+    MXNet's convention (the default) divides the sum over ranks by the local share ``BATCH // ranks``;
+    ``average_over_workers`` divides it by ``BATCH``.
+    """
+    return BATCH if VARIANTS[variant][1].get("average_over_workers") else BATCH // ranks
 
 
 def net_for(seed: int, devices, dtype: str = "float64"):
@@ -263,6 +279,42 @@ def stale(out: str, variant: str) -> None:
     net.save_parameters(os.path.join(out, f"rank{rank}.npz"))
 
 
+def sizes(out: str) -> None:
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    kv = mx.kv.create("dist_sync")
+    seen = {"kv": [kv.rank, kv.num_workers]}
+    net = mx.nn.Sequential(mx.nn.Dense(4), mx.nn.Dense(2))  # no in_units: deferred until the first forward
+    net.initialize(mx.init.Xavier(), device=[mx.cpu(0)])
+    seen["trainer"] = mx.Trainer(net.collect_params(), "sgd", kvstore="dist_sync").num_workers
+    seen["trainer_kv"] = mx.Trainer(net.collect_params(), "sgd", kvstore=kv).num_workers
+    seen["trainer_device"] = mx.Trainer(net.collect_params(), "sgd", kvstore="device").num_workers
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
+def sgd_step(out: str) -> None:
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    seen = {}
+    for name, extra in (("sum", {}), ("sum_on_store", {"update_on_kvstore": True}),
+                        ("average", {"average_over_workers": True}),
+                        ("average_on_store", {"average_over_workers": True, "update_on_kvstore": True})):
+        layer = mx.nn.Dense(1, in_units=1, use_bias=False, dtype="float64")
+        layer.initialize(mx.init.One(), device=[mx.cpu(0)])
+        trainer = mx.Trainer(layer.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="dist_sync", **extra)
+        x = mx.array(np.full((2, 1), rank + 1.0))
+        with mx.autograd.record():
+            loss = layer(x).sum()  # d loss / d w = 2 (rank + 1)
+        loss.backward()
+        trainer.step(2)
+        seen[name] = float(layer.weight.data().asnumpy()[0, 0])
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
 def collectives(out: str) -> None:
     comm = MpiCommunicator([mx.cpu(0), mx.cpu(1)])
     r = comm.rank
@@ -282,5 +334,5 @@ def collectives(out: str) -> None:
 if __name__ == "__main__":
     modes = {"train": train, "collectives": collectives, "mismatch": mismatch, "resume": resume, "debug": debug,
              "soak": soak, "amp_overflow": amp_overflow,
-             "stale": stale}
+             "stale": stale, "sizes": sizes, "sgd_step": sgd_step}
     modes[sys.argv[1]](*sys.argv[2:])

@@ -63,7 +63,7 @@ def ref_rmsprop(w0, grads, *, lr_fn, wd, rescale_grad, clip_gradient, lr_mult, w
             delta = momentum * delta - lr * G / np.sqrt(n - mean**2 + epsilon)
             w = w + delta
         else:
-            w = w - lr * G / np.sqrt(n + epsilon)
+            w = w - lr * G / (np.sqrt(n) + epsilon)  # MXNet 2.x: ε outside the root (plain form)
         if clip_weights is not None:
             w = np.minimum(np.maximum(w, -clip_weights), clip_weights)
     return w

@@ -1,10 +1,15 @@
 """Real multi-process runs: ``mpiexec -n 2`` ranks on the CPU (mpi4py + the mpich wheel).
 
-* 2 ranks training with ``kvstore='dist_sync'`` on halves of each batch end with the same
-  parameters as one process training on 2 devices (float64, rtol 1e-12) and as one process on
-  one device with the whole batch (rtol 1e-6), identical on both ranks, although rank 1 starts
-  from other initial values (rank 0's are broadcast); the same holds updating on the store,
-  and with 2-bit compression (bit for bit against one process on 2 devices);
+* 2 ranks training with ``kvstore='dist_sync'`` on halves of each batch, each passing its half to
+  ``step``, end with the same parameters as one process training on 2 devices (float64, rtol
+  1e-12) and as one process on one device with the whole batch (rtol 1e-6), identical on both
+  ranks, although rank 1 starts from other initial values (rank 0's are broadcast). As in
+  MXNet, the ranks' gradients are summed and divided by the local batch, so the one-process
+  runs pass half the batch to ``step``; with ``average_over_workers=True`` they pass the whole
+  batch. The same holds updating on the store, and with 2-bit compression (bit for bit
+  against one process on 2 devices);
+* ``Trainer.num_workers`` and the store's ``rank``/``num_workers`` are right from construction,
+  before any step and with deferred parameters;
 * MpiCommunicator's collectives give MXNet/MPI's results (sum, average with a float16 buffer
   whose sum would overflow in float16, broadcast from rank 1, allgather of unequal sizes);
 * ``mxlite launch -n 2`` runs a script under MPI.
@@ -21,7 +26,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from tests.dist_worker import BATCH, STEPS, VARIANTS, batch, net_for
+from tests.dist_worker import STEPS, VARIANTS, batch, net_for, one_process_batch
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 
 pytestmark = pytest.mark.mpi
@@ -42,7 +47,7 @@ def _single_process(devices, variant: str = "plain") -> dict[str, np.ndarray]:
         with mx.autograd.record():
             losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
         mx.autograd.backward(losses)
-        trainer.step(BATCH)
+        trainer.step(one_process_batch(variant))  # what 2 ranks passing their halves amount to
     return {k: p.data(mx.cpu(0)).asnumpy() for k, p in net.collect_params().items()}
 
 
@@ -86,6 +91,30 @@ def test_two_ranks_on_one_gpu_each_train_like_one_process(tmp_path, variant):
             np.testing.assert_allclose(ranks[0][k], v, rtol=1e-12, atol=1e-14, err_msg=k)
     if gpus_per_rank:
         assert "emulated on the CPU" in result.stderr
+
+
+@needs_mpi
+def test_sum_over_workers_is_mxnets_default_and_average_is_an_option(tmp_path):
+    """SGD (lr 0.1) on w = 1; rank r's loss (r + 1)·w·2 over its 2 samples gives the gradient 2(r + 1).
+
+    MXNet: w −= lr · (2 + 4) / 2 (the sum over ranks over the local batch) → 0.7, with
+    ``update_on_kvstore`` too; ``average_over_workers=True``: w −= lr · (2 + 4) / (2 · 2) → 0.85.
+    """
+    _mpirun(2, WORKER, "sgd_step", str(tmp_path))
+    for r in range(2):
+        seen = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert seen["sum"] == pytest.approx(1.0 - 0.1 * 6.0 / 2, rel=1e-15)
+        assert seen["sum_on_store"] == pytest.approx(1.0 - 0.1 * 6.0 / 2, rel=1e-15)
+        assert seen["average"] == pytest.approx(1.0 - 0.1 * 6.0 / 4, rel=1e-15)
+        assert seen["average_on_store"] == pytest.approx(1.0 - 0.1 * 6.0 / 4, rel=1e-15)
+
+
+@needs_mpi
+def test_num_workers_and_rank_are_right_from_construction(tmp_path):
+    _mpirun(2, WORKER, "sizes", str(tmp_path))
+    for r in range(2):
+        seen = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert seen == {"kv": [r, 2], "trainer": 2, "trainer_kv": 2, "trainer_device": 1}
 
 
 @needs_mpi

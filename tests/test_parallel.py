@@ -16,8 +16,8 @@ def test_even_split_sizes_and_contents():
     np.testing.assert_array_equal(np.concatenate(parts), x)
 
 
-def test_uneven_split_gives_remainder_to_last():
-    assert mx.parallel.slice_sizes(10, 3, even_split=False) == [3, 3, 4]
+def test_uneven_split_gives_remainder_to_first_as_mxnet():
+    assert mx.parallel.slice_sizes(10, 3, even_split=False) == [4, 3, 3]  # numpy.array_split's sizes
 
 
 def test_even_split_rejects_indivisible_batch():

@@ -78,6 +78,8 @@ from . import _reduce, _states
 __all__ = ["KVStore", "create", "TYPES"]
 
 TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync")
+# MXNet's older names of the single-process types: the store they describe behaves as the one named.
+ALIASES = {"local_allreduce_cpu": "local", "local_update_cpu": "local", "local_allreduce_device": "device"}
 _HOST_TYPES = ("local", "dist_sync")  # store and sum on cpu(0); the others on the value's device
 
 Key = Any  # int or str
@@ -87,17 +89,20 @@ Value = Any  # Tensor or RowSparseTensor
 def _check_type(name: Any) -> str:
     if not isinstance(name, str):
         raise TypeError(f"kvstore type must be a str, got {type(name).__name__}: {name!r}")
-    kind = name.lower()
+    kind = ALIASES.get(name.lower(), name.lower())
     if kind == "dist_async":
         raise ValueError("kvstore 'dist_async' updates values asynchronously on a parameter server; mxlite has no "
                          "parameter server: use 'dist_sync' (synchronous sums over MPI processes)")
     if kind not in TYPES:
-        raise ValueError(f"unknown kvstore type {name!r}; known: {', '.join(TYPES)}")
+        raise ValueError(f"unknown kvstore type {name!r}; known: {', '.join(TYPES + tuple(ALIASES))}")
     return kind
 
 
 def create(name: str = "local") -> KVStore:
     """A new :class:`KVStore` of type ``name`` (case-insensitive; see the module docstring).
+
+    MXNet's older names are accepted: 'local_allreduce_cpu' and 'local_update_cpu' give a
+    'local' store, 'local_allreduce_device' a 'device' store (``type`` reports that name).
 
     Raises:
         TypeError: ``name`` is not a str.
@@ -166,9 +171,13 @@ class KVStore:
         self._comms: dict[Device, Communicator] = {}
         self._world: Any = None
         self._rank, self._size = 0, 1
+        self._local_rank = 0
         if self._dist:
+            from ..comm.mpi import local_rank_and_size  # noqa: PLC0415
+
             self._world = mpi_module().COMM_WORLD
             self._rank, self._size = self._world.Get_rank(), self._world.Get_size()
+            self._local_rank = local_rank_and_size()[0]  # every rank creates its store: a safe collective
 
     def __repr__(self) -> str:
         return f"KVStore(type={self._type!r}, keys={len(self._store)}, rank={self._rank}, num_workers={self._size})"
@@ -183,6 +192,15 @@ class KVStore:
     def rank(self) -> int:
         """This process's rank in ``[0, num_workers)`` (0 for the single-process types)."""
         return self._rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank among the processes on its node (0 for the single-process types).
+
+        From MPI's shared-memory split of ``COMM_WORLD`` (not launcher variables); a process trains
+        on ``mx.gpu(kv.local_rank)``, which is what ``mx.gpu_devices()`` returns under MPI.
+        """
+        return self._local_rank
 
     @property
     def num_workers(self) -> int:

@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..autograd.tensor import Tensor
 from ..sparse import RowSparseTensor
 
 __all__ = ["Optimizer", "MultiPrecisionState", "register", "create", "registered"]
@@ -168,9 +169,10 @@ class Optimizer:
     """Base class of update rules; see the module docstring for the rule contract.
 
     Args:
-        learning_rate: step size; None means the scheduler's ``base_lr``, or 0.01 without a
-            scheduler (MXNet 2.x). A value differing from the scheduler's ``base_lr``
-            overrides it, with a UserWarning.
+        learning_rate: step size; None (the default) keeps the scheduler's ``base_lr``, or
+            means 0.01 without a scheduler (MXNet 2.x). A value differing from the scheduler's
+            ``base_lr`` overrides it, with a UserWarning. Rules have their own defaults (as in
+            MXNet, e.g. ``SGD`` 0.1, ``Adam`` 0.001), which do override a scheduler's ``base_lr``.
         wd: L2 weight decay coefficient (>= 0).
         rescale_grad: gradient multiplier (the Trainer sets it to ``1 / batch_size``).
         clip_gradient: clip ``rescale_grad * g`` to ``[-clip_gradient, clip_gradient]``; > 0 or None.
@@ -187,7 +189,7 @@ class Optimizer:
             the value).
     """
 
-    def __init__(self, learning_rate: float | None = 0.01, wd: float = 0.0, rescale_grad: float = 1.0,
+    def __init__(self, learning_rate: float | None = None, wd: float = 0.0, rescale_grad: float = 1.0,
                  clip_gradient: float | None = None, lr_scheduler: Any = None, begin_num_update: int = 0,
                  multi_precision: bool = False, param_dict: dict[int, Any] | None = None,
                  aggregate_num: int | None = None, use_fused_step: bool | None = None) -> None:
@@ -322,6 +324,10 @@ class Optimizer:
         ``MultiPrecisionState(master, _create_state(index, master))`` for a float16/bfloat16
         weight with ``multi_precision=True``. A half-precision weight without
         ``multi_precision`` warns once per optimizer (as MXNet warns) and keeps its dtype.
+
+        ``weight`` may be a raw NumPy/CuPy array or an mxlite Tensor (MXNet's NDArray); for a
+        Tensor every array of the state is a Tensor on the weight's device, as MXNet returns
+        NDArrays, and :meth:`update` accepts it back.
         """
         return self._new_state(Optimizer._create_state, index, weight)
 
@@ -332,6 +338,9 @@ class Optimizer:
         return self.create_state(index, weight)
 
     def _new_state(self, hook: Any, index: Any, weight: Any) -> Any:
+        if isinstance(weight, Tensor):
+            with weight.device.use():
+                return _wrap_state(self._new_state(hook, index, weight._data), weight.device)
         if _is_low_precision(weight.dtype):
             if self.multi_precision:
                 master = weight.astype(np.float32)
@@ -345,9 +354,11 @@ class Optimizer:
 
     # -- the update -----------------------------------------------------------------------
     def update(self, indices: Any, weights: Any, grads: Any, states: Any) -> None:
-        """Apply the rule to one index or to lists of them (raw arrays, updated in place).
+        """Apply the rule to one index or to lists of them (updated in place).
 
-        Each index's count is incremented before its learning rate is read. A
+        Weights, gradients and state arrays are raw NumPy/CuPy arrays or mxlite Tensors
+        (MXNet's NDArrays, e.g. from :meth:`create_state` of a Tensor), in any mix. Each index's
+        count is incremented before its learning rate is read. A
         :class:`MultiPrecisionState` routes the step through the float32 master; a
         :class:`~mxlite.sparse.RowSparseTensor` gradient updates only its rows when the rule
         has ``lazy_update=True`` and is densified otherwise.
@@ -356,7 +367,11 @@ class Optimizer:
             indices, weights, grads, states = [indices], [weights], [grads], [states]
         for index, weight, grad, state in zip(indices, weights, grads, states):
             count = self._update_count(index)
-            self._apply(index, weight, grad, state, count)
+            if isinstance(weight, Tensor):
+                with weight.device.use():
+                    self._apply(index, weight._data, _raw(grad), _unwrap_state(state), count)
+            else:
+                self._apply(index, weight, _raw(grad), _unwrap_state(state), count)
 
     def update_multi_precision(self, indices: Any, weights: Any, grads: Any, states: Any) -> None:
         """MXNet's name for the update of states from :meth:`create_state_multi_precision`.
@@ -556,6 +571,31 @@ def _create_state_entry(owner: type[Optimizer]) -> Any:
 
 Optimizer.register = staticmethod(register)  # type: ignore[attr-defined]  # MXNet's Optimizer.register
 Optimizer.create_optimizer = staticmethod(create)  # type: ignore[attr-defined]  # and create_optimizer
+
+
+def _raw(x: Any) -> Any:
+    """The array behind a Tensor; anything else (a raw array, a RowSparseTensor) as it is."""
+    return x._data if isinstance(x, Tensor) else x
+
+
+def _wrap_state(state: Any, device: Any) -> Any:
+    """``state`` with every raw array leaf wrapped in a Tensor on ``device`` (the same storage)."""
+    if isinstance(state, MultiPrecisionState):
+        return MultiPrecisionState(*(_wrap_state(s, device) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_wrap_state(s, device) for s in state)
+    if isinstance(state, Tensor) or not (hasattr(state, "shape") and hasattr(state, "dtype")):
+        return state
+    return Tensor(state, device)
+
+
+def _unwrap_state(state: Any) -> Any:
+    """``state`` with every Tensor leaf replaced by its array (updates in place reach the Tensors)."""
+    if isinstance(state, MultiPrecisionState):
+        return MultiPrecisionState(*(_unwrap_state(s) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_unwrap_state(s) for s in state)
+    return _raw(state)
 
 
 def _take_rows(state: Any, rows: Any, shape: tuple[int, ...]) -> Any:

@@ -1,10 +1,10 @@
-"""RMSProp, plain (Tieleman & Hinton 2012) and centered (Graves 2013, eqs. 38-45), MXNet form.
+"""RMSProp, plain (Tieleman & Hinton 2012) and centered (Graves 2013, eqs. 38-45), MXNet 2.x form.
 
 Plain (``centered=False``)::
 
     G = clip(rescale_grad * g, ±clip_gradient) + wd * w
     n = ρ·n + (1 − ρ)·G²
-    w = w − lr · G / sqrt(n + ε)
+    w = w − lr · G / (sqrt(n) + ε)
 
 Centered (``centered=True``)::
 
@@ -20,18 +20,18 @@ Symbols: ρ = ``rho``, μ = ``momentum`` (centered form only), ε = ``epsilon``,
 lr = ``learning_rate`` · lr_mult, wd = ``wd`` · wd_mult. States: ``n`` (plain) or
 ``(ḡ, n, Δ)`` (centered), each shaped and typed like the weight.
 
+Where ε sits is MXNet 2.x's choice in both its Python ``step`` and its C++
+``RMSPropUpdateKernel``/``RMSPropAlexUpdateKernel``: *outside* the square root in the plain
+form, ``sqrt(n) + ε`` (as PyTorch), and *inside* it in the centered form,
+``sqrt(n − ḡ² + ε)``. (MXNet 1.x's plain kernel used ``sqrt(n + ε)``; with ``n`` below ε its
+step differs from 2.x's by up to ``sqrt(ε)/sqrt(n)`` times.)
+
 Where mxlite differs:
 
-* ε sits *inside* the square root in both forms, as in MXNet's default fused kernels
-  (``rmsprop_update`` / ``rmspropalex_update``, ``use_fused_step=True``). MXNet master's
-  Python ``step`` (``use_fused_step=False``) puts it outside for the plain form,
-  ``sqrt(n) + ε``; TensorFlow and PyTorch also differ (PyTorch: ``sqrt(n) + ε``).
 * The gradient is clipped *before* ``wd·w`` is added (mxlite's shared convention, as in
   MXNet's Python ``step``); MXNet's fused kernels clip ``rescale_grad·g + wd·w`` as a whole.
 * MXNet's deprecated ``gamma1``/``gamma2`` aliases are not accepted (MXNet raises for them too).
 * Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
-
-No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation.
 
 Kernel: ``rmsprop_update<T>`` in ``kernels/optimizers.cu``, fused over an arena by the Trainer;
 the ``step`` below is the NumPy twin.
@@ -54,7 +54,8 @@ class RMSProp(Optimizer):
         learning_rate: step size (default 0.001).
         rho: decay ρ of the moving averages of G² (and of G when centered), in [0, 1).
         momentum: heavy-ball μ of the centered form (ignored when ``centered=False``), in [0, 1).
-        epsilon: ε > 0, added to the variance inside the square root.
+        epsilon: ε > 0, added to ``sqrt(n)`` in the plain form and to the variance inside the
+            square root in the centered form (MXNet 2.x).
         centered: use Graves's centered form (variance ``n − ḡ²`` and momentum).
         clip_weights: after the update clamp the weights to ``[-clip_weights, clip_weights]``;
             None turns it off.
@@ -92,7 +93,7 @@ class RMSProp(Optimizer):
             n = state
             n *= rho                                                # n = ρ·n + (1−ρ)·G²
             n += (1.0 - rho) * g * g
-            weight -= lr * g / xp.sqrt(n + self.epsilon)            # w −= lr·G/√(n + ε)
+            weight -= lr * g / (xp.sqrt(n) + self.epsilon)          # w −= lr·G/(√n + ε)
         else:
             mean, n, delta = state
             n *= rho                                                # n = ρ·n + (1−ρ)·G²
