@@ -4,7 +4,9 @@ Usage: ``python benchmarks/run_all.py [--out DIR] [--device auto|cpu|gpu] [--qui
 
 Each benchmark runs as its own process (a crash or a missing dependency in one does not stop
 the others) and writes ``DIR/<name>.json``; its printed table goes to ``DIR/<name>.txt`` and
-to the terminal. ``--quick`` shrinks every size (a smoke run: minutes on a 2-core CPU).
+to the terminal. ``--quick`` shrinks every size (a smoke run: minutes on a 2-core CPU). ``bench_gpu_model`` counts
+costs on emulated GPUs (whatever the machine) and ``scaling_model`` then takes its compute times
+from those counts (``--counts``).
 Ends with a summary of what ran, how long it took and what failed; the exit status is the
 number of failures. Run from the checkout: ``PYTHONPATH=.`` is set for the children.
 """
@@ -38,10 +40,14 @@ def plan(device: str, quick: bool) -> list[tuple[str, list[str]]]:
     runs = [
         ("bench_optimizer", dev + (["--params", "2000000", "--repeat", "2"] if quick or device == "cpu" else [])),
         ("bench_step", ["--devices", device] + (["--steps", "5"] if quick else [])),
+        ("bench_conv", ["--repeat", "2", "--cases", "conv2d 32->64,max_pool2d 2x2"] if quick else []),  # CPU only
         ("bench_allreduce", ["--repeat", "5", "--large-elements", "262144"] if quick else []),
         ("bench_train", dev + (small_train if quick or device == "cpu" else [])),
         ("profile_step", dev + (["--hidden", "512", "--input", "512", "--batch", "128", "--steps", "3"]
                                 if quick or device == "cpu" else [])),
+        # Counted costs on emulated GPUs (a real GPU is not needed, nor used): MXLITE_EMULATE_GPUS=4 unless set.
+        ("bench_gpu_model", ["--models", "mlp", "--gpus", "1,2", "--codecs", "none,fp16", "--no-rules"]
+         if quick else []),
         ("scaling_model", ["--no-plot"] if quick else []),
     ]
     return runs
@@ -65,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         json_path = os.path.join(args.out, f"{name}.json")
         extra = extra + (["--json", json_path] if name != "scaling_model" else
                          ["--json", json_path, "--out", args.out])
+        counts = os.path.join(args.out, "bench_gpu_model.json")
+        if name == "scaling_model" and os.path.exists(counts):
+            extra += ["--counts", counts]  # compute times from the costs counted just before
         command = [sys.executable, os.path.join(HERE, f"{name}.py"), *extra]
         print(f"== {name}: {' '.join(command[1:])}", flush=True)
         start = time.perf_counter()

@@ -276,16 +276,94 @@ def _profile_from_tensors(name: str, tensors: Sequence[tuple[str, int, float]], 
     return Profile(name, layers, forward_s, optimizer_s, notes)
 
 
+# -- compute times from counted costs (benchmarks/roofline.py, benchmarks/bench_gpu_model.py) -----------
+def _roofline() -> Any:
+    """``benchmarks/roofline.py`` (imported on first use: benchmarks/ is not a package)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import roofline  # noqa: PLC0415
+
+    return roofline
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Per-step costs counted on emulated GPUs for one model kind (a ``bench_gpu_model.py`` record).
+
+    Args:
+        launches_per_tensor: kernels launched in forward and in backward, per gradient tensor.
+        optimizer_bytes_per_element: bytes the fused optimizer kernels moved per parameter element.
+        optimizer_launches: optimizer kernel launches per step.
+        source: where the figures come from.
+    """
+
+    launches_per_tensor: tuple[float, float] = (0.0, 0.0)
+    optimizer_bytes_per_element: float = 28.0  # Adam on float32: roofline.minimum_bytes_per_element(2)
+    optimizer_launches: float = 1.0
+    source: str = "no counts: GEMM FLOPs and Adam's minimum optimizer traffic only"
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], source: str) -> Counted:
+        """The per-tensor figures of one ``bench_gpu_model.py`` record (1 GPU, no store, no codec)."""
+        launch = _roofline().KERNEL_LAUNCH_S
+        parts, tensors = record["parts_ms"], max(1, record["param_tensors"])
+        return cls((parts["forward"]["launch"] * 1e-3 / launch / tensors,
+                    parts["backward"]["launch"] * 1e-3 / launch / tensors),
+                   float(record["kernel_bytes_per_element"]) or 28.0, float(record["step_launches"]), source)
+
+
+def roofline_times(forward_flops: float, backward_flops: float, params: int, tensors: int,
+                   counted: Counted | None = None) -> tuple[float, float, float]:
+    """(forward, backward, optimizer) seconds on one H100 from ``benchmarks/roofline.py``'s constants.
+
+    GEMM FLOPs at ``GEMM_PEAK_FLOPS × GEMM_EFFICIENCY``, plus ``KERNEL_LAUNCH_S`` per launch
+    (launches per gradient tensor as counted); the optimizer moves ``params`` × the counted bytes
+    per element at ``HBM_BYTES_PER_S × HBM_EFFICIENCY``. Memory-bound activation work (ReLU, BN,
+    pooling) is not in these built-in profiles; a counted profile (``--counts``) has it.
+    """
+    rl = _roofline()
+    c = counted or Counted()
+    gemm = rl.GEMM_PEAK_FLOPS * rl.GEMM_EFFICIENCY
+    hbm = rl.HBM_BYTES_PER_S * rl.HBM_EFFICIENCY
+    forward = forward_flops / gemm + c.launches_per_tensor[0] * tensors * rl.KERNEL_LAUNCH_S
+    backward = backward_flops / gemm + c.launches_per_tensor[1] * tensors * rl.KERNEL_LAUNCH_S
+    optimizer = params * c.optimizer_bytes_per_element / hbm + c.optimizer_launches * rl.KERNEL_LAUNCH_S
+    return forward, backward, optimizer
+
+
+def load_counts(path: str) -> tuple[dict[str, Counted], list[Profile]]:
+    """From a ``bench_gpu_model.py --json`` file: per model kind ('mlp', 'cnn') the counted figures, and
+    the counted profiles of its 1-GPU, no-store, no-codec records (their roofline times per layer).
+
+    Raises:
+        ValueError: the file has no usable record.
+    """
+    with open(path) as f:
+        data = json.load(f)
+    counted, profiles = {}, []
+    for r in data.get("records", []):
+        if (r.get("gpus") == 1 and r.get("kvstore") == "none" and r.get("codec") == "none" and "error" not in r
+                and "skipped" not in r and "profile" in r):
+            counted[r["model"]] = Counted.from_record(r, f"{path}: {r['model']}")
+            p = r["profile"]
+            layers = tuple(Layer(x["name"], int(x["bytes"]), float(x["backward_s"])) for x in p["layers"])
+            profiles.append(Profile(p["name"], layers, float(p["forward_s"]), float(p["optimizer_s"]), p["notes"]))
+    if not counted:
+        raise ValueError(f"{path}: no record with gpus=1, kvstore 'none', codec 'none' (bench_gpu_model.py --json)")
+    return counted, profiles
+
+
 def mlp_profile(in_units: int = 4096, hidden: int = 4096, layers: int = 4, classes: int = 10,
-                forward_s: float = 3e-3, backward_s: float = 6e-3, optimizer_s: float = 0.5e-3) -> Profile:
+                forward_s: float | None = None, backward_s: float | None = None, optimizer_s: float | None = None,
+                batch: int = 1024, counted: Counted | None = None) -> Profile:
     """The benchmarks' MLP (``bench_train.py``): ``layers`` hidden Dense of ``hidden`` (ReLU), ``classes`` outputs.
 
-    Defaults: input 4096, 4 × 4096, 10 outputs = 67.2 M float32 parameters (10 tensors). Times
-    are assumptions for an H100 at batch 1024 in float32 (forward 137 GFLOP ≈ 3 ms at ~45 TFLOP/s
-    achieved; backward twice that; an optimizer pass over 67 M parameters ≈ 0.5 ms at ~3 TB/s),
-    to be replaced by a measured profile (``--profile-json``). Backward time is shared by FLOPs:
-    a layer's bias gradient (a sum over the batch) is ready first, its weight gradient after the
-    two matmuls dW and dX (the first layer has no dX).
+    Defaults: input 4096, 4 × 4096, 10 outputs = 67.2 M float32 parameters (10 tensors), batch
+    1024. Times not given come from :func:`roofline_times`: the GEMM FLOPs of the layer shapes
+    (forward 137 GFLOP), the launches and optimizer bytes per element counted on emulated GPUs
+    (``counted``; else Adam's minimum, 28 bytes). Backward time is shared by FLOPs: a layer's bias
+    gradient (a sum over the batch) is ready first, its weight gradient after the two matmuls dW
+    and dX (the first layer has no dX).
     """
     widths = [in_units] + [hidden] * layers + [classes]
     tensors = []
@@ -293,8 +371,16 @@ def mlp_profile(in_units: int = 4096, hidden: int = 4096, layers: int = 4, class
         matmuls = 1 if i == 0 else 2  # dW, and dX except for the first layer
         tensors += [(f"dense{i}.weight", fan_in * fan_out, 2.0 * matmuls * fan_in * fan_out),
                     (f"dense{i}.bias", fan_out, float(fan_out))]
-    notes = (f"MLP {in_units}-{'-'.join([str(hidden)] * layers)}-{classes}, float32; assumed H100 times at batch "
-             "1024: forward 3 ms, backward 6 ms, optimizer 0.5 ms")
+    fwd_flops = sum(2.0 * batch * a * b for a, b in zip(widths[:-1], widths[1:]))
+    bwd_flops = sum(batch * f for _, _, f in tensors)
+    params = sum(n for _, n, _ in tensors)
+    rf, rb, ro = roofline_times(fwd_flops, bwd_flops, params, len(tensors), counted)
+    forward_s = rf if forward_s is None else forward_s
+    backward_s = rb if backward_s is None else backward_s
+    optimizer_s = ro if optimizer_s is None else optimizer_s
+    notes = (f"MLP {in_units}-{'-'.join([str(hidden)] * layers)}-{classes}, float32, batch {batch}; H100 roofline "
+             f"(benchmarks/roofline.py): forward {forward_s * 1e3:.2f} ms, backward {backward_s * 1e3:.2f} ms, "
+             f"optimizer {optimizer_s * 1e3:.2f} ms; {(counted or Counted()).source}")
     return _profile_from_tensors("mlp", tensors, forward_s, backward_s, optimizer_s, notes)
 
 
@@ -336,18 +422,29 @@ def _resnet50_tensors(image: int = 224, classes: int = 1000) -> list[tuple[str, 
     return tensors
 
 
-def resnet50_profile(forward_s: float = 40e-3, backward_s: float = 80e-3, optimizer_s: float = 0.3e-3) -> Profile:
+def resnet50_profile(forward_s: float | None = None, backward_s: float | None = None,
+                     optimizer_s: float | None = None, batch: int = 256, counted: Counted | None = None) -> Profile:
     """ResNet-50 (v1.5, 224×224, 1000 classes): 161 gradient tensors, 25,557,032 float32 parameters.
 
     Built from the architecture: conv1 7×7 and BN; 16 bottlenecks (1×1, 3×3, 1×1 convs, each
     with BN γ and β; a 1×1 projection and BN in each stage's first block); FC weight and bias.
     Backward time is shared by backward FLOPs (convs: dX + dW = twice the forward FLOPs; BN:
-    ``BN_BACKWARD_FLOPS_PER_ELEMENT`` per output element; FC as a matmul). Times are
-    assumptions for an H100 at batch 256 in float32, eager execution: forward 40 ms, backward
-    80 ms, optimizer 0.3 ms; replace them with a measured profile (``--profile-json``).
+    ``BN_BACKWARD_FLOPS_PER_ELEMENT`` per output element; FC as a matmul). Times not given come
+    from :func:`roofline_times` at ``batch`` (convolution FLOPs as GEMMs; launches per tensor and
+    optimizer bytes per element as counted for the benchmark CNN when ``counted`` is given).
     """
-    notes = "ResNet-50 v1.5, float32; assumed H100 times at batch 256: forward 40 ms, backward 80 ms, optimizer 0.3 ms"
-    return _profile_from_tensors("resnet50", _resnet50_tensors(), forward_s, backward_s, optimizer_s, notes)
+    tensors = _resnet50_tensors()
+    bwd_flops = batch * sum(f for _, _, f in tensors)
+    fwd_flops = bwd_flops / 2  # every conv and the FC: dX + dW = twice forward (conv1's dX, absent, is small)
+    params = sum(n for _, n, _ in tensors)
+    rf, rb, ro = roofline_times(fwd_flops, bwd_flops, params, len(tensors), counted)
+    forward_s = rf if forward_s is None else forward_s
+    backward_s = rb if backward_s is None else backward_s
+    optimizer_s = ro if optimizer_s is None else optimizer_s
+    notes = (f"ResNet-50 v1.5, float32, batch {batch}; H100 roofline (benchmarks/roofline.py): forward "
+             f"{forward_s * 1e3:.1f} ms, backward {backward_s * 1e3:.1f} ms, optimizer {optimizer_s * 1e3:.2f} ms; "
+             f"{(counted or Counted()).source}")
+    return _profile_from_tensors("resnet50", tensors, forward_s, backward_s, optimizer_s, notes)
 
 
 # -- buckets and the step ----------------------------------------------------------------------------
@@ -732,6 +829,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-json", action="append", default=[], metavar="PATH",
                         help="a measured profile {name, layers: [{name, bytes, backward_s}] in backward order, "
                              "forward_s, optimizer_s}; repeatable; replaces the built-in profiles")
+    parser.add_argument("--counts", metavar="PATH",
+                        help="a bench_gpu_model.py --json file: launches and optimizer bytes counted on emulated GPUs "
+                             "set the built-in profiles' roofline times, and its 1-GPU records become profiles too")
     parser.add_argument("--dump-profiles", metavar="DIR", help="write the built-in profiles as JSON templates there")
     parser.add_argument("--ranks", default=",".join(map(str, RANKS)), help="P values (default 2,4,...,512)")
     parser.add_argument("--bucket-mib", type=float, default=DEFAULT_BUCKET_BYTES / 2**20,
@@ -777,7 +877,12 @@ def main(argv: list[str] | None = None) -> int:
     ranks = [int(p) for p in args.ranks.split(",")]
     bucket_bytes = int(args.bucket_mib * 2**20)
     intra, inter = _links(args)
-    profiles = [load_profile(path) for path in args.profile_json] or [mlp_profile(), resnet50_profile()]
+    counted: dict[str, Counted] = {}
+    counted_profiles: list[Profile] = []
+    if args.counts:
+        counted, counted_profiles = load_counts(args.counts)
+    profiles = [load_profile(path) for path in args.profile_json] or [
+        mlp_profile(counted=counted.get("mlp")), resnet50_profile(counted=counted.get("cnn")), *counted_profiles]
     if args.dump_profiles:
         os.makedirs(args.dump_profiles, exist_ok=True)
         for profile in profiles:

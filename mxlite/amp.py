@@ -27,7 +27,7 @@ from typing import Any
 
 from ._serialization import as_host
 
-__all__ = ["LossScaler", "gradients_finite", "init", "init_trainer", "scale_loss", "unscale"]
+__all__ = ["LossScaler", "all_gradients_finite", "gradients_finite", "init", "init_trainer", "scale_loss", "unscale"]
 
 _log = logging.getLogger(__name__)
 
@@ -68,10 +68,11 @@ class LossScaler:
     def has_overflow(self, params: Sequence[Any]) -> bool:
         """Whether any gradient of ``params`` (first mirror) holds inf/NaN; updates the scale.
 
-        Call it once per step, after the gradients are summed. One host synchronisation per
-        device, whatever the number of parameters.
+        Call it once per step, after the gradients are summed. It reads one flag per step from
+        the device (one host synchronisation and one byte when the gradients live on one device
+        list), whatever the number of parameters.
         """
-        overflow = not all(gradients_finite([p for p in params if p.grad_req != "null"]))
+        overflow = not all_gradients_finite([p for p in params if p.grad_req != "null"])
         self.update(overflow)
         return overflow
 
@@ -101,6 +102,54 @@ class LossScaler:
         if not scale > 0 or unskipped < 0:
             raise ValueError(f"LossScaler.load_state_dict: invalid state {state!r}")
         self._loss_scale, self._unskipped = scale, unskipped
+
+
+def _finite_runs(params: Sequence[Any]) -> dict[Any, list[Any]]:
+    """Per device: the raw arrays whose finiteness decides for ``params`` (first mirrors' gradients).
+
+    Dense gradients that lie next to each other in an arena's gradient buffer (the usual case: a
+    model's gradients are one run, in reverse registration order) are checked as one slice, the
+    alignment padding between them included (it is zero and stays zero); row-sparse gradients,
+    and gradients outside an arena, are checked one by one.
+    """
+    per_device: dict[Any, list[Any]] = {}
+    spans: dict[int, tuple[Any, Any, list[tuple[int, int]]]] = {}  # id(arena) -> (arena, device, [(start, end)])
+    for param in params:
+        grad, device = param.list_grad()[0], param.list_device()[0]
+        slots = param._arena_slots() if hasattr(param, "_arena_slots") and not hasattr(grad, "indices") else []
+        slot = slots[0][1] if slots else None
+        if slot is None or slot.grad_offset is None or slot.grad is None or slot.grad is not grad:
+            values = grad.data._data if hasattr(grad, "indices") else grad._data  # row-sparse: its rows
+            per_device.setdefault(device, []).append(values)
+            continue
+        arena = slots[0][0]
+        spans.setdefault(id(arena), (arena, device, []))[2].append((slot.grad_offset, slot.grad_offset + slot.span))
+    for arena, device, ranges in spans.values():
+        ranges.sort()
+        merged = [list(ranges[0])]
+        for start, end in ranges[1:]:
+            if start == merged[-1][1]:
+                merged[-1][1] = end
+            else:
+                merged.append([start, end])
+        per_device.setdefault(device, []).extend(arena._grad_buf[start:end] for start, end in merged)
+    return per_device
+
+
+def all_gradients_finite(params: Sequence[Any]) -> bool:
+    """Whether every gradient of ``params`` (first mirror) is free of inf and NaN: one flag read per device.
+
+    The check runs on the devices, over each contiguous run of gradients at once; each device's
+    answer is one boolean reduced there and read by the host (one synchronisation, one byte).
+    """
+    finite = True
+    for device, arrays in _finite_runs(params).items():
+        with device.use():
+            xp = device.xp
+            flags = [xp.isfinite(a).all() for a in arrays]
+            flag = flags[0] if len(flags) == 1 else xp.stack(flags).all()
+            finite = bool(as_host(flag)) and finite
+    return finite
 
 
 def gradients_finite(params: Sequence[Any]) -> list[bool]:

@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     train_job.add_arguments(train_parser)
     sub.add_parser("info", help="versions, devices, CUDA, NCCL and MPI availability")
     launch_parser = sub.add_parser("launch", help="run a training script in N processes under MPI (mpiexec)")
-    launch_parser.add_argument("-n", "--processes", type=int, required=True, help="number of processes")
+    launch_parser.add_argument("-n", "--processes", type=int, default=None,
+                               help="number of processes (default: hosts x --ppn)")
+    launch_parser.add_argument("--hosts", help="comma-separated node names (passed to mpiexec)")
+    launch_parser.add_argument("--hostfile", help="a file of node names in the MPI launcher's format")
+    launch_parser.add_argument("--ppn", type=int, help="processes per node (one per GPU)")
     launch_parser.add_argument("script", help="the training script (its Trainer uses kvstore='dist_sync')")
     launch_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = parser.parse_args(argv)
@@ -64,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         from .launch import launch  # noqa: PLC0415
 
         try:
-            return launch(args.processes, args.script, args.script_args)
+            if args.processes is None and not (args.hosts and args.ppn):
+                parser.error("launch: -n is required unless --hosts and --ppn are given")
+            return launch(args.processes, args.script, args.script_args, hosts=args.hosts, hostfile=args.hostfile,
+                          ppn=args.ppn)
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
     elif args.command == "train":

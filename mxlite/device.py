@@ -211,8 +211,41 @@ def gpu(device_id: int = 0) -> Device:
 
 
 def gpu_devices() -> list[Device]:
-    """Every visible GPU as a device, ``[]`` when CUDA is unavailable."""
-    return [Device("gpu", i) for i in range(num_gpus())]
+    """The GPUs this process trains on, ``[]`` when CUDA is unavailable.
+
+    One process: every visible GPU. Under an MPI launcher (``mpiexec``, ``mxlite launch``, ``srun``)
+    with several processes on this node: ``[gpu(local_rank)]``, one GPU per process, the local rank
+    coming from MPI's shared-memory split (:func:`mxlite.comm.mpi.local_rank_and_size`; a collective
+    the first time, so call it on every rank). With one process per node under MPI: every GPU.
+
+    Raises:
+        DeviceUnavailableError: more processes on this node than visible GPUs.
+    """
+    count = num_gpus()
+    if count and _several_processes_per_node():
+        from .comm.mpi import local_rank_and_size  # noqa: PLC0415 - the device layer needs MPI only here
+
+        local_rank, local_size = local_rank_and_size()
+        if local_rank >= count:
+            raise DeviceUnavailableError(f"{local_size} processes run on this node but it has {count} visible "
+                                         f"GPU(s): local rank {local_rank} has no GPU of its own; start at most "
+                                         f"{count} processes per node (mxlite launch --ppn)")
+        return [Device("gpu", local_rank)]
+    return [Device("gpu", i) for i in range(count)]
+
+
+def _several_processes_per_node() -> bool:
+    """Whether an MPI launcher started this process among others on its node (mpi4py importable)."""
+    from .comm.factory import launched_by_mpi  # noqa: PLC0415
+
+    if not launched_by_mpi():
+        return False
+    try:
+        from .comm.mpi import local_rank_and_size  # noqa: PLC0415
+
+        return local_rank_and_size()[1] > 1
+    except RuntimeError:  # no mpi4py: no multi-process training either
+        return False
 
 
 _DEFAULT = Device("cpu", 0)

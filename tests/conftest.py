@@ -26,16 +26,21 @@ if "MXLITE_EMULATE_GPUS" not in os.environ and not os.path.exists(_NVIDIA_DRIVER
 def cp():
     """The CuPy double with 4 emulated GPUs, installed as ``cupy`` for one test of the double itself.
 
-    The double's own state (devices, pools, streams) starts afresh; the modules seen before are
-    put back afterwards.
+    The double's own state (devices, pools, streams) starts afresh; afterwards the emulation the
+    session had (``MXLITE_EMULATE_GPUS``) is installed again, fresh, or the modules seen before are
+    put back.
     """
     from mxlite._emulation import install as emu  # noqa: PLC0415 - only tests of the double need it
 
     saved = {name: sys.modules.get(name) for name in emu._MODULES}
+    session_gpus = emu.emulated_gpu_count()
     emu.install(4)
     emu.reset_counters()
     yield sys.modules["cupy"]
     emu.uninstall()
-    for name, module in saved.items():
-        if module is not None:
-            sys.modules[name] = module
+    if session_gpus:
+        emu.install(session_gpus)
+    else:
+        for name, module in saved.items():
+            if module is not None:
+                sys.modules[name] = module

@@ -157,3 +157,40 @@ def test_run_all_writes_every_selected_benchmark_json(tmp_path, capsys):
         assert json.loads((tmp_path / f"{name}.json").read_text())
         assert (tmp_path / f"{name}.txt").read_text()
     assert "bench_step" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_bench_gpu_model_counts_every_configuration(tmp_path, capsys):
+    """bench_gpu_model.py on the emulated GPUs at toy sizes: the promised keys, the structural targets."""
+    import mxlite as mx  # noqa: PLC0415
+
+    if mx.device._emulated_gpus() < 2:
+        pytest.skip("counts come from the GPU emulation (MXLITE_EMULATE_GPUS >= 2)")
+    bench = _load("bench_gpu_model")
+    out = tmp_path / "gpu_model.json"
+    assert bench.main(["--gpus", "1,2", "--codecs", "none,fp16", "--hidden", "32", "--input", "16", "--layers", "2",
+                       "--batch", "8", "--image", "8", "--cnn-batch", "4", "--warmup", "1", "--steps", "1",
+                       "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    records = data["records"]
+    keys = {"model", "gpus", "kvstore", "codec", "launches", "host_syncs", "h2d_bytes", "d2h_bytes", "nccl_calls",
+            "nccl_bytes", "kernel_bytes", "peak_bytes", "modelled_ms"}
+    assert {(r["model"], r["gpus"], r["kvstore"], r["codec"]) for r in records} == {
+        (m, g, k, c) for m in ("mlp", "cnn") for g in (1, 2) for k in ("none", "device", "nccl")
+        for c in ("none", "fp16")}
+    measured = [r for r in records if "skipped" not in r and "error" not in r]
+    assert all(keys <= set(r) for r in measured)
+    by = {(r["model"], r["gpus"], r["kvstore"], r["codec"]): r for r in measured}
+    mlp1 = by[("mlp", 1, "none", "none")]
+    assert mlp1["modelled_ms"] <= 1.1 * mlp1["roofline_ms"]  # no hidden serialisation
+    for model in ("mlp", "cnn"):
+        r = by[(model, 2, "nccl", "none")]
+        assert r["step_host_syncs"] == 0 and r["step_d2h_bytes"] == 0
+        assert r["step_h2d_bytes"] == 16 * r["param_tensors"]
+        assert r["nccl_calls"] == r["buckets"] and r["nccl_bytes"] >= 4 * r["params"]
+        assert r["kernel_bytes_per_element"] == pytest.approx(28.0, rel=0.02)  # Adam float32 (+ the small tables)
+    rules = {(r["rule"], r["weights"]): r for r in data["rules"]}
+    assert rules[("adam", "float32")]["bytes_per_element"] == 28 and rules[("adam", "float32")]["ratio"] == 1.0
+    assert rules[("lamb", "float32")]["launches"] == 2 and rules[("lars", "float32")]["launches"] == 2
+    assert all(r["ratio"] >= 1.0 for r in data["rules"])
+    assert "HBM_BYTES_PER_S" in data["constants"] and "modelled" in capsys.readouterr().out

@@ -141,7 +141,14 @@ def test_resnet50_profile_follows_the_architecture():
     assert [x.name for x in profile.layers[:2]] == ["fc.bias", "fc.weight"]
     assert profile.layers[0].backward_s < 1e-3 * profile.layers[1].backward_s  # a bias sum, then the matmuls
     assert profile.layers[-1].name == "conv1.weight" and profile.layers[-1].nbytes == 4 * 64 * 3 * 7 * 7
-    assert profile.backward_s == pytest.approx(80e-3, rel=1e-12) and profile.compute_s == pytest.approx(120.3e-3)
+    # Roofline times (benchmarks/roofline.py): backward = backward FLOPs at batch 256 / achieved GEMM rate.
+    rl = sm._roofline()
+    flops = 256 * sum(f for _, _, f in sm._resnet50_tensors())
+    assert profile.backward_s == pytest.approx(flops / (rl.GEMM_PEAK_FLOPS * rl.GEMM_EFFICIENCY), rel=1e-9)
+    assert profile.forward_s == pytest.approx(profile.backward_s / 2, rel=1e-9)
+    assert profile.optimizer_s == pytest.approx(25_557_032 * 28 / (rl.HBM_BYTES_PER_S * rl.HBM_EFFICIENCY)
+                                                + rl.KERNEL_LAUNCH_S, rel=1e-9)
+    assert sm.resnet50_profile(40e-3, 80e-3, 0.3e-3).compute_s == pytest.approx(120.3e-3)  # times may be given
     # a BN's β and γ are ready together, after its backward
     names = {x.name: x for x in profile.layers}
     assert names["bn1.beta"].backward_s > 0 and names["bn1.gamma"].backward_s == 0
@@ -153,7 +160,11 @@ def test_mlp_profile():
     profile = sm.mlp_profile()
     assert profile.nbytes == 4 * (4 * 4096 * 4096 + 4 * 4096 + 4096 * 10 + 10)
     assert len(profile.layers) == 10 and profile.layers[0].name == "dense4.bias"
-    assert profile.compute_s == pytest.approx(9.5e-3, rel=1e-12)
+    rl = sm._roofline()
+    forward_flops = 2.0 * 1024 * (4096 * 4096 * 4 + 4096 * 10)
+    assert profile.forward_s == pytest.approx(forward_flops / (rl.GEMM_PEAK_FLOPS * rl.GEMM_EFFICIENCY), rel=1e-9)
+    assert 2.5e-3 < profile.forward_s < 3.5e-3  # 137 GFLOP at ~47 TFLOP/s
+    assert sm.mlp_profile(forward_s=3e-3, backward_s=6e-3, optimizer_s=0.5e-3).compute_s == pytest.approx(9.5e-3)
     # 64 MiB weights exceed the 25 MiB bound and travel alone; biases after them open their own buckets
     sizes = [x.nbytes for x in profile.layers]
     assert sm.plan_bucket_indices(sizes, DEFAULT_BUCKET_BYTES) == [[0, 1, 2], [3], [4], [5], [6], [7], [8], [9]]
@@ -275,3 +286,30 @@ def test_validate_runs_over_two_mpi_ranks(tmp_path, capsys):
     assert sm.main(["--validate", "--no-plot", "--ranks", "2", "--fit-json", str(out), "--bench-args", bench_args,
                     "--json", str(again)]) == 0
     assert json.loads(again.read_text())["validation"]["summary"] == report["summary"]
+
+
+def test_resnet50_sized_gradients_scale_to_8_gpus_at_95_percent_or_more():
+    table = sm.scaling_table(sm.resnet50_profile(), [8])
+    assert table[0]["nvlink"]["efficiency"] >= 0.95 and table[0]["hierarchical"]["efficiency"] >= 0.95, table
+
+
+def test_counted_profiles_come_from_bench_gpu_model_records(tmp_path):
+    record = {"model": "mlp", "gpus": 1, "kvstore": "none", "codec": "none", "param_tensors": 4,
+              "kernel_bytes_per_element": 28.0, "step_launches": 1.0,
+              "parts_ms": {"forward": {"launch": 0.04}, "backward": {"launch": 0.08}},
+              "profile": {"name": "mlp-counted", "forward_s": 1e-4, "optimizer_s": 1e-5, "notes": "toy",
+                          "layers": [{"name": "b", "bytes": 64, "backward_s": 0.0},
+                                     {"name": "w", "bytes": 4096, "backward_s": 2e-4}]}}
+    path = tmp_path / "counts.json"
+    path.write_text(json.dumps({"records": [record, dict(record, gpus=2)]}))
+    counted, profiles = sm.load_counts(str(path))
+    assert counted["mlp"].launches_per_tensor == pytest.approx((2.5, 5.0))  # 10 and 20 launches over 4 tensors
+    assert [p.name for p in profiles] == ["mlp-counted"] and profiles[0].backward_s == 2e-4
+    with_counts = sm.mlp_profile(counted=counted["mlp"])
+    assert with_counts.forward_s == pytest.approx(sm.mlp_profile().forward_s + 2.5 * 10 * 4e-6, rel=1e-9)
+    out = tmp_path / "out.json"
+    assert sm.main(["--counts", str(path), "--no-plot", "--ranks", "2,8", "--json", str(out)]) == 0
+    assert "mlp-counted" in json.loads(out.read_text())["profiles"]
+    path.write_text(json.dumps({"records": [dict(record, gpus=2)]}))
+    with pytest.raises(ValueError, match="no record"):
+        sm.load_counts(str(path))

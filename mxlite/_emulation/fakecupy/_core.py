@@ -190,6 +190,11 @@ def apply(name: str, func: Callable[..., Any], args: tuple, kwargs: dict[str, An
     record_access(stream, collect.reads, collect.writes)
     counters = _counters.counters[device_id]
     counters.ops[name] += 1
+    fresh = isinstance(result, np.ndarray) and _view_source(result, touched) is None
+    if collect.reads or collect.writes or fresh:  # a kernel on a GPU; a view or a metadata query is not
+        counters.op_launches[name] += 1
+        counters.op_bytes[name] += sum(x._a.nbytes for x in collect.reads + collect.writes) + (
+            result.nbytes if fresh else 0)
     if sync:
         _streams.host_sync(stream)
     out = kwargs.get("out") if kwargs else None

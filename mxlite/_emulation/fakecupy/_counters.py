@@ -21,10 +21,15 @@ class DeviceCounters:
         kernel_launches: RawKernel launches by kernel name.
         ops: array operations by name (ufuncs, reductions, creation, ...).
         nccl_calls: NCCL collectives by name; nccl_bytes: bytes sent by NCCL dtype name.
+        op_launches: array operations that touched data (a kernel on a GPU; views and metadata-only
+            operations are not counted), by name.
+        op_bytes: bytes those operations read and wrote (arguments accessed, plus a new result), by name.
+        nccl_call_bytes: bytes sent by NCCL collective name.
     """
 
     __slots__ = ("allocations", "bytes_in_use", "peak_bytes", "h2d_copies", "h2d_bytes", "d2h_copies", "d2h_bytes",
-                 "p2p_copies", "p2p_bytes", "host_syncs", "kernel_launches", "ops", "nccl_calls", "nccl_bytes")
+                 "p2p_copies", "p2p_bytes", "host_syncs", "kernel_launches", "ops", "nccl_calls", "nccl_bytes",
+                 "op_launches", "op_bytes", "nccl_call_bytes")
 
     def __init__(self) -> None:
         self.bytes_in_use = 0
@@ -41,6 +46,9 @@ class DeviceCounters:
         self.ops: Counter[str] = Counter()
         self.nccl_calls: Counter[str] = Counter()
         self.nccl_bytes: Counter[str] = Counter()
+        self.op_launches: Counter[str] = Counter()
+        self.op_bytes: Counter[str] = Counter()
+        self.nccl_call_bytes: Counter[str] = Counter()
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as a plain dict (copies of the per-name counts)."""

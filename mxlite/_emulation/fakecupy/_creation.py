@@ -26,7 +26,11 @@ def _filled(shape: Any, dtype: Any, byte: int | None, value: Any = None, order: 
     elif byte is not None:
         arr._mem.view_bytes()[...] = byte
     _core.record_access(_streams.get_current_stream(device_id), (), (arr,))
-    _counters.counters[device_id].ops["fill"] += 1
+    c = _counters.counters[device_id]
+    c.ops["fill"] += 1
+    if byte != _POISON:  # empty() allocates only; a fill is a kernel writing every byte
+        c.op_launches["fill"] += 1
+        c.op_bytes["fill"] += arr.nbytes
     return arr
 
 

@@ -69,7 +69,7 @@ class Allocation:
         reads: the same for reads not yet covered by a later write.
     """
 
-    __slots__ = ("id", "block", "ptr", "size", "device_id", "writes", "reads", "label", "__weakref__")
+    __slots__ = ("id", "block", "ptr", "size", "device_id", "writes", "reads", "label", "pool", "__weakref__")
 
     def __init__(self, block: _Block, size: int, stream: _streams.Stream) -> None:
         self.id = next(_ids)
@@ -80,13 +80,14 @@ class Allocation:
         self.writes: list[tuple[int, int, _streams.Stream, int]] = [(0, max(size, 1), stream, stream._next())]
         self.reads: list[tuple[int, int, _streams.Stream, int]] = []
         self.label = ""
+        self.pool: _DevicePool | None = None  # set by the pool that hands it out
 
     def __repr__(self) -> str:
         return f"alloc #{self.id} ({self.size} bytes at {self.ptr:#x} on gpu({self.device_id}){self.label})"
 
     def __del__(self) -> None:
-        try:
-            _pools[self.device_id]._free(self)
+        try:  # back to the pool that made it (after a re-install, an old pool: no effect on the new state)
+            self.pool._free(self)
         except Exception:  # interpreter shutdown: nothing left to check
             pass
 
@@ -237,6 +238,7 @@ class _DevicePool:
                         raise OutOfMemoryError(rounded, self.used, self.limit)
                 block = _Block(rounded, self.device_id, stream)
             allocation = Allocation(block, size, stream)
+            allocation.pool = self
             self.used += rounded
             c = self.counters
             c.allocations += 1
@@ -363,7 +365,8 @@ def resolve(ptr: int, nbytes: int, device_id: int | None = None) -> tuple[Alloca
 
 
 def reset() -> None:
-    """Drop every pool and the registry (used by install)."""
+    """Drop every pool, the registry and the counters (used by install)."""
     _pools.clear()
+    _counters.counters.clear()  # arrays of an earlier install, freed later, count on their own objects
     _starts.clear()
     _live.clear()

@@ -358,6 +358,7 @@ class NcclCommunicator:
         c = _counters.counters[self._device]
         c.nccl_calls[kind] += 1
         c.nccl_bytes[_DTYPES[dtype][1]] += send_count * _DTYPES[dtype][0].itemsize
+        c.nccl_call_bytes[kind] += send_count * _DTYPES[dtype][0].itemsize
         allocs = tuple({id(r[0]): r[0] for r in reads + writes}.values())
         self._clique.submit(_Call(kind=kind, rank=self._rank, send=send_view, recv=recv_view, count=recv_count,
                                   dtype=dtype, op=op, root=root, stream=stream, allocs=allocs, what=what))
