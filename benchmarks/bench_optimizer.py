@@ -1,18 +1,23 @@
 """Optimizer step throughput: the fused arena update against per-tensor loops and PyTorch.
 
 Parameters: ~300 float32 tensors of mixed sizes (a few large matrices, many small vectors),
-``--params`` elements in all (default 100M on a GPU, 10M on CPU). For each rule (Adam,
-SGD with momentum, LAMB) it times one optimizer step of
+``--params`` elements in all (default 100M on a GPU, 10M on CPU). For each rule (``--rules``;
+default: every rule with a fused update) it times one optimizer step of
 
 * ``fused``: mxlite's arena update, :class:`~mxlite.optimizer._arena.ArenaUpdater` as the
-  Trainer drives it (one kernel launch on a GPU, two for LAMB; the NumPy twin on CPU);
+  Trainer drives it (one kernel launch on a GPU, two for LAMB and LARS; the NumPy twin on CPU);
 * ``per-tensor``: the optimizer's own rule applied tensor by tensor (``Optimizer.update`` on
   CuPy or NumPy arrays: a launch per array operation per tensor);
 * ``torch-fused`` / ``torch-foreach``: ``torch.optim.Adam/SGD(fused=True | foreach=True)`` on the
   same device, when PyTorch is installed (CPU mode: foreach only; torch.optim has no LAMB).
 
-and reports milliseconds per step, effective GB/s (the bytes every implementation must move,
-:data:`BYTES_PER_PARAM`) and that bandwidth as a percentage of a measured device-to-device copy.
+and reports milliseconds per step, effective GB/s (the bytes the rule must move,
+:data:`BYTES_PER_PARAM`: every operand read once and every result written once) and that
+bandwidth as a percentage of a measured device-to-device copy of the parameters (``np.copyto`` /
+CuPy's copy: read + write), plus fused Adam's speed relative to torch's foreach Adam.
+Implementations are interleaved, ``--repeat`` rounds of each (the copy too), and the median round
+is reported, so a machine shared with other work slows all of them alike. ``--chunks 4096,16384``
+also times the fused CPU twins at other chunk sizes (``mxlite.optimizer._fused.TWIN_CHUNK``).
 Prints a table; ``--json`` writes the records with the device name and versions.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -29,12 +35,16 @@ from typing import Any
 import numpy as np
 
 import mxlite as mx
+from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import ParameterStore
 
-# Bytes per float32 parameter every implementation must move: Adam and LAMB read w, g, m, v and
-# write w, m, v; SGD-momentum reads w, g, mom and writes w, mom. (LAMB's two passes move 40 B.)
-BYTES_PER_PARAM = {"adam": 28, "sgd": 20, "lamb": 28}
+# Bytes per float32 parameter every implementation must move: read w, g and each state, write w
+# and each state (4 B each). Adam, AdamW, AdaDelta, FTRL, LAMB: 2 states; SGD, NAG, Signum,
+# RMSProp (not centred), AdaGrad, LARS (with momentum): 1 state. (LAMB's and LARS's norms take
+# a second read of some operands, not counted.)
+BYTES_PER_PARAM = {"adam": 28, "adamw": 28, "sgd": 20, "nag": 20, "rmsprop": 20, "adagrad": 20, "adadelta": 28,
+                   "signum": 20, "ftrl": 28, "lamb": 28, "lars": 20}
 
 
 def tensor_sizes(total: int, count: int = 300, seed: int = 0) -> list[int]:
@@ -47,27 +57,46 @@ def tensor_sizes(total: int, count: int = 300, seed: int = 0) -> list[int]:
     return [int(s) for s in rng.permutation(sizes)]
 
 
-def _timeit(fn: Callable[[], None], sync: Callable[[], None], repeat: int) -> float:
-    fn()
-    sync()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-RULES = {  # rule -> (optimizer name, keyword arguments)
+RULES = {  # rule -> (optimizer name, keyword arguments): the forms with a fused update
     "adam": ("adam", {"learning_rate": 1e-3}),
     "sgd": ("sgd", {"learning_rate": 1e-3, "momentum": 0.9}),
     "lamb": ("lamb", {"learning_rate": 1e-3, "wd": 1e-2}),
+    "adamw": ("adamw", {"learning_rate": 1e-3, "wd": 1e-2}),
+    "nag": ("nag", {"learning_rate": 1e-3, "momentum": 0.9}),
+    "rmsprop": ("rmsprop", {"learning_rate": 1e-3}),
+    "adagrad": ("adagrad", {"learning_rate": 1e-2}),
+    "adadelta": ("adadelta", {"learning_rate": 1.0}),
+    "signum": ("signum", {"learning_rate": 1e-3, "momentum": 0.9}),
+    "ftrl": ("ftrl", {"learning_rate": 1e-2}),
+    "lars": ("lars", {"learning_rate": 1e-2, "momentum": 0.9}),
 }
 
 
-def bench_mxlite(device: mx.Device, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
-    """The fused arena update vs the same rule applied tensor by tensor, for every rule in RULES."""
+class Case:
+    """One implementation to time: ``fn`` runs one optimizer step; ``sync`` waits for the device."""
+
+    def __init__(self, rule: str, impl: str, fn: Callable[[], None], sync: Callable[[], None],
+                 setup: Callable[[], None] | None = None) -> None:
+        self.rule, self.impl, self.fn, self.sync, self.setup = rule, impl, fn, sync, setup
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        if self.setup is not None:
+            self.setup()
+        t0 = time.perf_counter()
+        self.fn()
+        self.sync()
+        self.times.append(time.perf_counter() - t0)
+
+
+def _chunk_setter(chunk: int | None) -> Callable[[], None] | None:
+    if chunk is None:
+        return None
+    return lambda: setattr(_fused, "TWIN_CHUNK", chunk)
+
+
+def mxlite_cases(device: mx.Device, sizes: list[int], rules: list[str], chunks: list[int]) -> list[Case]:
+    """The fused arena update (at each chunk size on CPU) and the same rule applied tensor by tensor."""
     xp = device.xp
     arena = ParameterStore().arena(device, np.float32)
     slots = [arena.add(i, (n,)) for i, n in enumerate(sizes)]
@@ -76,25 +105,33 @@ def bench_mxlite(device: mx.Device, sizes: list[int], repeat: int) -> list[dict[
         arena._grad_buf[...] = xp.asarray(np.random.default_rng(2).normal(size=arena._grad_buf.shape), np.float32)
     sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
     entries = list(enumerate(slots))
-    total, out = sum(sizes), []
-    for rule, (name, kwargs) in RULES.items():
+    default = getattr(_fused, "TWIN_CHUNK", None)  # None: a version of mxlite without chunked twins
+    out: list[Case] = []
+    for rule in rules:
+        name, kwargs = RULES[rule]
         fused = ArenaUpdater(mx.optimizer.create(name, **kwargs), arena, 0)
         per_tensor = mx.optimizer.create(name, **kwargs)
         with device.use():
             states = [per_tensor.create_state(i, s.data._data) for i, s in entries]
 
         def loop(opt=per_tensor, states=states) -> None:
-            for (i, s), st in zip(entries, states):
-                opt.update(i, s.data._data, s.grad._data, st)
-
-        for impl, fn in (("fused", lambda upd=fused: upd.step(entries)), ("per-tensor", loop)):
             with device.use():
-                seconds = _timeit(fn, sync, repeat)
-            out.append(_record(rule, f"mxlite-{impl}", seconds, total, len(sizes)))
+                for (i, s), st in zip(entries, states):
+                    opt.update(i, s.data._data, s.grad._data, st)
+
+        def step(upd=fused) -> None:
+            with device.use():
+                upd.step(entries)
+
+        out.append(Case(rule, "mxlite-fused", step, sync, _chunk_setter(default)))
+        if not device.is_gpu and default is not None:
+            out += [Case(rule, f"mxlite-fused chunk={c}", step, sync, _chunk_setter(c)) for c in chunks
+                    if c != default]
+        out.append(Case(rule, "mxlite-per-tensor", loop, sync, _chunk_setter(default)))
     return out
 
 
-def bench_torch(device: mx.Device, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+def torch_cases(device: mx.Device, sizes: list[int], rules: list[str]) -> list[Case]:
     """``torch.optim`` Adam/SGD with fused=True (GPU) and foreach=True on the same device."""
     try:
         import torch  # noqa: PLC0415 - optional
@@ -105,26 +142,38 @@ def bench_torch(device: mx.Device, sizes: list[int], repeat: int) -> list[dict[s
     for p in params:
         p.grad = torch.randn_like(p)
     sync = torch.cuda.synchronize if device.is_gpu else (lambda: None)
-    total, out = sum(sizes), []
     modes = ["fused", "foreach"] if device.is_gpu else ["foreach"]
+    out = []
     for rule, make in (("adam", lambda **kw: torch.optim.Adam(params, lr=1e-3, **kw)),
                        ("sgd", lambda **kw: torch.optim.SGD(params, lr=1e-3, momentum=0.9, **kw))):
-        for mode in modes:
-            opt = make(**{mode: True})
-            seconds = _timeit(opt.step, sync, repeat)
-            out.append(_record(rule, f"torch-{mode}", seconds, total, len(sizes)))
+        if rule in rules:
+            out += [Case(rule, f"torch-{mode}", make(**{mode: True}).step, sync) for mode in modes]
     return out
 
 
-def copy_bandwidth(device: mx.Device, total: int, repeat: int) -> float:
-    """Measured device-to-device copy bandwidth in GB/s (read + write of ``total`` float32)."""
+def copy_case(device: mx.Device, total: int) -> Case:
+    """A device-to-device copy of ``total`` float32 (read + write): the bandwidth the rules are compared with."""
     xp = device.xp
     with device.use():
         a = xp.ones(total, np.float32)
         b = xp.empty_like(a)
-        sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
-        seconds = _timeit(lambda: b.__setitem__(Ellipsis, a), sync, repeat)
-    return 2 * 4 * total / seconds / 1e9
+    sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
+
+    def copy() -> None:
+        with device.use():
+            xp.copyto(b, a)
+
+    return Case("copy", "copy", copy, sync)
+
+
+def measure(cases: list[Case], repeat: int) -> None:
+    """One warm-up call of each case, then ``repeat`` interleaved rounds (every case once per round)."""
+    for c in cases:
+        c.run()
+        c.times.clear()
+    for _ in range(repeat):
+        for c in cases:
+            c.run()
 
 
 def _record(rule: str, impl: str, seconds: float, total: int, tensors: int) -> dict[str, Any]:
@@ -132,30 +181,54 @@ def _record(rule: str, impl: str, seconds: float, total: int, tensors: int) -> d
             "gb_per_s": BYTES_PER_PARAM[rule] * total / seconds / 1e9}
 
 
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     parser.add_argument("--params", type=int, default=None, help="total elements (default 100M GPU, 10M CPU)")
     parser.add_argument("--tensors", type=int, default=300)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds (the median is reported)")
+    parser.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, from: {', '.join(RULES)}")
+    parser.add_argument("--chunks", type=_ints, default=[], help="also time the CPU twins at these chunk sizes")
     parser.add_argument("--json", help="write the records here")
     args = parser.parse_args(argv)
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()]
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        parser.error(f"unknown rules {unknown}; known: {', '.join(RULES)}")
     use_gpu = args.device == "gpu" or (args.device == "auto" and mx.num_gpus() > 0)
     device = mx.gpu(0) if use_gpu else mx.cpu(0)
     total = args.params or (100_000_000 if use_gpu else 10_000_000)
     sizes = tensor_sizes(total, args.tensors)
-    records = bench_mxlite(device, sizes, args.repeat) + bench_torch(device, sizes, args.repeat)
-    copy = copy_bandwidth(device, sum(sizes), args.repeat)
+    default_chunk = getattr(_fused, "TWIN_CHUNK", None)
+    cases = mxlite_cases(device, sizes, rules, args.chunks) + torch_cases(device, sizes, rules)
+    copy_run = copy_case(device, sum(sizes))
+    try:
+        measure([copy_run, *cases], args.repeat)
+    finally:
+        if default_chunk is not None:
+            _fused.TWIN_CHUNK = default_chunk
+    copy = 2 * 4 * sum(sizes) / statistics.median(copy_run.times) / 1e9
+    records = [_record(c.rule, c.impl, statistics.median(c.times), sum(sizes), len(sizes)) for c in cases]
     for r in records:
         r["pct_of_copy"] = 100 * r["gb_per_s"] / copy
+    ms = {(r["rule"], r["impl"]): r["ms"] for r in records}
+    vs_torch = {rule: ms[(rule, "torch-foreach")] / ms[(rule, "mxlite-fused")] for rule in ("adam", "sgd")
+                if (rule, "torch-foreach") in ms and (rule, "mxlite-fused") in ms}
     print(f"device {device}, {sum(sizes):,} float32 parameters in {len(sizes)} tensors; "
-          f"device copy {copy:.1f} GB/s")
-    print(f"{'rule':<5} {'implementation':<18} {'ms/step':>9} {'GB/s':>8} {'% copy':>7}")
+          f"device copy {copy:.1f} GB/s; medians of {args.repeat} interleaved rounds")
+    print(f"{'rule':<8} {'implementation':<26} {'ms/step':>9} {'GB/s':>8} {'% copy':>7}")
     for r in records:
-        print(f"{r['rule']:<5} {r['impl']:<18} {r['ms']:>9.2f} {r['gb_per_s']:>8.1f} {r['pct_of_copy']:>6.1f}%")
+        print(f"{r['rule']:<8} {r['impl']:<26} {r['ms']:>9.2f} {r['gb_per_s']:>8.1f} {r['pct_of_copy']:>6.1f}%")
+    for rule, ratio in vs_torch.items():
+        print(f"{rule}: mxlite fused is {ratio:.2f}x the speed of torch foreach")
     if args.json:
         meta = {"device": _device_name(device), "python": platform.python_version(), "numpy": np.__version__,
-                "mxlite": mx.__version__, "copy_gb_per_s": copy, "argv": sys.argv}
+                "mxlite": mx.__version__, "copy_gb_per_s": copy, "twin_chunk": default_chunk,
+                "fused_vs_torch_foreach": vs_torch, "argv": sys.argv}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=2)
     return 0

@@ -1,12 +1,13 @@
 """Training throughput of mxlite against PyTorch eager: the same MLP and CNN, device, batch and dtype.
 
-Models (``--models mlp,cnn``):
+Models (``--models mlp,cnn``; ``cnn_bn`` on request):
 
 * ``mlp``: ``--layers`` hidden Dense layers of ``--hidden`` units with ReLU, then 10 outputs, on
   ``--input`` features (defaults 4 x 4096, input 4096, batch ``--batch`` 1024);
 * ``cnn``: on ``--image`` x ``--image`` x 3 images, conv3x3(32, pad 1) -> relu -> maxpool 2 ->
   conv3x3(64, pad 1) -> relu -> maxpool 2 -> dense 128 (relu) -> dense 10, batch ``--cnn-batch``
-  (default 256).
+  (default 256);
+* ``cnn_bn``: the same with batch normalisation after each convolution (conv -> bn -> relu -> pool).
 
 Each model trains with softmax cross-entropy on one fixed random batch already on the device:
 
@@ -61,7 +62,7 @@ import numpy as np
 
 import mxlite as mx
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "cnn_bn")
 CLASSES = 10
 # Thread-count variables of the BLAS/OpenMP pools behind NumPy and PyTorch on CPU (recorded in the JSON).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -73,11 +74,16 @@ LEARNING_RATES = {"sgd": 0.01, "adam": 1e-3}
 
 # -- the models ------------------------------------------------------------------------------------
 def mxlite_model(model: str, args: argparse.Namespace) -> mx.nn.Block:
-    """The mxlite network for ``model`` ('mlp' or 'cnn') at the sizes in ``args`` (not initialised)."""
+    """The mxlite network for ``model`` ('mlp', 'cnn' or 'cnn_bn') at the sizes in ``args`` (not initialised)."""
     if model == "mlp":
         net = mx.nn.Sequential(*[mx.nn.Dense(args.hidden, activation="relu") for _ in range(args.layers)])
         net.add(mx.nn.Dense(CLASSES))
         return net
+    if model == "cnn_bn":
+        return mx.nn.Sequential(
+            mx.nn.Conv2D(32, 3, padding=1), mx.nn.BatchNorm(), mx.nn.Activation("relu"), mx.nn.MaxPool2D(2),
+            mx.nn.Conv2D(64, 3, padding=1), mx.nn.BatchNorm(), mx.nn.Activation("relu"), mx.nn.MaxPool2D(2),
+            mx.nn.Dense(128, activation="relu"), mx.nn.Dense(CLASSES))
     return mx.nn.Sequential(
         mx.nn.Conv2D(32, 3, padding=1, activation="relu"), mx.nn.MaxPool2D(2),
         mx.nn.Conv2D(64, 3, padding=1, activation="relu"), mx.nn.MaxPool2D(2),
@@ -97,6 +103,11 @@ def torch_model(model: str, args: argparse.Namespace) -> Any:
             width = args.hidden
         return nn.Sequential(*layers, nn.Linear(width, CLASSES))
     side = args.image // 4
+    if model == "cnn_bn":
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * side * side, 128), nn.ReLU(), nn.Linear(128, CLASSES))
     return nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -394,7 +405,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
-    parser.add_argument("--models", default="mlp,cnn", help="comma-separated, from: mlp, cnn")
+    parser.add_argument("--models", default="mlp,cnn", help="comma-separated, from: mlp, cnn, cnn_bn")
     add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
     parser.add_argument("--warmup", type=int, default=5)

@@ -1,6 +1,6 @@
 """Where an mxlite training step's time goes: sections, hottest functions, per-op overhead, allocations.
 
-Trains the model of ``bench_train.py`` (``--model mlp|cnn``, same size options) on one device
+Trains the model of ``bench_train.py`` (``--model mlp|cnn|cnn_bn``, same size options) on one device
 with a Trainer over ``--kvstore`` and reports, after ``--warmup`` steps:
 
 * **sections**: the median wall time of forward (with the loss), backward,
@@ -18,7 +18,7 @@ with a Trainer over ``--kvstore`` and reports, after ``--warmup`` steps:
   ``cupy.cuda.using_allocator``; on CPU, the ``tracemalloc`` peak and net growth of one step (NumPy
   reports its buffers to tracemalloc).
 
-Usage: ``PYTHONPATH=. python3 benchmarks/profile_step.py [--device cpu|gpu] [--model mlp|cnn]
+Usage: ``PYTHONPATH=. python3 benchmarks/profile_step.py [--device cpu|gpu] [--model mlp|cnn|cnn_bn]
 [--json out.json]``; ``--device gpu`` at the default sizes is the run to make on a GPU machine.
 On a 2-core CPU (about 10 s each; one thread per library, see ``bench_train.py``)::
 

@@ -15,6 +15,7 @@ order backward produces them, which is what the communication layer overlaps wit
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,8 @@ Array = Any  # numpy.ndarray or cupy.ndarray
 BackwardFn = Callable[[Array], Sequence[Array | None]]
 
 _GRAD_REQS = ("write", "add", "null")
+# The running backward pass (per thread): ids of the leaves whose gradient an op may write in place.
+_pass = threading.local()
 
 
 class _Node:
@@ -130,6 +133,7 @@ class Tensor:
         return np.array(self._data, copy=True)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy's conversion hook: ``np.asarray(tensor)`` (a host copy; GPU tensors are copied to the host)."""
         out = self.asnumpy()
         return out.astype(dtype) if dtype is not None else out
 
@@ -138,8 +142,6 @@ class Tensor:
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
         return self.asnumpy().reshape(-1)[0].item()
-
-    asscalar = item
 
     def __float__(self) -> float:
         return float(self.item())
@@ -231,7 +233,34 @@ class Tensor:
         return ops.to_device(self, _device.as_device(device))
 
     as_in_context = to
+    as_in_ctx = to
     to_device = to
+
+    @property
+    def context(self) -> _device.Device:
+        """MXNet 1.x's name of :attr:`device`."""
+        return self._device
+
+    ctx = context
+
+    def copy(self) -> Tensor:
+        """A copy of the data on the same device, outside any graph (MXNet's ``copy``)."""
+        with self._device.use():
+            return Tensor(self._data.copy(), self._device)
+
+    def asscalar(self) -> Any:
+        """The single element as a NumPy scalar of this tensor's dtype (MXNet's ``asscalar``).
+
+        Raises:
+            ValueError: the tensor does not have exactly one element.
+        """
+        if self.size != 1:
+            raise ValueError(f"asscalar() needs a tensor with one element, got shape {self.shape}")
+        return self.asnumpy().reshape(-1)[0]
+
+    def tolist(self) -> Any:
+        """The data as nested Python lists."""
+        return self.asnumpy().tolist()
 
     def copyto(self, other: Tensor | _device.Device) -> Tensor:
         """Copy into ``other``'s buffer (a Tensor of the same shape) or onto a device.
@@ -261,9 +290,22 @@ class Tensor:
             value = copy_between(value._data, value._device, self._device, copy=False)
         elif isinstance(value, np.ndarray) and self._device.is_gpu:
             value = copy_between(value, _device.cpu(0), self._device, copy=False)
-        key = key._data if isinstance(key, Tensor) else key
+        key = _index_key(key)
         with self._device.use():
             self._data[key] = value
+
+
+def _index_key(key: Any) -> Any:
+    """An index with Tensors replaced by their arrays; float index arrays (``mx.nd.array([0, 2])``) become int64."""
+    def one(k: Any) -> Any:
+        if isinstance(k, Tensor):
+            k = k._data
+        dtype = getattr(k, "dtype", None)
+        if dtype is not None and getattr(k, "ndim", 0) and np.issubdtype(dtype, np.floating):
+            k = k.astype(np.int64)
+        return k
+
+    return tuple(one(k) for k in key) if isinstance(key, tuple) else one(key)
 
 
 # -- graph construction -----------------------------------------------------------------------
@@ -340,6 +382,11 @@ def backward(
                 nodes[id(p)] = p
                 stack.append(p)
 
+    # Leaves that get exactly one gradient in this pass and overwrite a dense buffer: the op producing
+    # that gradient may compute it straight into the buffer (grad_out), saving the copy into the arena.
+    direct = {key for key, t in nodes.items() if t._node is None and pending.get(key) == 1
+              and t._grad_req == "write" and isinstance(t._grad, Tensor)}
+    direct.difference_update(id(h) for h in heads)
     grads: dict[int, Array] = {}
     for h, hg in zip(heads, head_grads):
         if hg is None:
@@ -352,6 +399,16 @@ def backward(
         _accumulate(grads, h, g)
 
     ready = [h for h in dict.fromkeys(heads) if pending.get(id(h), 0) == 0]
+    outer, _pass.direct = getattr(_pass, "direct", None), direct
+    try:
+        _run_pass(ready, grads, pending, train_mode, retain_graph)
+    finally:
+        _pass.direct = outer
+
+
+def _run_pass(ready: list[Tensor], grads: dict[int, Array], pending: dict[int, int], train_mode: bool,
+              retain_graph: bool) -> None:
+    """Process tensors in dependency order from ``ready`` (see :func:`backward`)."""
     with _state._scope(False, train_mode):
         while ready:
             t = ready.pop()
@@ -377,6 +434,23 @@ def backward(
                 pending[id(p)] -= 1
                 if pending[id(p)] == 0:
                     ready.append(p)
+
+
+def grad_out(t: Tensor, dtype: Any) -> Array | None:
+    """The array an op's backward may compute ``t``'s gradient into (``out=``), or None.
+
+    Only while ``backward`` runs, and only for a leaf with ``grad_req='write'`` whose dense, C-contiguous
+    gradient buffer has ``dtype`` and that receives exactly one gradient in this pass (one consumer): its
+    gradient buffer (for a Parameter, the view of the arena). An op that writes there must return that very
+    array as the gradient; the engine then skips the copy into the buffer.
+    """
+    direct = getattr(_pass, "direct", None)
+    if not direct or id(t) not in direct:
+        return None
+    buf = t._grad._data
+    if buf.dtype != dtype or not buf.flags.c_contiguous:
+        return None
+    return buf
 
 
 def _accumulate(grads: dict[int, Array], t: Tensor, g: Any) -> None:
@@ -411,11 +485,12 @@ def _write_leaf_grad(t: Tensor, g: Any) -> None:
     else:
         if _is_sparse(g):
             g = g._dense_data()
-        g = g.astype(buf.dtype, copy=False)
-        if req == "write":
-            buf._data[...] = g
+        if g is buf._data:  # the op wrote it in place (grad_out)
+            pass
+        elif req == "write":
+            buf._data[...] = g.astype(buf.dtype, copy=False)
         else:
-            buf._data += g
+            buf._data += g.astype(buf.dtype, copy=False)
     t._fresh_grad = True
     if t._hooks:
         for hook in t._hooks:

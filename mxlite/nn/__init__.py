@@ -1,12 +1,42 @@
 """Gluon layers and the Block/Parameter machinery (``mx.nn``, also ``mx.gluon.nn``)."""
 
-from .basic_layers import Activation, BatchNorm, Dense, Dropout, Embedding, Flatten, Lambda, LayerNorm
+from .activations import ELU, GELU, SELU, LeakyReLU, PReLU, SiLU, Swish
+from .basic_layers import (
+    Activation,
+    BatchNorm,
+    Dense,
+    Dropout,
+    Embedding,
+    Flatten,
+    HybridLambda,
+    Identity,
+    Lambda,
+    LayerNorm,
+)
 from .block import Block, HybridBlock, HybridSequential, Sequential
 from .conv_layers import AvgPool2D, Conv2D, GlobalAvgPool2D, GlobalMaxPool2D, MaxPool2D
-from .parameter import Constant, DeferredInitializationError, Parameter
+from .conv_nd_layers import (
+    AvgPool1D,
+    AvgPool3D,
+    Conv1D,
+    Conv1DTranspose,
+    Conv2DTranspose,
+    Conv3D,
+    Conv3DTranspose,
+    GlobalAvgPool1D,
+    GlobalAvgPool3D,
+    GlobalMaxPool1D,
+    GlobalMaxPool3D,
+    MaxPool1D,
+    MaxPool3D,
+)
+from .parameter import Constant, DeferredInitializationError, Parameter, ParameterDict
 
 __all__ = [
     "Activation", "AvgPool2D", "BatchNorm", "Block", "Constant", "Conv2D", "DeferredInitializationError",
     "Dense", "Dropout", "Embedding", "Flatten", "GlobalAvgPool2D", "GlobalMaxPool2D", "HybridBlock",
     "HybridSequential", "Lambda", "LayerNorm", "MaxPool2D", "Parameter", "Sequential",
+    "AvgPool1D", "AvgPool3D", "Conv1D", "Conv1DTranspose", "Conv2DTranspose", "Conv3D", "Conv3DTranspose",
+    "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
+    "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
 ]

@@ -19,8 +19,9 @@ a kernel's block: a NumPy expression makes one pass over memory per operation, s
 multi-megabyte parameter each of an update's ten-odd operations would stream the arena from DRAM;
 on a chunk the operands and temporaries stay in cache and the arena is read and written from
 memory about once. Every element goes through the same operations in the same order as without
-chunks, so results are bit-identical. LAMB and LARS are the exception: their ``step`` takes norms
-over the whole parameter, so their generic twin keeps whole segments.
+chunks, so results are bit-identical. Only rules known to be elementwise are chunked: LAMB's and
+LARS's ``step`` take norms over the whole parameter, so their generic twin (and that of any rule not
+on the list) keeps whole segments.
 """
 
 from __future__ import annotations
@@ -182,12 +183,20 @@ class Launcher:
             function((len(self.plan.chunk_seg),), (THREADS,), tuple(args))
 
 
-def _whole_segment_rules() -> tuple[type, ...]:
-    """Rules whose ``step`` reduces over the whole parameter (norms), so it cannot run chunk by chunk."""
-    from .lamb import LAMB  # noqa: PLC0415 - the rule modules import the optimizer base, not this module
-    from .lars import LARS  # noqa: PLC0415
+def _elementwise_rules() -> tuple[type, ...]:
+    """Rules whose ``step`` is elementwise, so it may run chunk by chunk; any other (LAMB's and LARS's
+    norms, a rule added later) keeps whole segments, which is always correct."""
+    from .adadelta import AdaDelta  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
+    from .adagrad import AdaGrad  # noqa: PLC0415
+    from .adam import Adam  # noqa: PLC0415
+    from .adamw import AdamW  # noqa: PLC0415
+    from .ftrl import Ftrl  # noqa: PLC0415
+    from .nag import NAG  # noqa: PLC0415
+    from .rmsprop import RMSProp  # noqa: PLC0415
+    from .sgd import SGD  # noqa: PLC0415
+    from .signum import Signum  # noqa: PLC0415
 
-    return (LAMB, LARS)
+    return (AdaDelta, AdaGrad, Adam, AdamW, Ftrl, NAG, RMSProp, SGD, Signum)
 
 
 def _chunks(size: int) -> range:
@@ -205,7 +214,7 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
     float32 as in the kernels. Elementwise rules run chunk by chunk (see the module docstring).
     """
     f32 = np.float32
-    whole = isinstance(optimizer, _whole_segment_rules())
+    whole = type(optimizer) not in _elementwise_rules()
     for s, (index, count) in enumerate(zip(indices, counts)):
         seg = plan.segments[s]
         for lo in (0,) if whole else _chunks(seg.size):
