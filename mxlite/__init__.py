@@ -14,6 +14,7 @@ from . import (
     amp,
     autograd,
     checkpoint,
+    context,
     data,
     datasets,
     gluon,  # noqa: E402,I001 - gluon re-exports the modules above
@@ -23,14 +24,18 @@ from . import (
     lr_scheduler,
     metric,
     nn,
+    npx,
     optimizer,
     random,
     sparse,
 )
+from . import ndarray as nd  # noqa: E402,I001 - MXNet's mx.nd
+from . import numpy_api as np  # MXNet's mx.np
 from ._creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
 from .autograd import nn_ops, ops
 from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
+from .context import Context, current_context
 from .device import Device, DeviceUnavailableError, cpu, current_device, gpu, gpu_devices, num_gpus
 from .parallel import DataParallelExecutor, split_and_load, split_data
 from .trainer import Trainer
@@ -46,5 +51,5 @@ __all__ = [
     "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "kv", "kvstore", "loss",
     "lr_scheduler", "metric", "nn",
     "nn_ops", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
-    "split_data", "stack", "zeros",
+    "split_data", "stack", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
 ]

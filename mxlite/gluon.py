@@ -7,6 +7,7 @@ also holds :func:`clip_global_norm`.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -69,7 +70,15 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
     return norm
 
 
-utils = SimpleNamespace(split_and_load=split_and_load, split_data=split_data, clip_global_norm=clip_global_norm)
+utils = SimpleNamespace(split_and_load=split_and_load, split_data=split_data, clip_global_norm=clip_global_norm,
+                        download=data.download, check_sha1=data.check_sha1)
+
+# ``from mxlite.gluon.data.vision import transforms`` and the like, as with MXNet's gluon package.
+for _name, _module in {"data": data, "data.vision": data.vision, "data.vision.transforms": data.vision.transforms,
+                       "data.vision.datasets": data.vision.datasets, "data.batchify": data.batchify,
+                       "data.sampler": data.sampler, "data.dataset": data.dataset, "data.dataloader": data.dataloader,
+                       "nn": nn, "loss": loss, "metric": metric, "utils": utils}.items():
+    sys.modules.setdefault(f"{__name__}.{_name}", _module)  # type: ignore[arg-type]
 
 __all__ = ["Block", "Constant", "HybridBlock", "Parameter", "Trainer", "clip_global_norm", "data", "loss", "metric",
            "nn", "utils"]

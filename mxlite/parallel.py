@@ -18,6 +18,7 @@ from . import autograd
 from ._copy import as_host
 from ._creation import array
 from .autograd.tensor import Tensor
+from .context import pick_devices
 from .device import Device, as_device
 
 __all__ = ["split_data", "split_and_load", "slice_sizes", "DataParallelExecutor"]
@@ -96,9 +97,12 @@ def split_data(data: Any, num_slice: int, batch_axis: int = 0, even_split: bool 
     return slices
 
 
-def split_and_load(data: Any, device_list: Sequence[Device] | Device, batch_axis: int = 0,
-                   even_split: bool = True, workload: Sequence[float] | None = None) -> list[Tensor]:
+def split_and_load(data: Any, device_list: Sequence[Device] | Device | None = None, batch_axis: int = 0,
+                   even_split: bool = True, workload: Sequence[float] | None = None,
+                   ctx_list: Sequence[Device] | Device | None = None) -> list[Tensor]:
     """Split ``data`` along ``batch_axis`` and copy slice ``i`` to ``device_list[i]``.
+
+    ``ctx_list`` is MXNet 1.x's name for ``device_list``.
 
     Args:
         data: a Tensor, a NumPy or CuPy array (a CuPy array is sliced on its GPU and each slice
@@ -112,6 +116,9 @@ def split_and_load(data: Any, device_list: Sequence[Device] | Device, batch_axis
             (two slices on one device would run forward on the same parameter mirror, and
             the second backward would overwrite the first one's gradient).
     """
+    device_list = pick_devices(device_list, ctx_list, where="split_and_load")
+    if device_list is None:
+        raise TypeError("split_and_load: give the devices (device_list=, or ctx_list= as in MXNet 1.x)")
     if isinstance(device_list, (Device, str)):
         device_list = [device_list]
     devices = [as_device(d) for d in device_list]

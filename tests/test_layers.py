@@ -316,7 +316,7 @@ def test_dropout_shared_axes_and_rate_zero():
     assert 0 < rows_kept.sum() < 30
     np.testing.assert_array_equal(same, np.ones((30, 8)))
     with pytest.raises(ValueError):
-        mx.nn.Dropout(1.0)
+        mx.nn.Dropout(1.5)  # rate 1.0 is valid (MXNet: drops everything while training)
 
 
 # -- BatchNorm ------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ An error raised inside an op names the op and its inputs' dtypes, shapes and dev
 
 from __future__ import annotations
 
+import builtins as _b
 import functools
 import numbers
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ import numpy as np
 
 from .. import device as _device
 from .._copy import copy_between
-from .tensor import Tensor, _describe, _result, _unbroadcast
+from .tensor import Tensor, _describe, _index_key, _result, _unbroadcast
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "matmul", "dot",
@@ -30,6 +31,12 @@ __all__ = [
     "maximum", "minimum", "where",
     "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "argmax", "argmin", "one_hot", "to_device", "astype", "zeros_like", "ones_like",
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh",
+    "log1p", "expm1", "log2", "log10", "reciprocal", "rsqrt", "cbrt", "erf", "sign", "floor", "ceil", "trunc",
+    "fix", "rint", "round", "isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or",
+    "logical_xor", "mod", "arctan2", "hypot", "prod", "norm", "var", "std", "logsumexp", "cumsum", "tile",
+    "repeat", "flip", "slice_axis", "slice", "take_along_axis", "argsort", "sort", "batch_dot",
+    "tensordot_last_first", "numpy_dot", "moveaxis",
 ]
 
 
@@ -384,10 +391,7 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
 def getitem(x: Tensor, key: Any) -> Tensor:
     """NumPy indexing (basic and advanced); repeated indices accumulate in the gradient."""
     xp = x._device.xp
-    if isinstance(key, Tensor):
-        key = key._data
-    elif isinstance(key, tuple):
-        key = tuple(k._data if isinstance(k, Tensor) else k for k in key)
+    key = _index_key(key)
     data = x._data
     out = data[key]
     if not isinstance(out, type(data)):  # NumPy returns scalars for full integer indexing
@@ -477,10 +481,10 @@ def split(x: Tensor, num_outputs: int, axis: int = 0) -> list[Tensor]:
     if n % num_outputs:
         raise ValueError(f"split: axis {axis} of length {n} is not divisible into {num_outputs} parts")
     step = n // num_outputs
-    index: list[Any] = [slice(None)] * x.ndim
+    index: list[Any] = [_b.slice(None)] * x.ndim
     parts = []
     for i in range(num_outputs):
-        index[axis] = slice(i * step, (i + 1) * step)
+        index[axis] = _b.slice(i * step, (i + 1) * step)
         parts.append(getitem(x, tuple(index)))
     return parts
 
@@ -640,6 +644,331 @@ def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
     return _result("astype", out, x._device, (x,), lambda g: (g.astype(in_dtype),))
 
 
+# -- more elementwise math (NumPy's names) -----------------------------------------------------
+def _make_unary(name: str, fwd: Callable[[Any, Any], Any], bwd: Callable[[Any, Any, Any, Any], Any],
+                doc: str) -> Callable[[Tensor], Tensor]:
+    """A differentiable elementwise op: ``fwd(xp, d)`` computes, ``bwd(xp, g, d, out)`` differentiates."""
+
+    @_op(name)
+    def op(x: Tensor) -> Tensor:
+        xp = x._device.xp
+        return _unary(name, x, lambda d: fwd(xp, d), lambda g, d, o: bwd(xp, g, d, o))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+sin = _make_unary("sin", lambda xp, d: xp.sin(d), lambda xp, g, d, o: g * xp.cos(d), "Elementwise sine (radians).")
+cos = _make_unary("cos", lambda xp, d: xp.cos(d), lambda xp, g, d, o: -g * xp.sin(d), "Elementwise cosine (radians).")
+tan = _make_unary("tan", lambda xp, d: xp.tan(d), lambda xp, g, d, o: g * (1 + o * o), "Elementwise tangent.")
+arcsin = _make_unary("arcsin", lambda xp, d: xp.arcsin(d), lambda xp, g, d, o: g / xp.sqrt(1 - d * d),
+                     "Elementwise inverse sine.")
+arccos = _make_unary("arccos", lambda xp, d: xp.arccos(d), lambda xp, g, d, o: -g / xp.sqrt(1 - d * d),
+                     "Elementwise inverse cosine.")
+arctan = _make_unary("arctan", lambda xp, d: xp.arctan(d), lambda xp, g, d, o: g / (1 + d * d),
+                     "Elementwise inverse tangent.")
+sinh = _make_unary("sinh", lambda xp, d: xp.sinh(d), lambda xp, g, d, o: g * xp.cosh(d), "Elementwise sinh.")
+cosh = _make_unary("cosh", lambda xp, d: xp.cosh(d), lambda xp, g, d, o: g * xp.sinh(d), "Elementwise cosh.")
+arcsinh = _make_unary("arcsinh", lambda xp, d: xp.arcsinh(d), lambda xp, g, d, o: g / xp.sqrt(d * d + 1),
+                      "Elementwise inverse sinh.")
+arccosh = _make_unary("arccosh", lambda xp, d: xp.arccosh(d), lambda xp, g, d, o: g / xp.sqrt(d * d - 1),
+                      "Elementwise inverse cosh (x >= 1).")
+arctanh = _make_unary("arctanh", lambda xp, d: xp.arctanh(d), lambda xp, g, d, o: g / (1 - d * d),
+                      "Elementwise inverse tanh (|x| < 1).")
+log1p = _make_unary("log1p", lambda xp, d: xp.log1p(d), lambda xp, g, d, o: g / (1 + d), "Elementwise log(1 + x).")
+expm1 = _make_unary("expm1", lambda xp, d: xp.expm1(d), lambda xp, g, d, o: g * (o + 1), "Elementwise e**x - 1.")
+log2 = _make_unary("log2", lambda xp, d: xp.log2(d), lambda xp, g, d, o: g / (d * np.log(2.0)),
+                   "Elementwise base-2 logarithm.")
+log10 = _make_unary("log10", lambda xp, d: xp.log10(d), lambda xp, g, d, o: g / (d * np.log(10.0)),
+                    "Elementwise base-10 logarithm.")
+reciprocal = _make_unary("reciprocal", lambda xp, d: 1 / d, lambda xp, g, d, o: -g * o * o, "Elementwise 1 / x.")
+rsqrt = _make_unary("rsqrt", lambda xp, d: 1 / xp.sqrt(d), lambda xp, g, d, o: -0.5 * g * o * o * o,
+                    "Elementwise 1 / sqrt(x).")
+cbrt = _make_unary("cbrt", lambda xp, d: xp.cbrt(d), lambda xp, g, d, o: g / (3 * o * o), "Elementwise cube root.")
+
+
+def _erf_data(xp: Any, d: Any) -> Any:
+    """erf of a NumPy/CuPy array: CuPy's special function on a GPU, Python's ``math.erf`` on the host."""
+    import math  # noqa: PLC0415
+
+    if xp is not np:
+        try:
+            from cupyx.scipy.special import erf as cupy_erf  # noqa: PLC0415
+
+            return cupy_erf(d)
+        except Exception:  # the emulated CuPy has no special functions: compute on the host
+            host = xp.asnumpy(d)
+            return xp.asarray(np.frompyfunc(math.erf, 1, 1)(host).astype(host.dtype))
+    return np.frompyfunc(math.erf, 1, 1)(d).astype(d.dtype)
+
+
+erf = _make_unary("erf", _erf_data, lambda xp, g, d, o: g * (2 / np.sqrt(np.pi)) * xp.exp(-d * d),
+                  "Elementwise Gauss error function.")
+
+
+def _make_constant_unary(name: str, fn: Callable[[Any, Any], Any], doc: str) -> Callable[[Tensor], Tensor]:
+    """An elementwise op whose gradient is zero almost everywhere (rounding, sign, tests): not recorded."""
+
+    @_op(name)
+    def op(x: Tensor) -> Tensor:
+        return Tensor(x._device.xp.asarray(fn(x._device.xp, x._data)), x._device)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc + " Its gradient is zero: the result is not recorded."
+    return op
+
+
+sign = _make_constant_unary("sign", lambda xp, d: xp.sign(d), "Elementwise sign (-1, 0 or 1).")
+floor = _make_constant_unary("floor", lambda xp, d: xp.floor(d), "Elementwise floor.")
+ceil = _make_constant_unary("ceil", lambda xp, d: xp.ceil(d), "Elementwise ceiling.")
+trunc = _make_constant_unary("trunc", lambda xp, d: xp.trunc(d), "Elementwise truncation toward zero.")
+fix = trunc
+rint = _make_constant_unary("rint", lambda xp, d: xp.rint(d), "Elementwise rounding to the nearest integer.")
+isnan = _make_constant_unary("isnan", lambda xp, d: xp.isnan(d), "Elementwise NaN test (bool).")
+isinf = _make_constant_unary("isinf", lambda xp, d: xp.isinf(d), "Elementwise infinity test (bool).")
+isfinite = _make_constant_unary("isfinite", lambda xp, d: xp.isfinite(d), "Elementwise finiteness test (bool).")
+logical_not = _make_constant_unary("logical_not", lambda xp, d: xp.logical_not(d), "Elementwise logical not (bool).")
+
+
+@_op("round")
+def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy's name
+    """Round half to even to ``decimals`` places (NumPy's rule). Its gradient is zero: not recorded."""
+    return Tensor(x._device.xp.round(x._data, decimals), x._device)
+
+
+logical_and = _constant("logical_and", lambda x, y: x.astype(bool) & y.astype(bool))
+logical_or = _constant("logical_or", lambda x, y: x.astype(bool) | y.astype(bool))
+logical_xor = _constant("logical_xor", lambda x, y: x.astype(bool) ^ y.astype(bool))
+
+
+def mod(a: Any, b: Any) -> Tensor:
+    """Elementwise remainder with the divisor's sign (NumPy's ``mod``); gradient 1 to ``a``, -floor(a/b) to ``b``."""
+    return _binary("mod", a, b, lambda x, y: _xp(x).mod(x, y),
+                   lambda g, x, y, o: (g, -g * _xp(x).floor(x / y)))
+
+
+def arctan2(a: Any, b: Any) -> Tensor:
+    """Elementwise angle of the point ``(b, a)`` (``atan2(a, b)``), differentiable in both."""
+    return _binary("arctan2", a, b, lambda x, y: _xp(x).arctan2(x, y),
+                   lambda g, x, y, o: (g * y / (x * x + y * y), -g * x / (x * x + y * y)))
+
+
+def hypot(a: Any, b: Any) -> Tensor:
+    """Elementwise ``sqrt(a**2 + b**2)``, differentiable in both."""
+    return _binary("hypot", a, b, lambda x, y: _xp(x).hypot(x, y), lambda g, x, y, o: (g * x / o, g * y / o))
+
+
+# -- more reductions ---------------------------------------------------------------------------
+@_op("prod")
+def prod(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Product over ``axis`` (all axes when None). The gradient of an entry is the product of the others."""
+    xp = x._device.xp
+    axes = _norm_axis(axis, x.ndim)
+    shape, data = x.shape, x._data
+    out = xp.asarray(data.prod(axis=axes, keepdims=keepdims))
+
+    def backward(g: Any) -> tuple[Any]:
+        ge = _expand_to(g, shape, axes, keepdims)
+        # Product of the other entries, without dividing by a possibly zero entry: move the reduced axes
+        # last, flatten them, and multiply exclusive prefix and suffix products.
+        keep = [i for i in range(len(shape)) if i not in axes]
+        moved = xp.transpose(data, keep + list(axes))
+        flat = moved.reshape(moved.shape[:len(keep)] + (-1,))
+        ones = xp.ones(flat.shape[:-1] + (1,), dtype=flat.dtype)
+        before = xp.cumprod(xp.concatenate([ones, flat[..., :-1]], axis=-1), axis=-1)
+        after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(flat, -1)[..., :-1]], axis=-1), axis=-1), -1)
+        others = (before * after).reshape(moved.shape)
+        inverse = np.argsort(keep + list(axes))
+        return (xp.transpose(others, tuple(inverse)) * ge,)
+
+    return _result("prod", out, x._device, (x,), backward)
+
+
+def norm(x: Tensor, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
+    """Vector norm over ``axis`` (all axes when None): ``ord`` None/2/'fro' (L2) or 1 (L1).
+
+    Raises:
+        ValueError: another ``ord``.
+    """
+    if ord in (None, 2, "fro"):
+        return sqrt(sum(square(x), axis=axis, keepdims=keepdims))
+    if ord == 1:
+        return sum(abs(x), axis=axis, keepdims=keepdims)
+    raise ValueError(f"norm: ord must be None, 2, 'fro' or 1, got {ord!r}")
+
+
+def var(x: Tensor, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+    """Variance over ``axis`` (divides by ``n - ddof``), differentiable."""
+    axes = _norm_axis(axis, x.ndim)
+    n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    centred = subtract(x, mean(x, axis=axes, keepdims=True))
+    return multiply(sum(square(centred), axis=axes, keepdims=keepdims), 1.0 / _b.max(n - ddof, 1))
+
+
+def std(x: Tensor, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+    """Standard deviation over ``axis`` (``sqrt(var)``), differentiable."""
+    return sqrt(var(x, axis=axis, keepdims=keepdims, ddof=ddof))
+
+
+def logsumexp(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` over ``axis``, shifted by the maximum so it never overflows."""
+    axes = _norm_axis(axis, x.ndim)
+    m = Tensor(x._device.xp.max(x._data, axis=axes, keepdims=True), x._device)
+    out = add(log(sum(exp(subtract(x, m)), axis=axes, keepdims=True)), m)
+    return out if keepdims else reshape(out, tuple(n for i, n in enumerate(out.shape) if i not in axes))
+
+
+@_op("cumsum")
+def cumsum(x: Tensor, axis: int | None = None) -> Tensor:
+    """Cumulative sum along ``axis`` (over the flattened array when None)."""
+    xp = x._device.xp
+    shape = x.shape
+    data = x._data.reshape(-1) if axis is None else x._data
+    ax = 0 if axis is None else axis
+    out = xp.cumsum(data, axis=ax)
+
+    def backward(g: Any) -> tuple[Any]:
+        return (xp.flip(xp.cumsum(xp.flip(g, ax), axis=ax), ax).reshape(shape),)
+
+    return _result("cumsum", out, x._device, (x,), backward)
+
+
+# -- more shape ops ----------------------------------------------------------------------------
+@_op("tile")
+def tile(x: Tensor, reps: Any) -> Tensor:
+    """Repeat the whole tensor ``reps`` times along each axis (NumPy's ``tile``)."""
+    xp = x._device.xp
+    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    nd = _b.max(len(reps), x.ndim)
+    reps_full = (1,) * (nd - len(reps)) + reps
+    in_shape = (1,) * (nd - x.ndim) + x.shape
+    out = xp.tile(x._data, reps)
+
+    def backward(g: Any) -> tuple[Any]:
+        split_shape = []
+        for r, n in zip(reps_full, in_shape):
+            split_shape += [r, n]
+        gs = g.reshape(split_shape).sum(axis=tuple(range(0, 2 * nd, 2)))
+        return (gs.reshape(x.shape),)
+
+    return _result("tile", out, x._device, (x,), backward)
+
+
+@_op("repeat")
+def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times along ``axis`` (of the flattened tensor when None)."""
+    xp = x._device.xp
+    repeats = int(repeats)
+    shape = x.shape
+    data = x._data.reshape(-1) if axis is None else x._data
+    ax = 0 if axis is None else axis % x.ndim
+    out = xp.repeat(data, repeats, axis=ax)
+
+    def backward(g: Any) -> tuple[Any]:
+        split = g.shape[:ax] + (data.shape[ax], repeats) + g.shape[ax + 1:]
+        return (g.reshape(split).sum(axis=ax + 1).reshape(shape),)
+
+    return _result("repeat", out, x._device, (x,), backward)
+
+
+def flip(x: Tensor, axis: Any = None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (all axes when None)."""
+    axes = _norm_axis(axis, x.ndim)
+    return getitem(x, tuple(_b.slice(None, None, -1) if i in axes else _b.slice(None) for i in range(x.ndim)))
+
+
+def slice_axis(x: Tensor, axis: int, begin: int, end: int | None) -> Tensor:
+    """``x[..., begin:end, ...]`` on ``axis`` (MXNet's ``slice_axis``; ``end=None`` runs to the end)."""
+    axis = axis % x.ndim
+    return getitem(x, (_b.slice(None),) * axis + (_b.slice(begin, end),))
+
+
+def slice(x: Tensor, begin: Sequence[int | None], end: Sequence[int | None],  # noqa: A001 - MXNet's name
+          step: Sequence[int | None] | None = None) -> Tensor:
+    """``x[b0:e0:s0, b1:e1:s1, ...]`` (MXNet's ``slice``); ``None`` entries take the defaults."""
+    step = step or [None] * len(begin)
+    return getitem(x, tuple(_b.slice(b, e, s) for b, e, s in zip(begin, end, step)))
+
+
+@_op("take_along_axis")
+def take_along_axis(x: Tensor, indices: Any, axis: int) -> Tensor:
+    """NumPy's ``take_along_axis``, differentiable in ``x`` (repeated ids accumulate)."""
+    xp = x._device.xp
+    idx = indices._data if isinstance(indices, Tensor) else xp.asarray(indices)
+    idx = idx.astype(np.int64)
+    out = xp.take_along_axis(x._data, idx, axis=axis)
+    shape = x.shape
+
+    def backward(g: Any) -> tuple[Any]:
+        gx = xp.zeros(shape, dtype=g.dtype)
+        grids = list(xp.indices(idx.shape, sparse=True))
+        grids[axis % len(shape)] = idx
+        _scatter_add(xp, gx, tuple(grids), g)
+        return (gx,)
+
+    return _result("take_along_axis", out, x._device, (x,), backward)
+
+
+@_op("argsort")
+def argsort(x: Tensor, axis: int = -1, is_ascend: bool = True) -> Tensor:
+    """Indices that sort ``x`` along ``axis`` (stable; int64, no gradient)."""
+    xp = x._device.xp
+    idx = xp.argsort(x._data if is_ascend else -x._data, axis=axis, kind="stable")
+    return Tensor(idx, x._device)
+
+
+def sort(x: Tensor, axis: int = -1, is_ascend: bool = True) -> Tensor:
+    """``x`` sorted along ``axis``; the gradient flows to the original positions."""
+    return take_along_axis(x, argsort(x, axis, is_ascend), axis)
+
+
+def batch_dot(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    """Batched matrix product ``a[i] @ b[i]`` of 3-D tensors (MXNet's ``batch_dot``), optionally transposed.
+
+    Raises:
+        ValueError: inputs that are not 3-D, or inner dimensions that differ.
+    """
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"batch_dot needs 3-D inputs (batch, rows, columns), got shapes {a.shape} and {b.shape}")
+    return matmul(swapaxes(a, 1, 2) if transpose_a else a, swapaxes(b, 1, 2) if transpose_b else b)
+
+
+def tensordot_last_first(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    """MXNet 1.x's ``dot``: contract the last axis of ``a`` with the first axis of ``b`` (any ranks).
+
+    With ``transpose_a``/``transpose_b`` the operand's axes are reversed first (as MXNet).
+    Raises:
+        ValueError: the contracted axes differ in length.
+    """
+    if transpose_a:
+        a = transpose(a)
+    if transpose_b:
+        b = transpose(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    k = a.shape[-1]
+    if b.shape[0] != k:
+        raise ValueError(f"dot: the last axis of a (shape {a.shape}) and the first axis of b (shape {b.shape}) differ")
+    out = matmul(reshape(a, (-1, k)), reshape(b, (k, -1)))
+    return reshape(out, a.shape[:-1] + b.shape[1:])
+
+
+def numpy_dot(a: Tensor, b: Tensor) -> Tensor:
+    """NumPy's ``dot``: vectors give an inner product, matrices a product, N-D contracts a's last axis
+    with b's second-to-last (b's only axis when b is 1-D)."""
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    return tensordot_last_first(a, b if b.ndim <= 2 else moveaxis(b, -2, 0))
+
+
+def moveaxis(x: Tensor, source: int, destination: int) -> Tensor:
+    """Move axis ``source`` to position ``destination`` (NumPy's ``moveaxis``)."""
+    order = [i for i in range(x.ndim) if i != source % x.ndim]
+    order.insert(destination % x.ndim, source % x.ndim)
+    return transpose(x, tuple(order))
+
+
 # -- Tensor methods and operators --------------------------------------------------------------
 def _install_methods() -> None:
     def r(fn: Callable) -> Callable:
@@ -694,6 +1023,21 @@ def _install_methods() -> None:
     T.astype = astype
     T.one_hot = one_hot
     T.T = property(lambda self: transpose(self))
+    for name in ("prod", "norm", "var", "std", "tile", "repeat", "flip", "slice_axis", "sign", "round", "floor",
+                 "ceil", "trunc", "sin", "cos", "sort", "argsort", "cumsum", "log1p", "expm1", "reciprocal",
+                 "take_along_axis", "moveaxis", "logsumexp"):
+        setattr(T, name, globals()[name])
+    T.__mod__ = mod
+    T.__rmod__ = r(mod)
+    T.__invert__ = logical_not
+    T.__and__ = logical_and
+    T.__or__ = logical_or
+    T.__xor__ = logical_xor
+    T.dot = lambda self, other: numpy_dot(self, other)
+    T.square = square
+    T.flatten = flatten
+    T.zeros_like = zeros_like
+    T.ones_like = ones_like
 
 
 _install_methods()

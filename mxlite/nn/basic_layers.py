@@ -18,7 +18,8 @@ from ..autograd.tensor import Tensor
 from .block import Block
 from .parameter import Parameter
 
-__all__ = ["Dense", "Dropout", "BatchNorm", "LayerNorm", "Embedding", "Flatten", "Activation", "Lambda"]
+__all__ = ["Dense", "Dropout", "BatchNorm", "LayerNorm", "Embedding", "Flatten", "Activation", "Lambda",
+           "HybridLambda", "Identity"]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": ops.relu,
@@ -145,16 +146,18 @@ class Dropout(Block):
     """Zeroes inputs with probability ``rate`` during training (inverted scaling).
 
     Args:
-        rate: drop probability in [0, 1).
+        rate: drop probability in [0, 1]; 1 drops everything while training (output zeros), as MXNet.
         axes: axes on which the mask is shared.
     """
 
     def __init__(self, rate: float, axes: tuple[int, ...] = ()) -> None:
         super().__init__()
-        _real_arg("Dropout", "rate", rate, low=0, high=1)
+        _real_arg("Dropout", "rate", rate, low=0, high=1, high_inclusive=True)
         self._rate, self._axes = rate, tuple(axes)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._rate >= 1:
+            return ops.multiply(x, 0.0) if autograd.is_training() else x
         return nn_ops.dropout(x, self._rate, self._axes, training=autograd.is_training())
 
     def _extra_repr(self) -> str:
@@ -169,14 +172,50 @@ class Flatten(Block):
 
 
 class Lambda(Block):
-    """Wraps a function ``fn(x) -> y`` as a Block."""
+    """Wraps a function ``fn(x) -> y`` as a Block; a string names a function of ``mx.nd`` (``Lambda('tanh')``).
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    Raises:
+        ValueError: a string that names no ``mx.nd`` function. TypeError: neither a string nor a callable.
+    """
+
+    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
         super().__init__()
+        if isinstance(function, str):
+            from .. import ndarray as nd  # noqa: PLC0415
+
+            if not callable(getattr(nd, function, None)):
+                raise ValueError(f"{type(self).__name__}: function {function!r} is not a function of mx.nd")
+            function = getattr(nd, function)
+        elif not callable(function):
+            raise TypeError(f"{type(self).__name__}: function must be a callable or a name, got "
+                            f"{type(function).__name__}")
         self._fn = function
 
     def forward(self, *args: Any) -> Any:
         return self._fn(*args)
+
+
+class HybridLambda(Lambda):
+    """Wraps ``fn(F, x, ...) -> y`` (Gluon's ``HybridLambda``: ``F`` is ``mx.nd``); a string names an ``mx.nd``
+    function called as ``fn(x, ...)``."""
+
+    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
+        super().__init__(function, prefix)
+        self._named = isinstance(function, str)
+
+    def forward(self, *args: Any) -> Any:
+        if self._named:
+            return self._fn(*args)
+        from .. import ndarray as nd  # noqa: PLC0415
+
+        return self._fn(nd, *args)
+
+
+class Identity(Block):
+    """Returns its input unchanged."""
+
+    def forward(self, x: Any) -> Any:
+        return x
 
 
 class BatchNorm(Block):

@@ -11,6 +11,7 @@ atomically; ``load_parameters`` validates the whole file before changing any par
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import OrderedDict
@@ -23,7 +24,7 @@ from .. import init as _init
 from .._serialization import load_arrays, save_arrays
 from ..device import current_device
 from ..store import ParameterStore
-from .parameter import Parameter, _device_list
+from .parameter import Parameter, ParameterDict, _device_list
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
@@ -35,9 +36,28 @@ class Block:
     implement ``forward(*inputs)``. Calling the block calls ``forward``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str | None = None, params: Any = None) -> None:
         object.__setattr__(self, "_children", OrderedDict())
         object.__setattr__(self, "_reg_params", OrderedDict())
+        object.__setattr__(self, "_prefix", prefix or "")
+        object.__setattr__(self, "_shared_params", params)
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+
+    # -- Gluon 1.x naming -------------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        """The ``prefix`` given at construction (Gluon 1.x); structural names do not use it."""
+        return self._prefix
+
+    @property
+    def name(self) -> str:
+        """The prefix without its trailing underscore, else the class name in lower case."""
+        return self._prefix.rstrip("_") or type(self).__name__.lower()
+
+    def name_scope(self) -> contextlib.AbstractContextManager[None]:
+        """Gluon 1.x's naming scope; parameters are named by structure in mxlite, so it does nothing."""
+        return contextlib.nullcontext()
 
     # -- registration ---------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
@@ -53,7 +73,9 @@ class Block:
             self.register_child(value, name)
         elif isinstance(value, Parameter):
             self._children.pop(name, None)
-            self._reg_params[name] = value
+            # ``self.w = self.params.get('weight', ...)``: the parameter is already registered as 'weight'.
+            if not any(p is value and n != name for n, p in self._reg_params.items()):
+                self._reg_params[name] = value
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -68,12 +90,77 @@ class Block:
         self._children[str(len(self._children)) if name is None else name] = block
 
     @property
-    def params(self) -> dict[str, Parameter]:
-        """This block's own parameters (not its children's), by attribute name."""
-        return dict(self._reg_params)
+    def params(self) -> ParameterDict:
+        """This block's own parameters (not its children's), by attribute name.
+
+        ``self.params.get('weight', shape=(3, 4))`` creates and registers a parameter (Gluon 1.x).
+        """
+        shared = self._shared_params
+        out = ParameterDict(self._reg_params, prefix=self._prefix,
+                            shared=shared if isinstance(shared, ParameterDict) else None)
+        out._owner = self
+        return out
+
+    def setattr(self, name: str, value: Any) -> None:
+        """Set attribute ``name`` (``grad_req``, ``lr_mult`` ...) of every parameter of this block and its children."""
+        self.collect_params().setattr(name, value)
+
+    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> _HookHandle:
+        """Call ``hook(block, inputs)`` before each forward; returns a handle whose ``detach()`` removes it."""
+        return _HookHandle(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook: Callable[..., Any]) -> _HookHandle:
+        """Call ``hook(block, inputs, output)`` after each forward; returns a handle whose ``detach()`` removes it."""
+        return _HookHandle(self._forward_hooks, hook)
+
+    def summary(self, *inputs: Any) -> None:
+        """Print each layer's output shape and parameter count for one forward pass on ``inputs``.
+
+        Parameters must be initialised (deferred shapes are completed by this pass).
+        """
+        rows: list[tuple[str, str, int]] = []
+        handles = []
+
+        def shapes(out: Any) -> str:
+            if hasattr(out, "shape"):
+                return str(tuple(out.shape))
+            if isinstance(out, (list, tuple)):
+                return ", ".join(shapes(o) for o in out)
+            return type(out).__name__
+
+        def walk(block: Block, name: str) -> None:
+            def hook(b: Block, args: Any, out: Any) -> None:
+                count = sum(int(np.prod(p.shape)) for p in b._reg_params.values() if p.shape is not None)
+                rows.append((f"{name} ({type(b).__name__})", shapes(out), count))
+
+            handles.append(block.register_forward_hook(hook))
+            for child_name, child in block._children.items():
+                walk(child, f"{name}.{child_name}" if name else child_name)
+
+        walk(self, "")
+        try:
+            self(*inputs)
+        finally:
+            for h in handles:
+                h.detach()
+        width = max([len(r[0]) for r in rows] + [20])
+        line = "-" * (width + 40)
+        print(line)
+        print(f"{'Layer (type)':<{width}}  {'Output Shape':<25}  {'Param #':>10}")
+        print("=" * (width + 40))
+        print(f"{'Input':<{width}}  {shapes(inputs[0] if len(inputs) == 1 else list(inputs)):<25}  {0:>10}")
+        for name, shape, count in rows[:-1]:
+            print(f"{name:<{width}}  {shape:<25}  {count:>10}")
+        total = {id(p): p for p in self.collect_params().values()}.values()
+        trainable = sum(int(np.prod(p.shape)) for p in total if p.grad_req != "null" and p.shape is not None)
+        n_all = sum(int(np.prod(p.shape)) for p in total if p.shape is not None)
+        print("=" * (width + 40))
+        print(f"Parameters in forward computation graph, duplicate included\n   Total params: {n_all}\n"
+              f"   Trainable params: {trainable}\n   Non-trainable params: {n_all - trainable}")
+        print(line)
 
     # -- parameters -----------------------------------------------------------------------
-    def collect_params(self, select: str | None = None) -> dict[str, Parameter]:
+    def collect_params(self, select: str | None = None) -> ParameterDict:
         """Every parameter of this block and its descendants, by structural name.
 
         Args:
@@ -81,7 +168,7 @@ class Block:
                 e.g. ``'.*weight'`` or ``'0\\.|1\\.'``.
         """
         pattern = re.compile(select) if select is not None else None
-        out: dict[str, Parameter] = {}
+        out = ParameterDict()
         for name, param in self._iter_params(""):
             if param._path is None:
                 param._path = name
@@ -96,7 +183,7 @@ class Block:
             yield from child._iter_params(prefix + name + ".")
 
     def initialize(self, init: Any = None, device: Any = None, verbose: bool = False,
-                   force_reinit: bool = False) -> None:
+                   force_reinit: bool = False, ctx: Any = None) -> None:
         """Initialise every parameter on ``device`` (a Device or a list: one mirror each).
 
         ``init`` (default ``Uniform()``) applies to parameters without their own initializer,
@@ -105,8 +192,10 @@ class Block:
 
         Raises:
             ValueError: duplicate devices, or an unknown shape on a parameter that cannot defer.
+
+        ``ctx`` is MXNet 1.x's name of ``device``.
         """
-        devices = _device_list(device)
+        devices = _device_list(device if ctx is None else ctx)
         default = _init.create(init) if init is not None else _init.Uniform()
         params = list(self.collect_params().values())
         # Parameters added after a first initialize join the model's existing arenas.
@@ -124,10 +213,10 @@ class Block:
         for param in self.collect_params().values():
             param.zero_grad()
 
-    def reset_device(self, device: Any) -> None:
-        """Move every parameter to ``device`` (a Device or list), keeping values."""
+    def reset_device(self, device: Any = None, ctx: Any = None) -> None:
+        """Move every parameter to ``device`` (``ctx``; a Device or list), keeping values."""
         for param in self.collect_params().values():
-            param.reset_device(device)
+            param.reset_device(device if ctx is None else ctx)
 
     reset_ctx = reset_device
 
@@ -175,7 +264,8 @@ class Block:
         save_arrays(filename, arrays)
 
     def load_parameters(self, filename: str | os.PathLike, device: Any = None, allow_missing: bool = False,
-                        ignore_extra: bool = False, cast_dtype: bool = False, dtype_source: str = "current") -> None:
+                        ignore_extra: bool = False, cast_dtype: bool = False, dtype_source: str = "current",
+                        ctx: Any = None) -> None:
         """Load values saved by :meth:`save_parameters`; all-or-nothing.
 
         Everything is validated before any parameter changes: names missing from the file
@@ -189,7 +279,7 @@ class Block:
             ValueError: unreadable file, or mismatches (every problem listed at once).
         """
         plan = self._plan_load(filename, allow_missing, ignore_extra, cast_dtype, dtype_source)
-        self._apply_load(plan, device)
+        self._apply_load(plan, device if ctx is None else ctx)
 
     def _plan_load(self, filename: str | os.PathLike, allow_missing: bool = False, ignore_extra: bool = False,
                    cast_dtype: bool = False, dtype_source: str = "current") -> list[tuple[Parameter, np.ndarray]]:
@@ -246,11 +336,36 @@ class Block:
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        if any(isinstance(a, np.ndarray) for a in args):
+            args = _tensor_args(args)
+        for hook in list(self._forward_pre_hooks.values()):
+            hook(self, args)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            hook(self, args, out)
+        return out
 
-    def forward(self, *args: Any) -> Any:
-        """Compute the block's output; subclasses override."""
-        raise NotImplementedError(f"{type(self).__name__} must implement forward()")
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute the block's output; subclasses override.
+
+        A Gluon 1.x block that defines ``hybrid_forward(self, F, x, *args, **params)`` instead gets it
+        called with ``F`` the ``mx.nd`` namespace and its own parameters by name, on ``x``'s device.
+
+        Raises:
+            NotImplementedError: neither ``forward`` nor ``hybrid_forward`` is defined (a container Block).
+        """
+        hybrid = getattr(self, "hybrid_forward", None)
+        if hybrid is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement forward() (or hybrid_forward())")
+        from .. import ndarray as nd  # noqa: PLC0415 - mx.nd imports the nn layer lazily
+
+        first = next((a for a in args if hasattr(a, "device")), None)
+        params = {}
+        for name, param in self._reg_params.items():
+            if not param.is_initialized:
+                param._finish_deferred_init()
+            params[name] = param.data(first.device) if first is not None else param.data()
+        return hybrid(nd, *args, **kwargs, **params)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]
@@ -265,6 +380,41 @@ class Block:
 
 
 HybridBlock = Block  # mxlite has no symbolic mode: every block is imperative
+
+
+class _HookHandle:
+    """Returned by ``register_forward_hook``/``register_forward_pre_hook``: ``detach()`` removes the hook."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: OrderedDict, hook: Callable[..., Any]) -> None:
+        self._hooks = hooks
+        self._id = _HookHandle._next_id
+        _HookHandle._next_id += 1
+        hooks[self._id] = hook
+
+    def detach(self) -> None:
+        """Remove the hook (idempotent)."""
+        self._hooks.pop(self._id, None)
+
+    def __enter__(self) -> _HookHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+
+def _tensor_args(args: tuple) -> tuple:
+    """NumPy arrays among ``args`` as Tensors on the device of the first Tensor argument (else the current one)."""
+    from .._creation import array  # noqa: PLC0415
+    from ..autograd.tensor import Tensor  # noqa: PLC0415
+
+    like = next((a for a in args if isinstance(a, Tensor)), None)
+    dev = like.device if like is not None else current_device()
+    # A float NumPy operand (a label) takes the dtype of a float Tensor operand, so float64 data does not upcast.
+    cast = like.dtype if like is not None and np.issubdtype(like.dtype, np.floating) else None
+    return tuple(array(a, dev, cast if cast is not None and np.issubdtype(a.dtype, np.floating) else None)
+                 if isinstance(a, np.ndarray) else a for a in args)
 
 
 class Sequential(Block):

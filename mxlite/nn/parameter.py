@@ -22,7 +22,7 @@ from ..autograd.tensor import Tensor
 from ..device import Device, as_device, current_device
 from ..store import Arena, ParameterStore, Slot
 
-__all__ = ["Parameter", "Constant", "DeferredInitializationError"]
+__all__ = ["Parameter", "ParameterDict", "Constant", "DeferredInitializationError"]
 
 _GRAD_REQS = ("write", "add", "null")
 
@@ -164,7 +164,8 @@ class Parameter:
 
     # -- initialisation -------------------------------------------------------------------
     def initialize(self, init: Any = None, device: Any = None, default_init: Any = None,
-                   force_reinit: bool = False, *, store: ParameterStore | None = None, defer: bool = False) -> None:
+                   force_reinit: bool = False, *, store: ParameterStore | None = None, defer: bool = False,
+                   ctx: Any = None) -> None:
         """Create one mirror per device, all with the same initial values.
 
         Args:
@@ -180,8 +181,10 @@ class Parameter:
 
         Raises:
             ValueError: duplicate devices, or an unknown shape without ``allow_deferred_init``.
+
+        ``ctx`` is MXNet 1.x's name of ``device``.
         """
-        devices = _device_list(device)
+        devices = _device_list(device if ctx is None else ctx)
         if self._slots and not force_reinit:
             warnings.warn(f"Parameter '{self.label}' is already initialized, ignoring; "
                           "set force_reinit=True to re-initialize", stacklevel=2)
@@ -294,26 +297,26 @@ class Parameter:
         self._materialize()
         return next(iter(self._slots.values()))[1].data
 
-    def data(self, device: Device | str | None = None) -> Tensor:
+    def data(self, device: Device | str | None = None, ctx: Device | str | None = None) -> Tensor:
         """The mirror on ``device`` (default: the only device, else the current device).
 
         Raises:
             RuntimeError: not initialised, or not initialised on ``device`` (lists where it is).
         """
-        return self._check_and_get(device, "data")[1].data
+        return self._check_and_get(device if ctx is None else ctx, "data")[1].data
 
     def list_data(self) -> list[Tensor]:
         """Every mirror, in the order of ``list_device()``."""
         self._materialize()
         return [slot.data for _, slot in self._slots.values()]
 
-    def grad(self, device: Device | str | None = None) -> Any:
+    def grad(self, device: Device | str | None = None, ctx: Device | str | None = None) -> Any:
         """The gradient buffer on ``device`` (a Tensor, or a RowSparseTensor for sparse grads).
 
         Raises:
             RuntimeError: not initialised, not on ``device``, or ``grad_req='null'``.
         """
-        slot = self._check_and_get(device, "gradient")[1]
+        slot = self._check_and_get(device if ctx is None else ctx, "gradient")[1]
         if self._grad_req == "null":
             raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
         return slot.data._grad
@@ -421,3 +424,189 @@ class Constant(Parameter):
         super().__init__(name, grad_req="null", shape=value.shape, dtype=value.dtype,
                          init=_init.Constant(value), differentiable=False)
         self.value = value
+
+
+class ParameterDict(dict):
+    """Parameters by name, with Gluon 1.x's ``ParameterDict`` methods (what ``collect_params()`` returns).
+
+    A ``dict`` (name -> :class:`Parameter`) that also initialises, moves, zeroes, saves and loads
+    all of its parameters at once, and creates parameters with :meth:`get`.
+    """
+
+    def __init__(self, *args: Any, prefix: str = "", shared: ParameterDict | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._prefix = prefix
+        self._shared = shared
+        self._owner: Any = None  # the Block whose own parameters this holds (Block.params)
+
+    @property
+    def prefix(self) -> str:
+        """Prefix of the names of parameters created by :meth:`get` (Gluon 1.x)."""
+        return self._prefix
+
+    def get(self, name: str, default: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        """The parameter called ``name``; with keyword arguments (``shape=``, ``init=`` ...), created when absent.
+
+        ``params.get('weight', shape=(3, 4))`` is Gluon 1.x's way to declare a parameter in a Block's
+        ``__init__``: the new parameter is registered on the Block owning this dict, so it is collected,
+        initialised and passed to ``hybrid_forward`` by name.
+
+        Raises:
+            ValueError: an existing parameter whose shape or dtype contradicts the keyword arguments.
+        """
+        if name in self:
+            param = self[name]
+            want = _normalize_shape(kwargs.get("shape"))
+            if want is not None and param.shape is not None and len(want) == len(param.shape) and any(
+                    a != b and a != -1 and b != -1 for a, b in zip(want, param.shape)):
+                raise ValueError(f"ParameterDict.get: parameter {name!r} exists with shape {param.shape}, "
+                                 f"asked for {want}")
+            return param
+        if self._shared is not None and name in self._shared:
+            param = self._shared[name]
+        elif not kwargs:
+            return default
+        else:
+            kwargs.setdefault("allow_deferred_init", True)
+            param = Parameter(name, **kwargs)
+        if self._owner is not None:
+            setattr(self._owner, name, param)
+        self[name] = param
+        return param
+
+    def get_constant(self, name: str, value: Any = None) -> Constant:
+        """The constant called ``name``, created from ``value`` when absent."""
+        if name not in self:
+            if value is None:
+                raise KeyError(f"no constant {name!r} and no value to create it")
+            const = Constant(value, name)
+            if self._owner is not None:
+                setattr(self._owner, name, const)
+            self[name] = const
+        return self[name]
+
+    def initialize(self, init: Any = None, device: Any = None, verbose: bool = False, force_reinit: bool = False,
+                   ctx: Any = None) -> None:
+        """Initialise every parameter on ``device`` (``ctx``), as :meth:`Block.initialize` does.
+
+        Raises:
+            ValueError: duplicate devices, or an unknown shape on a parameter that cannot defer.
+        """
+        devices = _device_list(device if ctx is None else ctx)
+        default = _init.create(init) if init is not None else _init.Uniform()
+        params = list(dict.fromkeys(self.values()))
+        store = next((p._store for p in params if p._store is not None), None) or ParameterStore()
+        todo = [p for p in params if force_reinit or not p.is_initialized]
+        defer = any(not p._shape_known() for p in todo)
+        for param in todo:
+            param.initialize(None, devices, default_init=default, force_reinit=force_reinit,
+                             store=param._store or store, defer=defer)
+
+    def zero_grad(self) -> None:
+        """Zero every parameter's gradient."""
+        for param in self.values():
+            param.zero_grad()
+
+    def reset_device(self, device: Any = None, ctx: Any = None) -> None:
+        """Move every parameter to ``device`` (``ctx``; a Device or list), keeping values."""
+        for param in self.values():
+            param.reset_device(device if ctx is None else ctx)
+
+    reset_ctx = reset_device
+
+    def list_device(self) -> list[Device]:
+        """The devices holding the parameters' mirrors (of the first parameter; all share them in a model)."""
+        devices: list[Device] = []
+        for param in self.values():
+            devices += [d for d in param.list_device() if d not in devices]
+        return devices
+
+    list_ctx = list_device
+
+    def setattr(self, name: str, value: Any) -> None:
+        """Set attribute ``name`` (``grad_req``, ``lr_mult``, ``wd_mult`` ...) of every parameter to ``value``."""
+        for param in self.values():
+            setattr(param, name, value)
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:  # type: ignore[override]
+        """Add ``other``'s parameters.
+
+        Raises:
+            ValueError: a name already present with a different Parameter object.
+        """
+        items = dict(other, **kwargs)
+        clash = [k for k, v in items.items() if k in self and self[k] is not v]
+        if clash:
+            raise ValueError(f"ParameterDict.update: names {clash} already hold different Parameters")
+        super().update(items)
+
+    def select(self, pattern: str) -> ParameterDict:
+        """The parameters whose names match the regular expression ``pattern`` (``re.match``)."""
+        import re  # noqa: PLC0415
+
+        regex = re.compile(pattern)
+        return ParameterDict({k: v for k, v in self.items() if regex.match(k)}, prefix=self._prefix)
+
+    def save(self, filename: Any, strip_prefix: str = "") -> None:
+        """Write every parameter's value (first mirror) to ``filename`` (``.npz``, atomic), names without
+        ``strip_prefix``.
+
+        Raises:
+            ValueError: a name that does not start with ``strip_prefix``.
+        """
+        from .._serialization import save_arrays  # noqa: PLC0415
+
+        arrays = {}
+        for name, param in self.items():
+            if strip_prefix and not name.startswith(strip_prefix):
+                raise ValueError(f"ParameterDict.save: name {name!r} does not start with strip_prefix "
+                                 f"{strip_prefix!r}")
+            arrays[name[len(strip_prefix):]] = param._first_mirror().asnumpy()
+        save_arrays(filename, arrays)
+
+    def load(self, filename: Any, device: Any = None, allow_missing: bool = False, ignore_extra: bool = False,
+             restore_prefix: str = "", cast_dtype: bool = False, dtype_source: str = "current",
+             ctx: Any = None) -> None:
+        """Load values written by :meth:`save` (or ``save_parameters``); all-or-nothing.
+
+        Raises:
+            ValueError: names missing from the file (unless ``allow_missing``), names not in this dict
+                (unless ``ignore_extra``), shape or dtype mismatches (every problem listed at once).
+        """
+        from .._serialization import load_arrays  # noqa: PLC0415
+
+        loaded = {restore_prefix + k: v for k, v in load_arrays(filename).items()}
+        missing = [n for n in self if n not in loaded]
+        extra = [n for n in loaded if n not in self]
+        problems = []
+        if missing and not allow_missing:
+            problems.append(f"missing from the file: {missing}")
+        if extra and not ignore_extra:
+            problems.append(f"not in this ParameterDict: {extra}")
+        for name, param in self.items():
+            if name in loaded and param.shape is not None and (len(param.shape) != loaded[name].ndim or any(
+                    a != -1 and a != b for a, b in zip(param.shape, loaded[name].shape))):
+                problems.append(f"{name!r}: shape {param.shape} here, {loaded[name].shape} in the file")
+            elif name in loaded and loaded[name].dtype != param.dtype and not cast_dtype:
+                problems.append(f"{name!r}: dtype {param.dtype} here, {loaded[name].dtype} in the file")
+        if problems:
+            raise ValueError(f"cannot load parameters from {filename!r}: " + "; ".join(problems))
+        devices = _device_list(device if ctx is None else ctx)
+        store = ParameterStore()
+        for name, param in self.items():
+            if name not in loaded:
+                continue
+            value = loaded[name]
+            if dtype_source == "saved" and value.dtype != param.dtype:
+                param.cast(value.dtype)
+            value = value.astype(param.dtype)
+            if param.is_initialized:
+                param.set_data(value)
+            else:
+                param.shape = value.shape
+                param._init_impl(value, param._deferred[2] if param._deferred else devices,
+                                 param._deferred[3] if param._deferred else (param._store or store))
+
+    def __repr__(self) -> str:
+        body = "\n".join(f"  {v!r}" for v in self.values())
+        return f"ParameterDict(\n{body}\n)" if self else "ParameterDict()"

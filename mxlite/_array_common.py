@@ -1,0 +1,199 @@
+"""Helpers shared by the ``mx.nd``, ``mx.np`` and ``mx.npx`` namespaces: operands, dtypes, reshape codes, files."""
+
+from __future__ import annotations
+
+import builtins as _b
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._serialization import load_arrays, save_arrays
+from .autograd.tensor import Tensor
+from .device import Device, as_device, current_device, num_gpus
+
+_LIST_PREFIX, _DICT_PREFIX = "list:", "dict:"
+
+
+def tensor(x: Any, like: Tensor | None = None, dtype: Any = None) -> Tensor:
+    """``x`` as a Tensor: a Tensor unchanged; a NumPy array, list or number copied onto ``like``'s device
+    (else the current device). Python lists and numbers become float32 (MXNet's default)."""
+    if isinstance(x, Tensor):
+        return x
+    from ._creation import array  # noqa: PLC0415 - _creation imports the tensor module
+
+    dev = like.device if like is not None else current_device()
+    if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__cuda_array_interface__"):
+        return array(x, dev, dtype)
+    return array(x, dev, dtype if dtype is not None else np.float32)
+
+
+def tensors(*xs: Any) -> list[Tensor]:
+    """Every operand as a Tensor on the device of the first Tensor among them."""
+    like = next((x for x in xs if isinstance(x, Tensor)), None)
+    return [tensor(x, like) for x in xs]
+
+
+def device_arg(device: Any, ctx: Any, where: str) -> Device:
+    """The device from ``device=``/``ctx=`` (the current device when neither)."""
+    from .context import pick_device  # noqa: PLC0415
+
+    return as_device(pick_device(device, ctx, where=where))
+
+
+def shape_arg(shape: Any) -> tuple[int, ...]:
+    """A shape given as an int or a sequence, as a tuple of ints."""
+    if shape is None:
+        return ()
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+
+
+def reshape_nd(in_shape: tuple[int, ...], spec: Sequence[int], reverse: bool = False) -> tuple[int, ...]:
+    """The target shape of MXNet 1.x's ``reshape`` codes: 0 copy this dim, -1 infer, -2 copy all remaining,
+    -3 merge the next two input dims, -4 split one input dim into the next two entries (one may be -1).
+
+    Raises:
+        ValueError: a spec that does not fit ``in_shape`` (names both).
+    """
+    spec = list(spec)
+    if reverse:
+        if -4 in spec:
+            raise ValueError(f"reshape: reverse=True with the split code -4 is not supported, got {tuple(spec)}")
+        return tuple(reversed(reshape_nd(tuple(reversed(in_shape)), list(reversed(spec)))))
+    out: list[int] = []
+    i = 0
+    k = 0
+    infer = -1
+    try:
+        while k < len(spec):
+            code = spec[k]
+            if code > 0:
+                out.append(code)
+                i += 1
+            elif code == 0:
+                out.append(in_shape[i])
+                i += 1
+            elif code == -1:
+                infer = len(out)
+                out.append(-1)
+                i += 1
+            elif code == -2:
+                out.extend(in_shape[i:])
+                i = len(in_shape)
+            elif code == -3:
+                out.append(in_shape[i] * in_shape[i + 1])
+                i += 2
+            elif code == -4:
+                a, b = spec[k + 1], spec[k + 2]
+                n = in_shape[i]
+                a = n // b if a == -1 else a
+                b = n // a if b == -1 else b
+                if a * b != n:
+                    raise ValueError(f"-4 splits {n} into {spec[k + 1]} x {spec[k + 2]}")
+                out.extend([a, b])
+                i += 1
+                k += 2
+            else:
+                raise ValueError(f"unknown code {code}")
+            k += 1
+    except IndexError:
+        raise ValueError(f"reshape: shape codes {tuple(spec)} need more axes than the input's {in_shape}") from None
+    total = int(np.prod(in_shape))
+    if infer >= 0:
+        known = int(np.prod([n for j, n in enumerate(out) if j != infer]))
+        out[infer] = total // known if known else 0
+    if int(np.prod(out)) != total:
+        raise ValueError(f"reshape: cannot reshape {in_shape} ({total} elements) with codes {tuple(spec)} "
+                         f"(gives {tuple(out)})")
+    return tuple(out)
+
+
+def reshape_npx(in_shape: tuple[int, ...], spec: Sequence[int], reverse: bool = False) -> tuple[int, ...]:
+    """The target shape of MXNet 2.x's ``npx.reshape`` codes: -1 infer, -2 copy this dim, -3 drop this dim
+    (of size 1), -4 copy all remaining, -5 merge the next two dims, -6 split one dim into the next two entries.
+
+    Raises:
+        ValueError: a spec that does not fit ``in_shape``.
+    """
+    table = {-2: 0, -4: -2, -5: -3, -6: -4}
+    out_spec: list[int] = []
+    shape = list(in_shape)
+    pos = 0
+    k = 0
+    spec = list(spec)
+    while k < len(spec):
+        code = spec[k]
+        if code == -3:
+            if pos >= len(shape) or shape[pos] != 1:
+                raise ValueError(f"npx.reshape: -3 drops an axis of size 1, but axis {pos} of {in_shape} is not 1")
+            del shape[pos]
+        elif code == -6:
+            out_spec += [-4, spec[k + 1], spec[k + 2]]
+            pos += 1
+            k += 2
+        elif code == -4:
+            out_spec.append(-2)
+            pos = len(shape)
+        elif code == -5:
+            out_spec.append(-3)
+            pos += 2
+        else:
+            out_spec.append(table.get(code, code))
+            pos += 1
+        k += 1
+    return reshape_nd(tuple(shape), out_spec, reverse)
+
+
+def waitall() -> None:
+    """Wait until every device has finished its queued work (synchronises each GPU; a no-op on CPU)."""
+    count = num_gpus()
+    for i in range(count):
+        dev = Device("gpu", i)
+        with dev.use():
+            dev.xp.cuda.Device(i).synchronize()
+
+
+def save(fname: str | os.PathLike, data: Tensor | Sequence[Tensor] | Mapping[str, Tensor]) -> None:
+    """Save a Tensor, a list of Tensors or a dict name -> Tensor to ``fname`` (an ``.npz`` archive, no pickle).
+
+    The file name is used as given; the write is atomic. Load it back with ``load``.
+
+    Raises:
+        TypeError: ``data`` is not a Tensor, a list of them or a dict of them (names the entry).
+    """
+    if isinstance(data, Tensor):
+        data = [data]
+    if isinstance(data, Mapping):
+        items = {_DICT_PREFIX + str(k): v for k, v in data.items()}
+    elif isinstance(data, (list, tuple)):
+        items = {f"{_LIST_PREFIX}{i}": v for i, v in enumerate(data)}
+    else:
+        raise TypeError(f"save: data must be a Tensor, a list of Tensors or a dict of them, got {type(data).__name__}")
+    arrays = {}
+    for k, v in items.items():
+        if isinstance(v, Tensor):
+            arrays[k] = v.asnumpy()
+        elif isinstance(v, np.ndarray):
+            arrays[k] = v
+        else:
+            raise TypeError(f"save: entry {k.split(':', 1)[1]!r} is a {type(v).__name__}, not a Tensor")
+    save_arrays(fname, arrays)
+
+
+def load(fname: str | os.PathLike, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
+    """Load what ``save`` wrote: a list or a dict of Tensors, on ``device`` (default ``cpu(0)``, as MXNet).
+
+    An ``.npz`` written by other means loads as a dict keyed by its array names.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not an mxlite/NumPy ``.npz`` archive.
+    """
+    from ._creation import array  # noqa: PLC0415
+
+    dev = as_device(device) if device is not None else Device("cpu", 0)
+    raw = load_arrays(fname)
+    if raw and _b.all(k.startswith(_LIST_PREFIX) for k in raw):
+        keys = sorted(raw, key=lambda k: int(k[len(_LIST_PREFIX):]))
+        return [array(raw[k], dev) for k in keys]
+    return {(k[len(_DICT_PREFIX):] if k.startswith(_DICT_PREFIX) else k): array(v, dev) for k, v in raw.items()}

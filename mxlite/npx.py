@@ -1,0 +1,168 @@
+"""``mx.npx``: MXNet 2.x's operators beyond NumPy (``softmax``, ``pick``, ``topk``, ``reshape`` codes, ``save``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as _onp
+
+from . import ndarray as _nd
+from ._array_common import load, reshape_npx, save, shape_arg, tensor, tensors, waitall
+from .autograd import nn_ops as _nn
+from .autograd import ops as _ops
+from .autograd.tensor import Tensor
+from .context import current_context
+from .device import cpu, current_device, gpu, num_gpus
+
+__all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
+           "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",
+           "num_gpus", "current_device", "current_context", "fully_connected", "dropout", "layer_norm",
+           "batch_flatten", "embedding", "sequence_mask", "stop_gradient", "relu6", "gamma"]
+
+
+def softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
+            use_length: bool = False, dtype: Any = None) -> Tensor:
+    """Softmax along ``axis`` (of ``data / temperature`` when given)."""
+    return _nd.softmax(data, axis, temperature)
+
+
+def log_softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
+                use_length: bool = False, dtype: Any = None) -> Tensor:
+    """Log-softmax along ``axis``, computed stably."""
+    return _nd.log_softmax(data, axis, temperature)
+
+
+def relu(data: Any) -> Tensor:
+    """``max(x, 0)``."""
+    return _ops.relu(tensor(data))
+
+
+def sigmoid(data: Any) -> Tensor:
+    """``1 / (1 + exp(-x))``."""
+    return _ops.sigmoid(tensor(data))
+
+
+def relu6(data: Any) -> Tensor:
+    """``min(max(x, 0), 6)``."""
+    return _nd.relu6(data)
+
+
+def activation(data: Any, act_type: str = "relu") -> Tensor:
+    """An activation by name ('relu', 'sigmoid', 'tanh', 'softrelu', 'softsign', 'log_sigmoid', 'mish')."""
+    return _nd.Activation(data, act_type)
+
+
+def leaky_relu(data: Any, gamma: Any = None, act_type: str = "leaky", slope: float = 0.25, **kwargs: Any) -> Tensor:
+    """MXNet's ``LeakyReLU`` family ('leaky', 'prelu', 'elu', 'selu', 'gelu')."""
+    return _nd.LeakyReLU(data, gamma, act_type, slope)
+
+
+def pick(data: Any, index: Any, axis: int = -1, mode: str = "clip", keepdims: bool = False) -> Tensor:
+    """One entry per position along ``axis``: ``out[i] = data[i, index[i]]`` for ``axis=1``."""
+    return _nd.pick(data, index, axis, keepdims)
+
+
+def one_hot(data: Any, depth: int, on_value: float = 1.0, off_value: float = 0.0, dtype: Any = _onp.float32) -> Tensor:
+    """``(..., depth)`` array with ``on_value`` at each index."""
+    return _nd.one_hot(data, depth, on_value, off_value, dtype)
+
+
+def topk(data: Any, axis: int = -1, k: int = 1, ret_typ: str = "indices", is_ascend: bool = False,
+         dtype: Any = _onp.int64) -> Any:
+    """The ``k`` largest (smallest when ``is_ascend``) entries along ``axis``; indices are int64 (MXNet 2.x)."""
+    return _nd.topk(data, axis, k, ret_typ, is_ascend, dtype)
+
+
+def batch_dot(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    """Batched matrix product of 3-D arrays, optionally transposed."""
+    return _nd.batch_dot(a, b, transpose_a, transpose_b)
+
+
+def reshape(a: Any, newshape: Any, reverse: bool = False, order: str = "C") -> Tensor:
+    """Reshape with MXNet 2.x's codes: -1 infer, -2 copy this dim, -3 drop a size-1 dim, -4 copy the rest,
+    -5 merge two dims, -6 split one dim into the next two entries.
+
+    Raises:
+        ValueError: codes that do not fit the input's shape.
+    """
+    a = tensor(a)
+    return _ops.reshape(a, reshape_npx(a.shape, shape_arg(newshape), reverse))
+
+
+def batch_flatten(data: Any) -> Tensor:
+    """Collapse every axis but the first."""
+    return _ops.flatten(tensor(data))
+
+
+def fully_connected(x: Any, weight: Any, bias: Any = None, num_hidden: int = 0, no_bias: bool = True,
+                    flatten: bool = True) -> Tensor:
+    """``x · weightᵀ + bias``."""
+    return _nd.FullyConnected(x, weight, bias, num_hidden, no_bias and bias is None, flatten)
+
+
+def dropout(data: Any, p: float = 0.5, axes: Any = (), mode: str = "training", **kwargs: Any) -> Tensor:
+    """Inverted dropout while training."""
+    return _nd.Dropout(data, p, axes, mode)
+
+
+def layer_norm(data: Any, gamma: Any, beta: Any, axis: int = -1, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over ``axis``."""
+    data, gamma, beta = tensors(data, gamma, beta)
+    return _nn.layer_norm(data, gamma, beta, axis=axis, eps=eps)
+
+
+def embedding(data: Any, weight: Any, input_dim: int = 0, output_dim: int = 0, sparse_grad: bool = False,
+              **kwargs: Any) -> Tensor:
+    """Rows of ``weight`` at the ids in ``data``."""
+    weight = tensor(weight)
+    ids = data._data if isinstance(data, Tensor) else data
+    return _nn.embedding(ids, weight, sparse_grad=sparse_grad)
+
+
+def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: bool = False, value: float = 0.0,
+                  axis: int = 0) -> Tensor:
+    """Set entries past each sequence's length to ``value`` (time on ``axis`` 0 or 1, batch on the other)."""
+    data = tensor(data)
+    if not use_sequence_length or sequence_length is None:
+        return data
+    lengths = tensor(sequence_length, data)
+    xp = data.device.xp
+    steps = data.shape[axis]
+    t = xp.arange(steps).reshape((steps, 1) if axis == 0 else (1, steps))
+    lens = lengths._data.reshape((1, -1) if axis == 0 else (-1, 1))
+    keep = (t < lens).reshape(tuple(data.shape[:2]) + (1,) * (data.ndim - 2))
+    return _ops.where(Tensor(xp.broadcast_to(keep, data.shape), data.device), data, value)
+
+
+def stop_gradient(data: Any) -> Tensor:
+    """``data`` cut from the graph."""
+    return _nd.stop_gradient(data)
+
+
+def gamma(data: Any) -> Tensor:
+    """Elementwise Gamma function (no gradient), computed on the host."""
+    import math  # noqa: PLC0415
+
+    data = tensor(data)
+    host = _onp.frompyfunc(math.gamma, 1, 1)(data.asnumpy()).astype(data.dtype)
+    from ._creation import array  # noqa: PLC0415
+
+    return array(host, data.device)
+
+
+def set_np(shape: bool = True, array: bool = True, dtype: bool = False) -> None:
+    """MXNet's switch to NumPy semantics; mxlite always has them, so this does nothing."""
+
+
+def reset_np() -> None:
+    """MXNet's switch back to 1.x semantics; a no-op in mxlite (each namespace keeps its own conventions)."""
+
+
+def is_np_array() -> bool:
+    """Always True: mxlite's arrays follow NumPy's semantics."""
+    return True
+
+
+def is_np_shape() -> bool:
+    """Always True: zero-size and scalar shapes are valid."""
+    return True

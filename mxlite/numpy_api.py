@@ -1,0 +1,353 @@
+"""``mx.np``: MXNet 2.x's NumPy-compatible array functions over mxlite's Tensor.
+
+NumPy's names and arguments (``axis=``, ``size=``, ``device=``; ``ctx=`` accepted too), float32 as the
+default float dtype (MXNet's), every function differentiable where NumPy's math is. ``mx.np.ndarray`` is
+:class:`~mxlite.Tensor`. NumPy arrays and Python numbers are accepted wherever a Tensor is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as _onp
+
+from . import ndarray as _nd
+from . import random as _random
+from ._array_common import device_arg, shape_arg, tensor, tensors
+from ._creation import arange as _arange
+from ._creation import array as _array
+from ._creation import full as _full
+from .autograd import ops as _ops
+from .autograd.tensor import Tensor
+
+ndarray = Tensor
+float16, float32, float64 = _onp.float16, _onp.float32, _onp.float64
+int8, int32, int64, uint8, bool_ = _onp.int8, _onp.int32, _onp.int64, _onp.uint8, _onp.bool_
+pi, e, inf, nan, newaxis = _onp.pi, _onp.e, _onp.inf, _onp.nan, None
+dtype = _onp.dtype
+
+
+def array(object: Any, dtype: Any = None, device: Any = None, ctx: Any = None, **kwargs: Any) -> Tensor:  # noqa: A002
+    """A new array holding a copy of ``object`` (lists and numbers become float32, MXNet's default)."""
+    return _array(object, device_arg(device, ctx, "np.array"), dtype)
+
+
+asarray = array
+
+
+def zeros(shape: Any, dtype: Any = None, order: str = "C", device: Any = None, ctx: Any = None) -> Tensor:
+    """Zeros of ``shape`` (float32 by default)."""
+    return _full(shape_arg(shape), 0, device_arg(device, ctx, "np.zeros"), dtype)
+
+
+def ones(shape: Any, dtype: Any = None, order: str = "C", device: Any = None, ctx: Any = None) -> Tensor:
+    """Ones of ``shape`` (float32 by default)."""
+    return _full(shape_arg(shape), 1, device_arg(device, ctx, "np.ones"), dtype)
+
+
+def full(shape: Any, fill_value: float, dtype: Any = None, order: str = "C", device: Any = None,
+         ctx: Any = None) -> Tensor:
+    """``fill_value`` of ``shape`` (float32 by default)."""
+    return _full(shape_arg(shape), fill_value, device_arg(device, ctx, "np.full"), dtype)
+
+
+def empty(shape: Any, dtype: Any = None, order: str = "C", device: Any = None, ctx: Any = None) -> Tensor:
+    """An array of ``shape`` (zero-filled in mxlite)."""
+    return zeros(shape, dtype, order, device, ctx)
+
+
+def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any = None, device: Any = None,
+           ctx: Any = None) -> Tensor:
+    """Evenly spaced values in ``[start, stop)`` (float32 by default, as MXNet)."""
+    return _arange(start, stop, step, device_arg(device, ctx, "np.arange"), dtype)
+
+
+def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype: Any = None, axis: int = 0, device: Any = None, ctx: Any = None) -> Any:
+    """``num`` evenly spaced values from ``start`` to ``stop`` (float32 by default)."""
+    out = _nd.linspace(start, stop, num, endpoint, dtype=dtype, device=device_arg(device, ctx, "np.linspace"))
+    if retstep:
+        return out, (stop - start) / max(num - 1 if endpoint else num, 1)
+    return out
+
+
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, device: Any = None,  # noqa: N803
+        ctx: Any = None) -> Tensor:
+    """A 2-D array with ones on diagonal ``k``."""
+    return _nd.eye(N, M or 0, k, dtype=dtype, device=device_arg(device, ctx, "np.eye"))
+
+
+def identity(n: int, dtype: Any = None, device: Any = None, ctx: Any = None) -> Tensor:
+    """The ``n x n`` identity matrix."""
+    return eye(n, dtype=dtype, device=device, ctx=ctx)
+
+
+def zeros_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Zeros with ``a``'s shape, dtype and device."""
+    return _nd.full_like(a, 0, dtype)
+
+
+def ones_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Ones with ``a``'s shape, dtype and device."""
+    return _nd.full_like(a, 1, dtype)
+
+
+def full_like(a: Any, fill_value: float, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """``fill_value`` with ``a``'s shape, dtype and device."""
+    return _nd.full_like(a, fill_value, dtype)
+
+
+empty_like = zeros_like
+
+
+def _size(size: Any) -> tuple[int, ...]:
+    return shape_arg(size)
+
+
+def _uniform(low: float = 0.0, high: float = 1.0, size: Any = None, dtype: Any = None, device: Any = None,
+             ctx: Any = None, out: Tensor | None = None) -> Tensor:
+    """Samples of U[low, high) of ``size`` (float32 by default)."""
+    return _nd._into(out, _random.uniform(low, high, _size(size), dtype, device_arg(device, ctx, "np.random")))
+
+
+def _normal(loc: float = 0.0, scale: float = 1.0, size: Any = None, dtype: Any = None, device: Any = None,
+            ctx: Any = None, out: Tensor | None = None) -> Tensor:
+    """Samples of N(loc, scale²) of ``size`` (float32 by default)."""
+    return _nd._into(out, _random.normal(loc, scale, _size(size), dtype, device_arg(device, ctx, "np.random")))
+
+
+def _randint(low: int, high: int | None = None, size: Any = None, dtype: Any = None, device: Any = None,
+             ctx: Any = None, out: Tensor | None = None) -> Tensor:
+    """Integers uniform in ``[low, high)`` (``[0, low)`` when ``high`` is None), int64 by default."""
+    if high is None:
+        low, high = 0, low
+    return _nd._into(out, _random.randint(low, high, _size(size), dtype or _onp.int64,
+                                          device_arg(device, ctx, "np.random")))
+
+
+def _rand(*size: int, **kwargs: Any) -> Tensor:
+    """U[0, 1) samples of the shape given as separate ints."""
+    return _uniform(0.0, 1.0, size, **kwargs)
+
+
+def _randn(*size: int, **kwargs: Any) -> Tensor:
+    """N(0, 1) samples of the shape given as separate ints."""
+    return _normal(0.0, 1.0, size, **kwargs)
+
+
+random = SimpleNamespace(uniform=_uniform, normal=_normal, randint=_randint, rand=_rand, randn=_randn,
+                         seed=_random.seed, shuffle=_random.shuffle)
+
+# -- elementwise -------------------------------------------------------------------------------
+for _name in ("exp", "log", "sqrt", "square", "tanh", "abs", "negative", "sin", "cos", "tan", "arcsin", "arccos",
+              "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "log1p", "expm1", "log2", "log10",
+              "reciprocal", "cbrt", "sign", "floor", "ceil", "trunc", "fix", "rint", "logical_not", "isnan", "isinf",
+              "isfinite", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "mod", "equal",
+              "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
+              "logical_xor", "hypot", "arctan2", "true_divide", "where", "clip"):
+    globals()[_name] = getattr(_nd, _name)
+absolute = abs  # noqa: F821 - bound in the loop above
+remainder = mod  # noqa: F821
+fmod = mod  # noqa: F821
+
+
+def round(x: Any, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy's name
+    """Round half to even to ``decimals`` places (no gradient)."""
+    return _ops.round(tensor(x), decimals)
+
+
+around = round
+
+
+# -- reductions --------------------------------------------------------------------------------
+def _reduction(op: Any) -> Any:
+    def fn(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+           **kwargs: Any) -> Tensor:
+        res = op(tensor(a), axis=axis, keepdims=keepdims)
+        return res.astype(dtype) if dtype is not None else res
+
+    fn.__name__ = op.__name__
+    fn.__doc__ = op.__doc__
+    return fn
+
+
+sum = _reduction(_ops.sum)  # noqa: A001
+mean = _reduction(_ops.mean)
+max = amax = _reduction(_ops.max)  # noqa: A001
+min = amin = _reduction(_ops.min)  # noqa: A001
+prod = _reduction(_ops.prod)
+
+
+def std(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """Standard deviation over ``axis`` (dividing by ``n - ddof``)."""
+    return _ops.std(tensor(a), axis, keepdims, ddof)
+
+
+def var(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+    """Variance over ``axis`` (dividing by ``n - ddof``)."""
+    return _ops.var(tensor(a), axis, keepdims, ddof)
+
+
+def argmax(a: Any, axis: int | None = None, out: Any = None, keepdims: bool = False) -> Tensor:
+    """Index of the maximum along ``axis`` (int64)."""
+    return _ops.argmax(tensor(a), axis, keepdims)
+
+
+def argmin(a: Any, axis: int | None = None, out: Any = None, keepdims: bool = False) -> Tensor:
+    """Index of the minimum along ``axis`` (int64)."""
+    return _ops.argmin(tensor(a), axis, keepdims)
+
+
+def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: Any = None) -> Tensor:
+    """Cumulative sum along ``axis`` (flattened when None)."""
+    return _ops.cumsum(tensor(a), axis)
+
+
+def all(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether every entry along ``axis`` is non-zero (bool, no gradient)."""
+    a = tensor(a)
+    return Tensor(a.device.xp.asarray(a._data.all(axis=axis, keepdims=keepdims)), a.device)
+
+
+def any(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether some entry along ``axis`` is non-zero (bool, no gradient)."""
+    a = tensor(a)
+    return Tensor(a.device.xp.asarray(a._data.any(axis=axis, keepdims=keepdims)), a.device)
+
+
+def sort(a: Any, axis: int = -1, **kwargs: Any) -> Tensor:
+    """``a`` sorted ascending along ``axis`` (differentiable)."""
+    return _ops.sort(tensor(a), axis)
+
+
+def argsort(a: Any, axis: int = -1, **kwargs: Any) -> Tensor:
+    """Indices that sort ``a`` ascending along ``axis`` (int64, stable)."""
+    return _ops.argsort(tensor(a), axis)
+
+
+# -- shape -------------------------------------------------------------------------------------
+def reshape(a: Any, newshape: Any, order: str = "C") -> Tensor:
+    """``a`` with shape ``newshape`` (one entry may be -1)."""
+    return _ops.reshape(tensor(a), shape_arg(newshape))
+
+
+def ravel(a: Any, order: str = "C") -> Tensor:
+    """``a`` flattened to 1-D."""
+    return _ops.reshape(tensor(a), (-1,))
+
+
+def transpose(a: Any, axes: Any = None) -> Tensor:
+    """Permute axes (reverse them when None)."""
+    return _ops.transpose(tensor(a), *((tuple(axes),) if axes is not None else ()))
+
+
+def swapaxes(a: Any, axis1: int, axis2: int) -> Tensor:
+    """Exchange two axes."""
+    return _ops.swapaxes(tensor(a), axis1, axis2)
+
+
+def moveaxis(a: Any, source: int, destination: int) -> Tensor:
+    """Move axis ``source`` to ``destination``."""
+    return _ops.moveaxis(tensor(a), source, destination)
+
+
+def expand_dims(a: Any, axis: int) -> Tensor:
+    """Insert an axis of length 1 at ``axis``."""
+    return _ops.expand_dims(tensor(a), axis)
+
+
+def squeeze(a: Any, axis: Any = None) -> Tensor:
+    """Remove axes of length 1."""
+    return _ops.squeeze(tensor(a), axis)
+
+
+def broadcast_to(array: Any, shape: Any) -> Tensor:
+    """Broadcast to ``shape``."""
+    return _ops.broadcast_to(tensor(array), shape_arg(shape))
+
+
+def tile(A: Any, reps: Any) -> Tensor:  # noqa: N803
+    """Repeat the whole array ``reps`` times along each axis."""
+    return _ops.tile(tensor(A), reps)
+
+
+def repeat(a: Any, repeats: int, axis: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times along ``axis``."""
+    return _ops.repeat(tensor(a), repeats, axis)
+
+
+def flip(m: Any, axis: Any = None) -> Tensor:
+    """Reverse along ``axis`` (all axes when None)."""
+    return _ops.flip(tensor(m), axis)
+
+
+def concatenate(seq: Sequence[Any], axis: int = 0, out: Any = None) -> Tensor:
+    """Join arrays along an existing ``axis`` (0 by default)."""
+    return _ops.concat(tensors(*seq), axis=axis)
+
+
+concat = concatenate
+
+
+def stack(arrays: Sequence[Any], axis: int = 0, out: Any = None) -> Tensor:
+    """Join same-shaped arrays along a new ``axis``."""
+    return _ops.stack(tensors(*arrays), axis=axis)
+
+
+def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
+    """Split into equal sections (an int) or at the given indices (a sequence) along ``axis``.
+
+    Raises:
+        ValueError: an int that does not divide the axis length.
+    """
+    a = tensor(ary)
+    if isinstance(indices_or_sections, (int, _onp.integer)):
+        return _ops.split(a, int(indices_or_sections), axis)
+    bounds = [0, *[int(i) for i in indices_or_sections], a.shape[axis]]
+    return [_ops.slice_axis(a, axis, b, e) for b, e in zip(bounds[:-1], bounds[1:])]
+
+
+def take(a: Any, indices: Any, axis: int | None = None, mode: str = "clip", out: Any = None) -> Tensor:
+    """Entries of ``a`` at ``indices`` along ``axis`` (of the flattened array when None)."""
+    a = tensor(a)
+    if axis is None:
+        a, axis = _ops.reshape(a, (-1,)), 0
+    return _nd.take(a, indices, axis, mode)
+
+
+def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
+    """NumPy's ``take_along_axis`` (differentiable in ``arr``)."""
+    return _ops.take_along_axis(tensor(arr), indices, axis)
+
+
+# -- linear algebra ----------------------------------------------------------------------------
+def dot(a: Any, b: Any, out: Any = None) -> Tensor:
+    """NumPy's ``dot`` (inner product of vectors, matrix product, N-D contraction)."""
+    a, b = tensors(a, b)
+    return _ops.numpy_dot(a, b)
+
+
+def matmul(a: Any, b: Any, out: Any = None) -> Tensor:
+    """Matrix product of the last two axes, batch axes broadcast."""
+    return _nd.matmul(a, b)
+
+
+def outer(a: Any, b: Any) -> Tensor:
+    """Outer product of two vectors (flattened)."""
+    a, b = tensors(a, b)
+    return _ops.multiply(_ops.reshape(a, (-1, 1)), _ops.reshape(b, (1, -1)))
+
+
+def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
+    """L2 (``ord`` None/2/'fro') or L1 (``ord=1``) norm over ``axis``."""
+    return _ops.norm(tensor(x), ord, axis, keepdims)
+
+
+linalg = SimpleNamespace(norm=_norm)
+
+
+def may_share_memory(a: Any, b: Any) -> bool:
+    """Whether two arrays may share memory (NumPy's conservative test)."""
+    return bool(_onp.may_share_memory(tensor(a)._data, tensor(b)._data)) if not tensor(a).device.is_gpu else False
