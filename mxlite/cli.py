@@ -44,16 +44,30 @@ def info() -> None:
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (and exit status 2), no usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mxlite`` console script."""
-    parser = argparse.ArgumentParser(prog="mxlite", description=__doc__)
+    """Entry point of the ``mxlite`` console script.
+
+    User mistakes (a bad option, a device that does not exist) print one line starting with
+    ``mxlite <command>: error:`` and exit with status 2; no traceback.
+    """
+    parser = _Parser(prog="mxlite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     from . import train_job  # noqa: PLC0415
+    from .device import DeviceUnavailableError  # noqa: PLC0415
 
-    train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)")
+    train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)",
+                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     train_job.add_arguments(train_parser)
     sub.add_parser("info", help="versions, devices, CUDA, NCCL and MPI availability")
-    launch_parser = sub.add_parser("launch", help="run a training script in N processes under MPI (mpiexec)")
+    launch_parser = sub.add_parser("launch", help="run a training script in N processes under MPI (mpiexec)",
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     launch_parser.add_argument("-n", "--processes", type=int, default=None,
                                help="number of processes (default: hosts x --ppn)")
     launch_parser.add_argument("--hosts", help="comma-separated node names (passed to mpiexec)")
@@ -75,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
     elif args.command == "train":
-        history = train_job.run(args)
-        return 0 if history.test_acc else 1
+        try:
+            train_job.parse_devices(args.devices)
+        except (ValueError, DeviceUnavailableError) as exc:
+            message = str(exc)
+            train_parser.error(message if message.startswith("--devices") else f"--devices {args.devices}: {message}")
+        train_job.run(args)
+        return 0
     return 0
 
 

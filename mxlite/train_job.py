@@ -20,6 +20,7 @@ import numpy as np
 from . import autograd, datasets, init, loss, metric, nn, random
 from .data import ArrayDataset, DataLoader
 from .device import Device, cpu, gpu, gpu_devices
+from .optimizer import registered as _registered_optimizers
 from .parallel import split_and_load
 from .trainer import Trainer
 
@@ -53,13 +54,24 @@ def parse_devices(spec: str) -> list[Device]:
         if not found:
             gpu(0)  # raises DeviceUnavailableError explaining why
         return found
+    try:
+        numbers = [int(i) for i in rest.split(",")]
+    except ValueError:
+        raise ValueError(f"--devices must look like 'gpu:all', 'cpu:2' or 'gpu:0,1', got {spec!r}") from None
     if kind == "cpu" and "," not in rest:
-        count = int(rest)
-        if count < 1:
-            raise ValueError(f"--devices cpu:N needs N >= 1, got {count}")
-        return [cpu(i) for i in range(count)]
+        if numbers[0] < 1:
+            raise ValueError(f"--devices cpu:N needs N >= 1, got {numbers[0]}")
+        return [cpu(i) for i in range(numbers[0])]
+    if min(numbers) < 0:
+        raise ValueError(f"--devices: device numbers must be >= 0, got {spec!r}")
     make = cpu if kind == "cpu" else gpu
-    return [make(int(i)) for i in rest.split(",")]
+    return [make(i) for i in numbers]
+
+
+MODEL_DESCRIPTIONS = {
+    "mlp": "MLP 64-128-64-10 (ReLU)",
+    "cnn": "CNN: 2 conv 3x3 (16, 32 channels), max-pool, dense 64-10",
+}
 
 
 def build_model(name: str) -> nn.Block:
@@ -106,8 +118,9 @@ def run(args: argparse.Namespace) -> History:
     loss_fn = loss.SoftmaxCrossEntropyLoss()
     loader = DataLoader(ArrayDataset(x_train, y_train), batch_size=args.batch_size, shuffle=True,
                         seed=args.seed, last_batch="keep")
-    print(f"mxlite train: {args.model} on {len(devices)} device(s) {devices}, {len(x_train)} train / "
-          f"{len(x_test)} held-out samples, {args.optimizer} lr={lr}, batch {args.batch_size}")
+    print(f"mxlite train: {MODEL_DESCRIPTIONS[args.model]} ('{args.model}') on the UCI digits (8x8), "
+          f"{len(devices)} device(s) {devices}, {len(x_train)} train / {len(x_test)} held-out samples, "
+          f"{args.optimizer} lr={lr}, batch {args.batch_size}, {args.epochs} epoch(s)")
     history = History()
     for epoch in range(1, args.epochs + 1):
         train_acc, total_loss, seen = metric.Accuracy(), 0.0, 0
@@ -138,25 +151,42 @@ def run(args: argparse.Namespace) -> History:
         if not args.quiet:
             print(f"epoch {epoch:3d}: loss {total_loss / seen:.4f}  train acc {train_acc.get()[1]:.4f}  "
                   f"held-out acc {test_acc:.4f}  {seen / elapsed:,.0f} samples/s")
-    print(f"held-out accuracy: {history.test_acc[-1]:.4f}")
-    _write_outputs(args.out, net, history, vars(args))
+    if history.test_acc:
+        final = history.test_acc[-1]
+        print(f"held-out accuracy: {final:.4f}")
+    else:  # --epochs 0: the initialised model, untrained
+        with autograd.predict_mode():
+            final = evaluate(net, x_test, y_test, devices, args.batch_size)
+        print(f"no epochs run: saving the untrained model; held-out accuracy {final:.4f}")
+    title = f"{args.model} on {', '.join(str(d) for d in devices)}: held-out accuracy {final:.2%}"
+    _write_outputs(args.out, net, history, vars(args), title)
+    print(f"load it with: net = mxlite.train_job.build_model({args.model!r}); "
+          f"net.load_parameters({os.path.join(args.out, 'model.npz')!r})")
     return history
 
 
-def _write_outputs(out: str, net: nn.Block, history: History, config: dict[str, Any]) -> None:
+def _write_outputs(out: str, net: nn.Block, history: History, config: dict[str, Any], title: str = "") -> None:
     os.makedirs(out, exist_ok=True)
     net.save_parameters(os.path.join(out, "model.npz"))
     with open(os.path.join(out, "history.json"), "w") as f:
         json.dump({"config": config, **asdict(history)}, f, indent=2)
     plot = os.path.join(out, "training.png")
-    if _plot(history, plot):
+    if _plot(history, plot, title):
         print(f"wrote {out}/model.npz, {out}/history.json and {plot}")
     else:
         print(f"wrote {out}/model.npz and {out}/history.json (install matplotlib, e.g. "
               "pip install 'mxlite[train]', for the plot)")
 
 
-def _plot(history: History, path: str) -> bool:
+def accuracy_limits(values: list[float]) -> tuple[float, float]:
+    """The accuracy axis: from a little below the lowest value plotted (at most 0.9 below 1) to 1.0,
+    so that the useful range near the top is not squeezed into the top tenth of the plot."""
+    low = min(values) if values else 0.0
+    span = max(1.0 - low, 0.02)
+    return max(0.0, 1.0 - 1.1 * span), 1.0 + 0.02 * span
+
+
+def _plot(history: History, path: str, title: str = "") -> bool:
     try:
         import matplotlib  # noqa: PLC0415 - optional
 
@@ -164,29 +194,71 @@ def _plot(history: History, path: str) -> bool:
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ImportError:
         return False
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
     epochs = np.arange(1, len(history.train_loss) + 1)
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     ax_loss.plot(epochs, history.train_loss, marker="o")
     ax_loss.set(title="training loss", xlabel="epoch", ylabel="softmax cross-entropy")
     ax_acc.plot(epochs, history.train_acc, marker="o", label="train")
     ax_acc.plot(epochs, history.test_acc, marker="s", label="held-out")
-    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy", ylim=(0, 1.01))
+    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy",
+               ylim=accuracy_limits(history.train_acc + history.test_acc))
     ax_acc.legend()
+    for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
 
+def _int_at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def _optimizer_name(text: str) -> str:
+    name = text.lower()
+    if name not in _registered_optimizers():
+        raise argparse.ArgumentTypeError(f"unknown optimizer {text!r}; choose from "
+                                         f"{', '.join(_registered_optimizers())}")
+    return name
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``mxlite train``."""
+    """The options of ``mxlite train`` (give the parser ``ArgumentDefaultsHelpFormatter`` to show defaults)."""
     parser.add_argument("--devices", default="auto",
-                        help="'auto' (every GPU, else cpu:2), 'gpu:all', 'cpu:N' or 'gpu:0,1' (default auto)")
-    parser.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per step, all devices together")
-    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    parser.add_argument("--optimizer", default="adam", help="a registered optimizer name (default adam)")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate (default: tuned per optimizer)")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="'auto' (every GPU, else cpu:2), 'gpu:all', 'cpu:N' or 'gpu:0,1'")
+    parser.add_argument("--epochs", type=_int_at_least(0), default=20,
+                        help="passes over the training set (0: save the initialised model)")
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=64,
+                        help="samples per step, all devices together")
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                        help="; ".join(f"{k}: {v}" for k, v in MODEL_DESCRIPTIONS.items()))
+    parser.add_argument("--optimizer", type=_optimizer_name, default="adam", help="a registered optimizer name")
+    parser.add_argument("--lr", type=_positive_float, default=None,
+                        help="learning rate (None: tuned per optimizer, " +
+                        ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items()) + ", else 0.01)")
+    parser.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the data split, order and init")
     parser.add_argument("--out", default="out", help="folder for model.npz, history.json, training.png")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")

@@ -695,7 +695,7 @@ def test_values_mxnet_accepts_are_still_accepted(name, kwargs):
 
 
 def test_unknown_optimizer_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"unknown optimizer 'adamx'; registered: adadelta, adagrad, adam, adamw"):
+    with pytest.raises(ValueError, match=r"unknown optimizer 'adamx'; registered: adabelief, adadelta, adagrad, "):
         mx.optimizer.create("adamx")
 
 

@@ -64,3 +64,72 @@ def _args(tmp_path, **overrides):
     for key, value in overrides.items():
         setattr(args, key, value)
     return args
+
+
+def test_zero_epochs_saves_the_untrained_model(tmp_path, capsys):
+    out = tmp_path / "zero"
+    assert cli.main(["train", "--devices", "cpu:2", "--epochs", "0", "--quiet", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "no epochs run" in text and (out / "model.npz").exists()
+    assert "MLP 64-128-64-10" in text  # which model it trains
+    assert f"net.load_parameters('{out / 'model.npz'}')" in text  # how to load it
+    net = train_job.build_model("mlp")
+    net.load_parameters(str(out / "model.npz"))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--epochs", "-1"], "--epochs: expected an integer >= 0, got -1"),
+    (["--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
+    (["--lr", "nan"], "--lr: expected a finite number > 0"),
+    (["--optimizer", "bogus"], "unknown optimizer 'bogus'"),
+    (["--devices", "tpu:1"], "--devices must look like"),
+    (["--devices", "cpu:x"], "--devices must look like"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+])
+def test_user_mistakes_print_one_line(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["train", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_gpu_is_one_line(capsys):
+    spec = f"gpu:{mx.num_gpus() + 3}"  # one more than there are, real or emulated
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--devices", spec])
+    err = capsys.readouterr().err
+    assert err.startswith(f"mxlite train: error: --devices {spec}: ") and err.count("\n") == 1
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: auto)", "(default: 20)", "(default: 64)", "(default: mlp)", "(default: adam)",
+                    "(default: None)", "(default: 0)", "(default: out)", "(default: False)"):
+        assert default in text, default
+
+
+def test_plot_axes_and_title(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    seen = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def capture(fig, path, **kwargs):
+        seen["title"] = fig._suptitle.get_text()
+        ax_loss, ax_acc = fig.axes
+        seen["ylim"] = ax_acc.get_ylim()
+        seen["xticks"] = [t for t in ax_acc.get_xticks() if 1 <= t <= 3]
+        return original(fig, path, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
+    history = train_job.run(_args(tmp_path, epochs=3))
+    assert seen["title"] == f"mlp on cpu(0), cpu(1): held-out accuracy {history.test_acc[-1]:.2%}"
+    assert all(float(t).is_integer() for t in seen["xticks"])
+    low, high = seen["ylim"]
+    assert low > 0.3 and high <= 1.01  # the useful range, not 0..1
+    assert low <= min(history.train_acc + history.test_acc)
+    assert train_job.accuracy_limits([0.96, 0.99]) == pytest.approx((0.956, 1.0008))

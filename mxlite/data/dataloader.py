@@ -23,10 +23,27 @@ Behaviour:
   permutations come from :func:`mxlite.random.host_generator`, reproducible under
   :func:`mxlite.random.seed`.
 
+Workers (``num_workers > 0``):
+
+* ``thread_pool=False`` (default): a pool of ``num_workers`` worker *processes*, forked from
+  this one (POSIX; elsewhere spawned, which needs a picklable dataset), each reading whole
+  batches and running ``batchify_fn``; the batches come back in order. Up to ``prefetch``
+  batches (default ``2 * num_workers``) are in flight at once. Each worker reseeds NumPy's,
+  Python's and :mod:`mxlite.random`'s streams with its own seed, so random transforms differ
+  between workers.
+* ``thread_pool=True``: the same with threads, which run in parallel only where the work
+  releases the GIL (NumPy, Pillow decoding); no pickling, and batches are built in this process.
+* A worker process that dies (a crash, ``os._exit``, the out-of-memory killer) makes the
+  loader raise :class:`RuntimeError` saying so, and a batch not ready within ``timeout``
+  seconds raises :class:`RuntimeError` naming the timeout: the loop never hangs. An exception
+  raised by the dataset in a worker is re-raised in the loop with the worker's traceback.
+* The pool lives as long as the loader (and any iterator over it) and is shut down when both
+  are gone, or by :meth:`DataLoader.close`.
+
 Warnings:
 
-* ``num_workers > 0`` is accepted for Gluon compatibility but samples are still read in the
-  calling thread, one batch at a time: there is no worker pool or prefetching.
+* ``pin_memory`` and ``pin_device_id`` are accepted and checked for MXNet compatibility;
+  batches are built in ordinary host memory (mxlite stages its own host-to-device copies).
 * With ``last_batch='rollover'`` the loader has state: the samples left over at the end of
   an epoch start the next one, so ``len(loader)`` can change after each epoch. Breaking out
   of an epoch early loses the carried samples (as in Gluon).
@@ -34,11 +51,18 @@ Warnings:
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+import random as _pyrandom
 from collections.abc import Callable, Iterable, Iterator, Sized
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
 
+from .. import random as _mxrandom
 from .._copy import as_host
 from ..autograd.tensor import Tensor
 from ..device import Device, as_device, cpu
@@ -98,8 +122,14 @@ class DataLoader:
             ``sampler`` and ``last_batch``, none of which may then be given.
         batchify_fn: combines a list of samples into a batch; default
             :func:`default_batchify_fn`.
-        num_workers: accepted for Gluon compatibility (an integer >= 0); loading always runs
-            in the calling thread.
+        num_workers: worker processes (or threads) loading batches in parallel; 0 (default)
+            loads in the calling thread.
+        pin_memory: accepted for MXNet compatibility (see the module docstring).
+        pin_device_id: accepted with ``pin_memory``; an integer >= 0.
+        prefetch: batches in flight with workers, an integer >= 1 (default ``2 * num_workers``).
+        thread_pool: use threads instead of processes for the workers.
+        timeout: seconds to wait for one batch from the workers before raising (> 0, default 120).
+        try_nopython, auto_reload: accepted for MXNet compatibility; ignored.
         seed: a non-negative integer seeding the loader's own shuffle generator (used only
             with ``shuffle=True``; ignored otherwise).
         device: where batches are put (default: ``cpu(0)``, where batchify builds them).
@@ -112,13 +142,29 @@ class DataLoader:
                  sampler: Iterable[Any] | None = None, last_batch: str | None = None,
                  batch_sampler: Iterable[list[Any]] | None = None,
                  batchify_fn: Callable[[list[Any]], Any] | None = None, num_workers: int = 0,
-                 seed: int | None = None, device: Device | str | None = None) -> None:
+                 pin_memory: bool = False, pin_device_id: int = 0, prefetch: int | None = None,
+                 thread_pool: bool = False, timeout: float = 120, try_nopython: bool | None = None,
+                 auto_reload: bool = True, *, seed: int | None = None,
+                 device: Device | str | None = None) -> None:
+        self._pool: Any = None
         if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise TypeError(f"dataset must have __getitem__ and __len__, got {type(dataset).__name__}")
         self._dataset: Dataset = dataset
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         self._num_workers = int(num_workers)
+        if isinstance(pin_device_id, bool) or not isinstance(pin_device_id, (int, np.integer)) or pin_device_id < 0:
+            raise ValueError(f"pin_device_id must be an integer >= 0, got {pin_device_id!r}")
+        self._pin_memory, self._pin_device_id = bool(pin_memory), int(pin_device_id)
+        if prefetch is None:
+            prefetch = 2 * self._num_workers
+        elif isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or prefetch < 1:
+            raise ValueError(f"prefetch must be an integer >= 1 or None, got {prefetch!r}")
+        self._prefetch = max(int(prefetch), 1)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        self._timeout = float(timeout)
+        self._thread_pool = bool(thread_pool)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
         self._seed = seed
@@ -154,10 +200,82 @@ class DataLoader:
 
         Raises:
             IndexError: the sampler gave an index outside the dataset (names it and the length).
+            RuntimeError: a worker process died, or a batch took longer than ``timeout``.
         """
-        for indices in self._batch_sampler:
-            batch = self._batchify_fn([self._read(i) for i in indices])
-            yield _to_device(batch, self._device)
+        if self._num_workers == 0:
+            for indices in self._batch_sampler:
+                yield _to_device(self._load(indices), self._device)
+            return
+        yield from self._iter_workers()
+
+    def _load(self, indices: Iterable[Any]) -> Any:
+        return self._batchify_fn([self._read(i) for i in indices])
+
+    def _get_pool(self) -> Any:
+        if self._pool is None:
+            if self._thread_pool:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self._num_workers,
+                                                                   thread_name_prefix="mxlite-dataloader")
+            else:
+                methods = multiprocessing.get_all_start_methods()
+                ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+                base_seed = int(_mxrandom.host_generator().integers(2**31))
+                counter = ctx.Value("i", 0)
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self._num_workers, mp_context=ctx, initializer=_worker_init,
+                    initargs=(self._dataset, self._batchify_fn, base_seed, counter))
+        return self._pool
+
+    def _iter_workers(self) -> Iterator[Any]:
+        pool = self._get_pool()
+        batches = iter(self._batch_sampler)
+        pending: collections.deque[tuple[int, Any]] = collections.deque()
+        submitted = 0
+
+        def submit() -> None:
+            nonlocal submitted
+            indices = next(batches, None)
+            if indices is None:
+                return
+            fn = self._load if self._thread_pool else _worker_load
+            pending.append((submitted, pool.submit(fn, list(indices))))
+            submitted += 1
+
+        try:
+            for _ in range(self._prefetch):
+                submit()
+            while pending:
+                number, future = pending.popleft()
+                try:
+                    batch = future.result(timeout=self._timeout)
+                except BrokenProcessPool as exc:
+                    self.close()
+                    raise RuntimeError(
+                        f"DataLoader: a worker process died while loading batch {number} (a crash, os._exit or "
+                        "the out-of-memory killer); the pool was shut down. Check the dataset and batchify_fn, "
+                        "or run with num_workers=0 to see the error in this process") from exc
+                except concurrent.futures.TimeoutError as exc:
+                    self.close()
+                    raise RuntimeError(f"DataLoader: batch {number} was not ready after timeout={self._timeout:g} "
+                                       "seconds; a worker is stuck or too slow (raise timeout= if it is only "
+                                       "slow)") from exc
+                submit()
+                yield _to_device(batch if self._thread_pool else _from_wire(batch), self._device)
+        finally:
+            for _, future in pending:
+                future.cancel()
+
+    def close(self) -> None:
+        """Shut the worker pool down (a later iteration starts a new one). Safe to call twice."""
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to release
+            pass
 
     def _read(self, index: Any) -> Any:
         try:
@@ -178,3 +296,57 @@ class DataLoader:
         if not isinstance(self._batch_sampler, Sized):
             raise TypeError(f"len(): batch_sampler {type(self._batch_sampler).__name__} has no length")
         return len(self._batch_sampler)
+
+
+# -- worker processes ------------------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+class _WireTensor:
+    """A Tensor's host data on its way from a worker process (rebuilt as a CPU Tensor)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+
+
+def _to_wire(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return _WireTensor(as_host(obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to_wire(o) for o in obj)
+    return obj
+
+
+def _from_wire(obj: Any) -> Any:
+    if isinstance(obj, _WireTensor):
+        return Tensor(obj.data, cpu(0))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_from_wire(o) for o in obj)
+    return obj
+
+
+def _worker_init(dataset: Any, batchify_fn: Callable[[list[Any]], Any], base_seed: int, counter: Any) -> None:
+    """Runs once in each worker process: keep the dataset and give the worker its own seeds."""
+    with counter.get_lock():
+        worker_id = counter.value
+        counter.value += 1
+    seed = (base_seed + 7919 * (worker_id + 1)) % 2**31
+    np.random.seed(seed)
+    _pyrandom.seed(seed)
+    _mxrandom.seed(seed)
+    _WORKER.update(dataset=dataset, batchify_fn=batchify_fn, worker_id=worker_id, pid=os.getpid())
+
+
+def _worker_load(indices: list[Any]) -> Any:
+    """Read and batchify one batch in a worker process."""
+    dataset = _WORKER["dataset"]
+    n = len(dataset)
+    samples = []
+    for i in indices:
+        if isinstance(i, (int, np.integer)) and not -n <= i < n:
+            raise IndexError(f"DataLoader: the sampler gave index {i}, but the dataset has {n} samples "
+                             f"(valid indices 0..{n - 1}); check the sampler's length")
+        samples.append(dataset[i])
+    return _to_wire(_WORKER["batchify_fn"](samples))

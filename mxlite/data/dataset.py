@@ -46,6 +46,57 @@ class Dataset:
         :meth:`transform`."""
         return self.transform(_TransformFirst(fn), lazy)
 
+    def filter(self, fn: Callable[[Any], bool]) -> Dataset:
+        """A dataset of the samples for which ``fn(sample)`` is true, in order (MXNet's ``filter``).
+
+        ``fn`` is called once per sample, here; the result reads the kept samples lazily.
+        """
+        from .sampler import FilterSampler
+        return _SampledDataset(self, FilterSampler(fn, self))
+
+    def shard(self, num_shards: int, index: int) -> Dataset:
+        """Contiguous part ``index`` of ``num_shards`` (MXNet's ``shard``).
+
+        The first ``len(self) % num_shards`` shards hold one sample more than the others, so
+        9 samples in 4 shards give lengths 3, 2, 2, 2.
+
+        Raises:
+            ValueError: ``num_shards`` < 1, or ``index`` outside ``0..num_shards - 1``.
+        """
+        if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)) or num_shards < 1:
+            raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < num_shards:
+            raise ValueError(f"index must be an integer in [0, {num_shards - 1}], got {index!r}")
+        from .sampler import SequentialSampler
+        length = len(self)
+        shard_len, rest = divmod(length, int(num_shards))
+        start = shard_len * index + min(index, rest)
+        end = start + shard_len + (1 if index < rest else 0)
+        return _SampledDataset(self, SequentialSampler(end - start, start))
+
+    def take(self, count: int | None) -> Dataset:
+        """The first ``count`` samples (all of them when ``count`` is None or above the length).
+
+        Raises:
+            ValueError: ``count`` is negative or not an integer.
+        """
+        if count is not None and (isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0):
+            raise ValueError(f"count must be a non-negative integer or None, got {count!r}")
+        from .sampler import SequentialSampler
+        if count is None or count > len(self):
+            count = len(self)
+        return _SampledDataset(self, SequentialSampler(int(count)))
+
+    def sample(self, sampler: Any) -> Dataset:
+        """The samples at the indices ``sampler`` yields, in its order (drawn once, here).
+
+        Raises:
+            TypeError: ``sampler`` is not iterable.
+        """
+        if not hasattr(sampler, "__iter__"):
+            raise TypeError(f"sampler must be an iterable of indices, got {type(sampler).__name__}")
+        return _SampledDataset(self, sampler)
+
 
 class SimpleDataset(Dataset):
     """A dataset over any sequence with ``len`` and integer indexing (a list, an array).
@@ -104,6 +155,20 @@ class ArrayDataset(Dataset):
 
     def __len__(self) -> int:
         return self._length
+
+
+class _SampledDataset(Dataset):
+    """``dataset`` read at the indices of ``sampler`` (listed once, at construction)."""
+
+    def __init__(self, dataset: Dataset, sampler: Any) -> None:
+        self._dataset = dataset
+        self._indices = list(iter(sampler))
+
+    def __getitem__(self, idx: int) -> Any:
+        return self._dataset[self._indices[idx]]
+
+    def __len__(self) -> int:
+        return len(self._indices)
 
 
 class _LazyTransformDataset(Dataset):

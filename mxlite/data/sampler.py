@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import random as _random
 
-__all__ = ["LAST_BATCH_MODES", "BatchSampler", "RandomSampler", "Sampler", "SequentialSampler"]
+__all__ = ["LAST_BATCH_MODES", "BatchSampler", "FilterSampler", "IntervalSampler", "RandomSampler", "Sampler",
+           "SequentialSampler"]
 
 LAST_BATCH_MODES = ("keep", "discard", "rollover")
 
@@ -82,6 +83,55 @@ class RandomSampler(Sampler):
 
     def __len__(self) -> int:
         return self._length
+
+
+class IntervalSampler(Sampler):
+    """Indices ``k, k + interval, k + 2·interval, ...`` below ``length`` (MXNet's ``IntervalSampler``).
+
+    With ``rollover=True`` the pass is repeated for ``k = 0, 1, ..., interval - 1``, so every
+    index appears once; with ``rollover=False`` only ``k = 0`` is used.
+    ``IntervalSampler(10, 3)`` gives 0 3 6 9 1 4 7 2 5 8; with ``rollover=False``, 0 3 6 9.
+
+    Raises:
+        ValueError: ``length`` < 0, or ``interval`` < 1 or >= ``length`` (when ``length`` > 0).
+    """
+
+    def __init__(self, length: int, interval: int, rollover: bool = True) -> None:
+        self._length = _check_int("length", length, 0)
+        self._interval = _check_int("interval", interval, 1)
+        if self._length and self._interval >= self._length:
+            raise ValueError(f"interval must be smaller than length ({self._length}), got {interval!r}")
+        self._rollover = bool(rollover)
+
+    def __iter__(self) -> Iterator[int]:
+        for start in range(self._interval if self._rollover else 1):
+            yield from range(start, self._length, self._interval)
+
+    def __len__(self) -> int:
+        if self._rollover:
+            return self._length
+        return len(range(0, self._length, self._interval))
+
+
+class FilterSampler(Sampler):
+    """The indices ``i`` of ``dataset`` for which ``fn(dataset[i])`` is true (MXNet's ``FilterSampler``).
+
+    ``fn`` is evaluated once per sample, at construction.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+
+    def __init__(self, fn: Any, dataset: Any) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        self._indices = [i for i in range(len(dataset)) if fn(dataset[i])]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._indices)
+
+    def __len__(self) -> int:
+        return len(self._indices)
 
 
 class BatchSampler(Sampler):

@@ -225,7 +225,14 @@ class Optimizer:
         self.param_dict = dict(param_dict or {})
         self.lr_mult: dict[Any, float] = {}
         self.wd_mult: dict[Any, float] = {}
-        self.aggregate_num = aggregate_num or 0
+        if aggregate_num is not None and (isinstance(aggregate_num, bool)
+                                          or not isinstance(aggregate_num, (int, np.integer)) or aggregate_num < 0):
+            raise TypeError(f"aggregate_num must be an integer >= 0 or None, got {type(aggregate_num).__name__}: "
+                            f"{aggregate_num!r}")
+        self.aggregate_num = int(aggregate_num or 0)
+        if use_fused_step is not None and not isinstance(use_fused_step, (bool, np.bool_)):
+            raise TypeError(f"use_fused_step must be a bool or None, got {type(use_fused_step).__name__}: "
+                            f"{use_fused_step!r}")
         self.use_fused_step = use_fused_step
         self._warned_low_precision = False
 

@@ -1,0 +1,93 @@
+"""Nadam (Dozat 2016, "Incorporating Nesterov Momentum into Adam"), MXNet 2.x form::
+
+    G      = clip(rescale_grad · g, ±clip_gradient) + wd · w
+    μ_t    = β1 · (1 − 0.5 · 0.96^(t · schedule_decay))
+    μ_t+1  = β1 · (1 − 0.5 · 0.96^((t + 1) · schedule_decay))
+    S_t    = μ_1 · μ_2 · ... · μ_t                       (the momentum schedule; S_0 = 1)
+    m      = β1·m + (1 − β1)·G
+    v      = β2·v + (1 − β2)·G²
+    Ĝ      = G / (1 − S_t)
+    m̂      = m / (1 − S_t · μ_t+1)
+    v̂      = v / (1 − β2^t)
+    m̄      = μ_t · m̂ + (1 − μ_t) · Ĝ
+    w      = w − lr · m̄ / (sqrt(v̂) + ε)
+
+Symbols: ``t`` this parameter's update count, β1/β2 = ``beta1``/``beta2``, ε = ``epsilon``,
+``lr`` and ``wd`` with their multipliers. States: ``(m, v)``.
+
+Where mxlite differs: MXNet keeps one schedule product ``S`` on the optimizer and multiplies
+it once per parameter update, so with several parameters it decays as many times faster
+(and depends on the parameter order); here each parameter has its own ``S_t``, which is
+MXNet's value for a model with one parameter. ``S_t`` is recomputed from ``t`` after a
+restore, so saved states continue bit-identically.
+
+No fused kernel yet: :meth:`Nadam.step` (NumPy/CuPy) is the implementation, also on GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adam import _check_betas_epsilon, _zero_moments
+from .optimizer import Optimizer, _check_real, _xp, register
+
+__all__ = ["Nadam"]
+
+
+@register
+class Nadam(Optimizer):
+    """Nadam with MXNet's argument names and defaults.
+
+    Args:
+        learning_rate: step size (default 0.001).
+        beta1, beta2: moment decay rates in [0, 1).
+        epsilon: > 0, added outside the square root.
+        schedule_decay: >= 0, the decay of the momentum warm-up schedule (default 0.004).
+        **kwargs: the :class:`Optimizer` arguments.
+
+    Raises:
+        ValueError: a β outside [0, 1), ε <= 0 or schedule_decay < 0 (names the argument).
+    """
+
+    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                 epsilon: float = 1e-8, schedule_decay: float = 0.004, **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        _check_betas_epsilon(beta1, beta2, epsilon)
+        _check_real("schedule_decay", schedule_decay, low=0)
+        self.beta1, self.beta2, self.epsilon, self.schedule_decay = beta1, beta2, epsilon, schedule_decay
+        self._schedule: dict[Any, tuple[int, float]] = {}
+
+    def _create_state(self, index: Any, weight: Any) -> Any:
+        return _zero_moments(weight)
+
+    def _mu(self, t: int) -> float:
+        return self.beta1 * (1.0 - 0.5 * 0.96 ** (t * self.schedule_decay))
+
+    def _m_schedule(self, index: Any, t: int) -> float:
+        """S_t, from the cached S_(t−1) or recomputed from 1 in the same order."""
+        last_t, last = self._schedule.get(index, (0, 1.0))
+        if last_t == t - 1:
+            value = last * self._mu(t)
+        else:
+            value = 1.0
+            for i in range(1, t + 1):
+                value = value * self._mu(i)
+        self._schedule[index] = (t, value)
+        return value
+
+    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        lr, wd = self._get_lr(index), self._get_wd(index)
+        g = self._effective_grad(xp, grad, weight, wd)         # G = clip(rescale·g) + wd·w
+        mu_t, mu_next = self._mu(count), self._mu(count + 1)
+        s_t = self._m_schedule(index, count)                   # S_t = S_(t−1)·μ_t
+        m, v = state
+        m *= self.beta1                                        # m = β1·m + (1−β1)·G
+        m += (1.0 - self.beta1) * g
+        v *= self.beta2                                        # v = β2·v + (1−β2)·G²
+        v += (1.0 - self.beta2) * g * g
+        g_hat = g / (1.0 - s_t)                                # Ĝ = G/(1 − S_t)
+        m_hat = m / (1.0 - s_t * mu_next)                      # m̂ = m/(1 − S_t·μ_t+1)
+        v_hat = v / (1.0 - self.beta2**count)                  # v̂ = v/(1 − β2^t)
+        m_bar = mu_t * m_hat + (1.0 - mu_t) * g_hat            # m̄ = μ_t·m̂ + (1−μ_t)·Ĝ
+        weight -= lr * m_bar / (xp.sqrt(v_hat) + self.epsilon)  # w −= lr·m̄/(√v̂ + ε)
