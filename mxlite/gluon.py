@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from . import data, loss, metric, nn
+from . import data, loss, metric, nn, rnn
 from ._copy import as_host
 from .autograd.tensor import Tensor
 from .nn import Block, Constant, HybridBlock, Parameter
@@ -77,8 +77,8 @@ utils = SimpleNamespace(split_and_load=split_and_load, split_data=split_data, cl
 for _name, _module in {"data": data, "data.vision": data.vision, "data.vision.transforms": data.vision.transforms,
                        "data.vision.datasets": data.vision.datasets, "data.batchify": data.batchify,
                        "data.sampler": data.sampler, "data.dataset": data.dataset, "data.dataloader": data.dataloader,
-                       "nn": nn, "loss": loss, "metric": metric, "utils": utils}.items():
+                       "nn": nn, "loss": loss, "metric": metric, "utils": utils, "rnn": rnn}.items():
     sys.modules.setdefault(f"{__name__}.{_name}", _module)  # type: ignore[arg-type]
 
 __all__ = ["Block", "Constant", "HybridBlock", "Parameter", "Trainer", "clip_global_norm", "data", "loss", "metric",
-           "nn", "utils"]
+           "nn", "rnn", "utils"]

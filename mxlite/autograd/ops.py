@@ -445,7 +445,7 @@ concatenate = concat
 def _concat(tensors: list[Tensor], axis: int) -> Tensor:
     xp = tensors[0]._device.xp
     out = xp.concatenate([t._data for t in tensors], axis=axis)
-    bounds = np.cumsum([t.shape[axis] for t in tensors])[:-1]
+    bounds = [int(b) for b in np.cumsum([t.shape[axis] for t in tensors])[:-1]]  # host ints, for any xp
 
     def backward(g: Any) -> list[Any]:
         return xp.split(g, bounds, axis=axis)

@@ -30,6 +30,7 @@ from .conv_nd_layers import (
     MaxPool1D,
     MaxPool3D,
 )
+from .norm_layers import GroupNorm, InstanceNorm
 from .parameter import Constant, DeferredInitializationError, Parameter, ParameterDict
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "AvgPool1D", "AvgPool3D", "Conv1D", "Conv1DTranspose", "Conv2DTranspose", "Conv3D", "Conv3DTranspose",
     "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
     "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
+    "GroupNorm", "InstanceNorm",
 ]

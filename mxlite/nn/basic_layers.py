@@ -104,7 +104,8 @@ class Dense(Block):
     Parameters: ``weight`` of shape (units, in_units), ``bias`` of shape (units,).
 
     Raises:
-        ValueError: ``units <= 0`` or an unknown activation (at construction); an input whose
+        ValueError: ``units < 0`` or an unknown activation (at construction); ``units == 0`` at
+            the first call (MXNet builds ``Dense(0)`` and fails at its first forward); an input whose
             feature count differs from the weight's ``in_units`` (at the call, naming the
             weight Parameter and both shapes).
     """
@@ -113,7 +114,9 @@ class Dense(Block):
                  dtype: Any = np.float32, weight_initializer: Any = None, bias_initializer: Any = "zeros",
                  in_units: int = 0) -> None:
         super().__init__()
-        units = _int_arg("Dense", "units", units)
+        # MXNet accepts Dense(0) at construction and fails at the first forward (FullyConnected needs
+        # num_hidden >= 1); so does mxlite, with a ValueError.
+        units = _int_arg("Dense", "units", units, low=0)
         in_units = _int_arg("Dense", "in_units", in_units, low=0)
         self._units, self._flatten, self._in_units = units, flatten, in_units
         self._act_name = activation
@@ -124,6 +127,9 @@ class Dense(Block):
                      if use_bias else None)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._units == 0:
+            raise ValueError("Dense: units must be >= 1 to compute an output (the layer was built with units=0; "
+                             "MXNet's FullyConnected rejects num_hidden=0 at the first forward too)")
         in_units = int(np.prod(x.shape[1:])) if self._flatten else x.shape[-1]
         if not self.weight.is_initialized:
             self.weight.shape = (self._units, in_units)
