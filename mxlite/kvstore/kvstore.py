@@ -118,6 +118,8 @@ class _Stored(Tensor):
     __slots__ = ()
 
     def _inplace(self, op: str, other: Any) -> _Stored:
+        if isinstance(other, sparse.RowSparseTensor):  # a row-sparse pushed sum: its dense value
+            other = Tensor(other._dense_data(), other.device)
         if isinstance(other, Tensor):
             other = copy_between(other._data, other.device, self.device, copy=False)
         elif isinstance(other, np.ndarray) and self.device.is_gpu:

@@ -158,6 +158,11 @@ class Parameter:
         return self._grad_stype
 
     @property
+    def _grad(self) -> list[Any] | None:
+        """MXNet's private gradient list: None when there are no gradients (grad_req 'null' or uninitialised)."""
+        return self.list_grad() if self._slots and self._grad_req != "null" else None
+
+    @property
     def is_initialized(self) -> bool:
         """True once the mirrors exist (False while initialisation is deferred)."""
         return bool(self._slots)
@@ -365,6 +370,35 @@ class Parameter:
             host = data.get() if hasattr(data, "__cuda_array_interface__") else np.asarray(data)
         for _, slot in self._slots.values():
             slot.data._assign(host.astype(self.dtype, copy=False))
+
+    def _reduce(self) -> Tensor:
+        """The value as one Tensor on cpu(0) (MXNet's helper for saving; every mirror holds the same value)."""
+        from ..device import cpu  # noqa: PLC0415
+
+        return Tensor(self._first_mirror().asnumpy().copy(), cpu(0))
+
+    def _load_init(self, data: Any, device: Any = None, cast_dtype: bool = False,
+                   dtype_source: str = "current") -> None:
+        """Load ``data`` (MXNet's helper behind ``load_parameters``): set it, or initialise with it on ``device``.
+
+        Raises:
+            ValueError: shape mismatch, or a dtype mismatch without ``cast_dtype``, or a bad ``dtype_source``.
+        """
+        if dtype_source not in ("current", "saved"):
+            raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
+        value = data.asnumpy() if hasattr(data, "asnumpy") else np.asarray(data)
+        if value.dtype != self.dtype:
+            if not cast_dtype:
+                raise ValueError(f"Parameter '{self.label}': dtype {self.dtype} in the model, {value.dtype} loaded "
+                                 "(pass cast_dtype=True to convert)")
+            if dtype_source == "saved":
+                self.cast(value.dtype)
+            value = value.astype(self.dtype)
+        if self.is_initialized or self._deferred is not None:
+            self.set_data(value)
+        else:
+            self.shape = value.shape
+            self._init_impl(value, _device_list(device), self._store or ParameterStore())
 
     def zero_grad(self) -> None:
         """Set every mirror's gradient to zero (no-op for grad_req='null')."""
