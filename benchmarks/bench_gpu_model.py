@@ -59,11 +59,12 @@ CODECS: dict[str, dict[str, Any] | None] = {
     "none": None, "fp16": {"type": "fp16"}, "bf16": {"type": "bf16"}, "2bit": {"type": "2bit", "threshold": 0.5},
     "topk": {"type": "topk", "ratio": 0.01}, "threshold": {"type": "threshold", "threshold": 0.01}}
 CLASSES = 10
-RULES = ("sgd", "nag", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "signum", "ftrl", "lamb", "lars")
+RULES = ("sgd", "nag", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "signum", "ftrl", "lamb", "lars", "nadam",
+         "adabelief")
 # Optimizer states each rule keeps per element (float32), for the minimum traffic; SGD, NAG,
 # Signum and LARS keep a momentum (with momentum > 0, as run here), RMSProp 'centered' keeps three.
 RULE_STATES = {"sgd": 1, "nag": 1, "adam": 2, "adamw": 2, "rmsprop": 1, "adagrad": 1, "adadelta": 2, "signum": 1,
-               "ftrl": 2, "lamb": 2, "lars": 1}
+               "ftrl": 2, "lamb": 2, "lars": 1, "nadam": 2, "adabelief": 2}
 RULE_PARAMS: dict[str, dict[str, Any]] = {"sgd": {"momentum": 0.9}, "nag": {"momentum": 0.9},
                                           "signum": {"momentum": 0.9}, "lars": {"momentum": 0.9}}
 

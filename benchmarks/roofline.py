@@ -139,7 +139,7 @@ class KernelTraffic:
 KERNEL_TRAFFIC: dict[str, KernelTraffic] = {
     **{k: KernelTraffic("rw", True, "rw") for k in (
         "sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
-        "adadelta_update", "signum_update", "ftrl_update", "lars_update")},
+        "adadelta_update", "signum_update", "ftrl_update", "lars_update", "nadam_update", "adabelief_update")},
     "lamb_phase1": KernelTraffic("r", True, "rw"),
     "lamb_phase2": KernelTraffic("rw", False, "r"),
     "lars_norms": KernelTraffic("r", True, "r"),

@@ -10,6 +10,10 @@
 //   nag_update       mom = mu*mom - lr*G; w += mu*mom - lr*G                     (no mom: w -= lr*G)
 //   adam_update      m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2; w -= lr_t*m/(sqrt(v)+eps)
 //   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)
+//   nadam_update     m, v as Adam; w -= (a*m + b*G)/(sqrt(v/c2)+eps), with the momentum schedule folded
+//                    into a = lr*mu_t/(1-S_t*mu_t+1), b = lr*(1-mu_t)/(1-S_t) and c2 = 1-b2^t by the host
+//   adabelief_update G = clip(rescale*g + wd*w); m as Adam; s = b2*s + (1-b2)*(G-m)^2 + eps;
+//                    w -= lr_t*m/(sqrt(s)+eps)
 //   rmsprop_update   n = rho*n + (1-rho)*G^2; plain: w -= lr*G/(sqrt(n)+eps); centered: mean and
 //                    delta = mu*delta - lr*G/sqrt(n - mean^2 + eps), w += delta; then clip_weights
 //   adagrad_update   h += G^2; w -= lr*G/(sqrt(h)+eps)
@@ -28,9 +32,10 @@
 // grad[i + seg_gshift[s]]. Optimizer states are float32 buffers with the weights' layout.
 //
 // Per-parameter values come from seg_hp, HP floats per parameter refreshed by the host before
-// each launch: [0] the learning rate (lr_mult and any bias correction folded in), [1] the
-// weight decay (wd_mult folded in), [2] and [3] rule-specific (see each kernel). Per-parameter
-// norms (LAMB, LARS) are summed into seg_sums (2 doubles per parameter), zeroed by the host.
+// each launch: [0] the learning rate (lr_mult and any bias correction folded in; Nadam: its
+// coefficient a, see nadam_update), [1] the weight decay (wd_mult folded in), [2] and [3]
+// rule-specific (see each kernel). Per-parameter norms (LAMB, LARS) are summed into seg_sums
+// (2 doubles per parameter), zeroed by the host.
 //
 // master: optional float32 master weights (multi_precision for half types): when not null the
 // update reads and writes master, and weight receives its rounded copy. A state pointer that
@@ -229,6 +234,49 @@ __global__ void adamw_update(T *__restrict__ weight, const G *__restrict__ grad,
     });
 }
 
+// Nadam. seg_hp: [a = lr*mu_t/(1 - S_t*mu_t+1), wd, b = lr*(1 - mu_t)/(1 - S_t), c2 = 1 - b2^t]: the
+// per-parameter momentum schedule (mu_t, S_t of the parameter's update count t) folded in by the host
+// (mxlite/optimizer/nadam.py: Nadam._coefficients, which the twin Nadam.step uses too).
+template <typename T, typename G = T>
+__global__ void nadam_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mean,
+                             float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
+                             float clip, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                             float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float a = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    const float b = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        const float g = effective_grad(raw, w, rescale, clip, wd);
+        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
+        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*G^2
+        mean[i] = m;
+        var[i] = v;
+        w -= (a * m + b * g) / (sqrtf(v / c2) + epsilon);         // w -= (a*m + b*G)/(sqrt(v/c2)+eps)
+    });
+}
+
+// AdaBelief. seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t) (lr without correct_bias), wd]. The weight decay
+// enters before clipping (MXNet 2.x), and only when wd != 0, as in AdaBelief.step.
+template <typename T, typename G = T>
+__global__ void adabelief_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mean,
+                                 float *__restrict__ var, float *__restrict__ master, CHUNK_TABLES, float rescale,
+                                 float clip, float beta1, float one_minus_beta1, float beta2,
+                                 float one_minus_beta2, float epsilon) {
+    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
+    const float lr_t = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
+    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+        float g = raw * rescale;
+        if (wd != 0.0f) g = g + wd * w;                            // G = rescale*g + wd*w
+        if (clip > 0.0f) g = clamp_keep_nan(g, -clip, clip);       //   then clipped
+        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
+        const float d = g - m;
+        const float s = beta2 * var[i] + one_minus_beta2 * d * d + epsilon;  // s = b2*s + (1-b2)*(G-m)^2 + eps
+        mean[i] = m;
+        var[i] = s;
+        w -= lr_t * m / (sqrtf(s) + epsilon);                     // w -= lr_t*m/(sqrt(s)+eps)
+    });
+}
+
 // seg_hp: [lr, wd]. mean and delta are null for plain RMSProp; clip_weights <= 0 disables clipping.
 template <typename T, typename G = T>
 __global__ void rmsprop_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ n_buf,
@@ -424,6 +472,10 @@ __global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad, 
                                             float, float, float, float, float);                                \
     template __global__ void adamw_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \
                                              float, float, float, float, float, float);                        \
+    template __global__ void nadam_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \
+                                             float, float, float, float, float, float);                        \
+    template __global__ void adabelief_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,  \
+                                                 float, float, float, float, float, float);                    \
     template __global__ void rmsprop_update<T, G>(T *, const G *, float *, float *, float *, float *, TABLE_TYPES,  \
                                                float, float, float, float, float, float, float);               \
     template __global__ void adagrad_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float,      \

@@ -28,8 +28,9 @@ import numpy as np
 from .autograd.tensor import Tensor
 
 __all__ = ["MAE", "MCC", "MSE", "PCC", "RMSE", "Accuracy", "BinaryAccuracy", "CompositeEvalMetric", "CrossEntropy",
-           "CustomMetric", "EvalMetric", "F1", "Fbeta", "Loss", "PearsonCorrelation", "Perplexity", "TopKAccuracy",
-           "check_label_shapes", "create", "register"]
+           "CustomMetric", "EvalMetric", "F1", "Fbeta", "Loss", "MeanCosineSimilarity", "MeanPairwiseDistance",
+           "NegativeLogLikelihood", "PearsonCorrelation", "Perplexity", "TopKAccuracy", "check_label_shapes", "create",
+           "register"]
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -253,6 +254,47 @@ class CrossEntropy(EvalMetric):
                 nll = -np.log(np.maximum(self.eps, pred_np[rows, ids]))
             self.sum_metric += float(nll.sum())
             self.num_inst += int(keep.sum())
+
+
+class NegativeLogLikelihood(EvalMetric):
+    """Mean negative log-likelihood of the labelled class, ``mean(-log(p[label] + eps))`` (MXNet's ``nll_loss``).
+
+    Unlike :class:`CrossEntropy` (which clamps, ``max(eps, p)``), MXNet's NegativeLogLikelihood
+    adds ``eps`` to every probability; predictions are ``(N, classes)`` probabilities (class axis
+    1), labels one class id per row in any shape with N elements. The value is in nats per instance.
+
+    Args:
+        eps: added to each picked probability, so ``p = 0`` gives a finite loss (default 1e-12).
+        name, output_names, label_names: as :class:`EvalMetric`.
+
+    Raises (from update):
+        ValueError: the numbers of label and prediction arrays differ, the labels do not number
+            the prediction rows, or a label is outside ``[0, classes)``.
+    """
+
+    def __init__(self, eps: float = 1e-12, name: str = "nll-loss", output_names: Sequence[str] | None = None,
+                 label_names: Sequence[str] | None = None) -> None:
+        super().__init__(name, eps=eps, output_names=output_names, label_names=label_names)
+        self.eps = eps
+
+    def update(self, labels: Any, preds: Any) -> None:
+        """Add the summed negative log-likelihood and the row count of each pair."""
+        labels, preds = check_label_shapes(labels, preds, wrap=True)
+        for label, pred in zip(labels, preds, strict=True):
+            label_ids = _to_numpy(label).reshape(-1).astype(np.int64)
+            pred_np = _to_numpy(pred).astype(np.float64)
+            n = pred_np.shape[0] if pred_np.ndim else 0
+            if pred_np.ndim != 2 or label_ids.shape[0] != n:
+                raise ValueError(f"{self.name}: {label_ids.shape[0]} labels for predictions of shape "
+                                 f"{pred_np.shape}; give (N, classes) probabilities and N labels")
+            classes = pred_np.shape[1]
+            bad = (label_ids < 0) | (label_ids >= classes)
+            if bad.any():
+                raise ValueError(f"{self.name}: label {int(label_ids[bad][0])} is outside [0, {classes}) for "
+                                 f"predictions of shape {pred_np.shape}")
+            prob = pred_np[np.arange(n), label_ids]
+            self.sum_metric += float((-np.log(prob + self.eps)).sum())
+            self.num_inst += n
 
 
 class Perplexity(CrossEntropy):
@@ -721,6 +763,79 @@ class RMSE(MSE):
         return self.name, math.sqrt(self.sum_metric / self.num_inst)
 
 
+class MeanPairwiseDistance(EvalMetric):
+    """Mean over instances of the p-norm distance between label and prediction (MXNet 2.x's ``mpd``).
+
+    Instance i (a row of the first axis, flattened) contributes ``(Σ_j (label_ij − pred_ij)^p)^(1/p)``,
+    in the units of the data. As in MXNet the differences are raised to ``p`` without ``abs``: for
+    an even ``p`` (the default 2) that is the p-norm; for an odd ``p`` negative differences count
+    negatively (MXNet's values are kept).
+
+    Args:
+        p: the power of the norm (default 2, the Euclidean distance).
+        name, output_names, label_names: as :class:`EvalMetric`.
+
+    Raises (from update):
+        ValueError: the numbers of label and prediction arrays differ, or a label and its
+            prediction have different numbers of rows or of elements per row.
+    """
+
+    def __init__(self, name: str = "mpd", output_names: Sequence[str] | None = None,
+                 label_names: Sequence[str] | None = None, p: float = 2) -> None:
+        super().__init__(name, output_names=output_names, label_names=label_names, p=p)
+        self.p = p
+
+    def update(self, labels: Any, preds: Any) -> None:
+        """Add the per-instance distances and the instance count of each pair."""
+        labels, preds = check_label_shapes(labels, preds, wrap=True)
+        for label, pred in zip(labels, preds, strict=True):
+            label_np, pred_np = _to_numpy(label).astype(np.float64), _to_numpy(pred).astype(np.float64)
+            n = label_np.shape[0] if label_np.ndim else 1
+            label_np, pred_np = label_np.reshape(n, -1), pred_np.reshape(pred_np.shape[0] if pred_np.ndim else 1, -1)
+            if label_np.shape != pred_np.shape:
+                raise ValueError(f"{self.name}: labels of shape {label_np.shape} (rows, elements) do not match "
+                                 f"predictions of shape {pred_np.shape}")
+            dist = ((label_np - pred_np) ** self.p).sum(axis=-1) ** (1.0 / self.p)
+            self.sum_metric += float(dist.sum())
+            self.num_inst += n
+
+
+class MeanCosineSimilarity(EvalMetric):
+    """Mean cosine similarity along the last axis: ``label·pred / max(‖label‖·‖pred‖, eps)`` (MXNet 2.x).
+
+    Every vector along the last axis is one instance (a 1-D array is one vector); the value is
+    dimensionless, in [-1, 1].
+
+    Args:
+        eps: the smallest denominator, so a zero vector gives similarity 0 (default 1e-8).
+        name, output_names, label_names: as :class:`EvalMetric`.
+
+    Raises (from update):
+        ValueError: the numbers of label and prediction arrays differ, or a label and its
+            prediction do not broadcast.
+    """
+
+    def __init__(self, name: str = "cos_sim", output_names: Sequence[str] | None = None,
+                 label_names: Sequence[str] | None = None, eps: float = 1e-8) -> None:
+        super().__init__(name, output_names=output_names, label_names=label_names, eps=eps)
+        self.eps = eps
+
+    def update(self, labels: Any, preds: Any) -> None:
+        """Add the summed similarities and the vector count of each pair."""
+        labels, preds = check_label_shapes(labels, preds, wrap=True)
+        for label, pred in zip(labels, preds, strict=True):
+            label_np, pred_np = _to_numpy(label).astype(np.float64), _to_numpy(pred).astype(np.float64)
+            label_np, pred_np = np.atleast_2d(label_np), np.atleast_2d(pred_np)
+            try:
+                dot = (label_np * pred_np).sum(axis=-1)
+            except ValueError:
+                raise ValueError(f"{self.name}: labels of shape {label_np.shape} do not fit predictions of "
+                                 f"shape {pred_np.shape}") from None
+            norms = np.linalg.norm(label_np, axis=-1) * np.linalg.norm(pred_np, axis=-1)
+            self.sum_metric += float((dot / np.maximum(norms, self.eps)).sum())
+            self.num_inst += int(np.prod(label_np.shape[:-1]))
+
+
 class PearsonCorrelation(EvalMetric):
     """Pearson correlation of every label and prediction element seen (flattened), computed online.
 
@@ -896,7 +1011,8 @@ def register(klass: type[EvalMetric], *aliases: str) -> type[EvalMetric]:
 for _klass, _aliases in [
     (CompositeEvalMetric, ("composite",)), (Accuracy, ("acc",)), (TopKAccuracy, ("top_k_accuracy", "top_k_acc")),
     (F1, ()), (Fbeta, ()), (BinaryAccuracy, ()), (MCC, ()), (MAE, ()), (MSE, ()), (RMSE, ()),
-    (CrossEntropy, ("ce", "cross-entropy")), (Perplexity, ()), (PearsonCorrelation, ("pearsonr",)), (PCC, ()),
+    (CrossEntropy, ("ce", "cross-entropy")), (NegativeLogLikelihood, ("nll_loss",)), (Perplexity, ()),
+    (MeanPairwiseDistance, ()), (MeanCosineSimilarity, ()), (PearsonCorrelation, ("pearsonr",)), (PCC, ()),
     (Loss, ()), (CustomMetric, ()),
 ]:
     register(_klass, *_aliases)
@@ -908,7 +1024,7 @@ def create(metric: Any, *args: Any, **kwargs: Any) -> EvalMetric:
     ``metric`` may be:
 
     * a name, case-insensitive: a class name (``'F1'``, ``'TopKAccuracy'``) or an alias
-      (``'acc'``, ``'top_k_acc'``, ``'ce'``, ``'pearsonr'``, ``'composite'``); ``args`` and
+      (``'acc'``, ``'top_k_acc'``, ``'ce'``, ``'nll_loss'``, ``'pearsonr'``, ``'composite'``); ``args`` and
       ``kwargs`` go to the constructor;
     * a config: a dict from :meth:`EvalMetric.get_config`, or its JSON text (``'{...}'``), or a
       JSON list ``'[name, {kwargs}]'``;

@@ -4,7 +4,8 @@ Every fused rule (the registries' fused-eligible entries, "full" setting: weight
 clipping, multipliers, a schedule) runs 5 updates over one arena of parameters larger than a chunk,
 once with chunks of 7 elements (segments cut at odd places, a short last chunk) and once with one
 chunk per segment; weights and every optimizer state must agree bit for bit, in float32 and in
-float16 with float32 master weights.
+float16 with float32 master weights. The rules with a hand-tuned chunk twin must also match their
+own ``step`` (the generic twin) bit for bit, in both the "plain" and the "full" setting.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from tests.test_optimizer_rules_a import _make, _rule_id
 SHAPES = [(5, 13), (1,), (40,), (3, 3, 3)]
 
 
-def _run(name, kwargs, dtype, chunk, monkeypatch, multi_precision=False):
+def _run(name, kwargs, dtype, chunk, monkeypatch, multi_precision=False, setting="full"):
     monkeypatch.setattr(_fused, "TWIN_CHUNK", chunk)
     rng = np.random.default_rng(3)
-    opt = _make(name, kwargs, "full", multi_precision=multi_precision)
+    opt = _make(name, kwargs, setting, multi_precision=multi_precision)
     arena = Arena(mx.cpu(0), dtype)
     slots = [arena.add(i, shape) for i, shape in enumerate(SHAPES)]
     for slot in slots:
@@ -62,3 +63,25 @@ def test_chunked_twin_is_bit_identical_to_whole_segments(entry, dtype, monkeypat
     for sa, sb in zip(s_chunked, s_whole):
         for a, b in zip(_flat(sa), _flat(sb), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+TUNED = [e for e in FUSED if type(_make(e[0], e[1], "plain")) in _fused._chunk_twins()]
+
+
+@pytest.mark.parametrize("setting", ["plain", "full"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("entry", TUNED, ids=[_rule_id(e) for e in TUNED])
+def test_hand_tuned_chunk_twin_is_bit_identical_to_the_rules_step(entry, dtype, setting, monkeypatch):
+    """A rule's hand-tuned chunk twin (``_fused._chunk_twins``) computes what its ``step`` computes, bit for bit.
+
+    Only the rules that have one (the others' twin is their ``step`` itself)."""
+    name, kwargs, _ = entry
+    mp = dtype == "float16"
+    fast = _run(name, kwargs, np.dtype(dtype), 7, monkeypatch, mp, setting)
+    monkeypatch.setattr(_fused, "_chunk_twins", dict)  # no hand-tuned twins: every rule runs its step
+    generic = _run(name, kwargs, np.dtype(dtype), 7, monkeypatch, mp, setting)
+    for a, b in zip(fast[0], generic[0]):
+        assert a.tobytes() == b.tobytes()
+    for sa, sb in zip(fast[1], generic[1]):
+        for a, b in zip(_flat(sa), _flat(sb), strict=True):
+            assert a.tobytes() == b.tobytes()

@@ -51,7 +51,7 @@ def _arena_run(opt, dtype, w0, grads):
 
 def test_every_rule_module_has_a_fused_entry():
     assert {e[0].lower() for e in FUSED} >= {"sgd", "nag", "adam", "adamw", "rmsprop", "adagrad", "adadelta",
-                                             "lamb", "lars", "signum", "ftrl"}
+                                             "lamb", "lars", "signum", "ftrl", "nadam", "adabelief"}
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -76,3 +76,32 @@ def test_fused_float16_multi_precision_matches_reference(entry):
         master = updater.get_state(slot).master
         np.testing.assert_allclose(master, expected, **FLOAT32)
         np.testing.assert_array_equal(w, master.astype(np.float16).astype(np.float64))
+
+
+def test_nadam_schedule_follows_each_parameters_own_count():
+    """A parameter left out of some updates (stale) keeps its own momentum schedule S_t in the fused
+    update, as on the per-parameter path: the table row and the chunked twin advance it once per update."""
+    rng = np.random.default_rng(5)
+    shapes = [(4, 3), (5,)]
+    w0 = [rng.uniform(-1, 1, s).astype(np.float32) for s in shapes]
+    schedule = [(0, 1), (0,), (0, 1), (1,), (0, 1)]  # which parameters each update touches
+    grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in schedule]
+
+    fused_opt = mx.optimizer.Nadam(learning_rate=0.05, schedule_decay=0.1, wd=1e-3)
+    assert fused_rule(fused_opt, np.float32) is not None
+    arena = Arena(mx.cpu(0), np.float32)
+    slots = [arena.add(i, s) for i, s in enumerate(shapes)]
+    for slot, w in zip(slots, w0):
+        slot.data._data[...] = w
+    updater = ArenaUpdater(fused_opt, arena, 0)
+
+    ref_opt = mx.optimizer.Nadam(learning_rate=0.05, schedule_decay=0.1, wd=1e-3)
+    ref_w = [w.copy() for w in w0]
+    ref_states = [ref_opt.create_state(i, w) for i, w in enumerate(ref_w)]
+    for which, step in zip(schedule, grads):
+        for i in which:
+            slots[i].grad._data[...] = step[i]
+            ref_opt.update(i, ref_w[i], step[i], ref_states[i])
+        updater.step([(i, slots[i]) for i in which])
+    for slot, w in zip(slots, ref_w):
+        np.testing.assert_allclose(slot.data._data, w, rtol=1e-6, atol=1e-7)

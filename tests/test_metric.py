@@ -139,6 +139,9 @@ def test_metrics_round_trip_through_json_config() -> None:  # MXNet: test_metric
     check_metric("top_k_acc", top_k=3)
     check_metric("f1", class_type="multiclass", average="macro")
     check_metric("fbeta", beta=2)
+    check_metric("nll_loss")
+    check_metric("meanpairwisedistance", p=3)
+    check_metric("meancosinesimilarity", eps=1e-6)
     for name in ("mae", "mse", "rmse", "binaryaccuracy", "ce"):
         check_metric(name)
     composite = metric.create(["acc", "f1"])
@@ -447,3 +450,55 @@ def test_regression_docstring_values() -> None:
     rows = metric.MAE()  # per instance: the mean over its elements; then the mean over instances
     rows.update([np.zeros((2, 2))], [np.array([[1.0, 3.0], [0.0, 0.0]])])
     assert rows.get()[1] == 1.0
+
+
+def test_nll_loss() -> None:  # MXNet: test_nll_loss
+    m = metric.create("nll_loss")
+    assert isinstance(m, metric.NegativeLogLikelihood) and m.name == "nll-loss"
+    pred = mx.array([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]])
+    m.update([mx.array([2, 1])], [pred])
+    p = pred.asnumpy().astype(np.float64)
+    assert m.get()[1] == pytest.approx(-(np.log(p[0, 2]) + np.log(p[1, 1])) / 2, rel=1e-10)
+    assert m.num_inst == 2
+
+
+def test_nll_loss_docstring_value_and_eps_is_added() -> None:  # MXNet's NegativeLogLikelihood example
+    m = metric.NegativeLogLikelihood()
+    m.update([mx.array([0, 1, 1])], [mx.array([[0.3, 0.7], [0, 1.0], [0.4, 0.6]])])
+    assert m.get()[1] == pytest.approx(0.57159948348999023, rel=1e-6)
+    zero = metric.NegativeLogLikelihood(eps=1e-3)  # p + eps, not max(p, eps) as CrossEntropy
+    zero.update([np.array([0])], [np.array([[0.5, 0.5]])])
+    assert zero.get()[1] == pytest.approx(-math.log(0.501), rel=1e-12)
+    with pytest.raises(ValueError, match="outside"):
+        zero.update([np.array([2])], [np.array([[0.5, 0.5]])])
+    with pytest.raises(ValueError, match="2 labels"):
+        zero.update([np.array([0, 1])], [np.array([[0.5, 0.5]])])
+
+
+def test_mean_pairwise_distance() -> None:  # MXNet's MeanPairwiseDistance example
+    mpd = metric.create("meanpairwisedistance")
+    mpd.update(labels=[mx.array([[1.0, 0.0], [4.0, 2.0]])], preds=[mx.array([[1.0, 2.0], [3.0, 4.0]])])
+    assert mpd.get() == ("mpd", pytest.approx(2.1180338859558105, rel=1e-7))  # (2 + sqrt(5)) / 2
+    assert mpd.num_inst == 2
+    mpd.update([np.zeros((1, 2, 2))], [np.ones((1, 2, 2))])  # one instance of 4 elements: distance 2
+    assert mpd.get()[1] == pytest.approx((2 + math.sqrt(5) + 2) / 3)
+    l1 = metric.MeanPairwiseDistance(p=1)  # MXNet raises the differences to p without abs
+    l1.update([np.array([[1.0, 3.0]])], [np.array([[2.0, 1.0]])])
+    assert l1.get()[1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="do not match"):
+        l1.update([np.zeros((2, 3))], [np.zeros((2, 2))])
+
+
+def test_mean_cosine_similarity() -> None:  # MXNet's MeanCosineSimilarity example
+    mcs = metric.create("meancosinesimilarity")
+    mcs.update(labels=[mx.array([[3.0, 4.0], [2.0, 2.0]])], preds=[mx.array([[1.0, 0.0], [1.0, 1.0]])])
+    assert mcs.get() == ("cos_sim", pytest.approx(0.8))
+    mcs.reset()
+    mcs.update([np.array([1.0, 0.0])], [np.array([0.0, 0.0])])  # 1-D: one vector; a zero vector gives 0
+    assert (mcs.get()[1], mcs.num_inst) == (0.0, 1)
+    batch = metric.MeanCosineSimilarity()
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))  # 6 vectors along the last axis
+    batch.update([a], [b])
+    want = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    assert batch.num_inst == 6 and batch.get()[1] == pytest.approx(want.mean())

@@ -69,6 +69,10 @@ FUSED = [
     ("LAMB", dict(learning_rate=0.01, bias_correction=False)),
     ("LARS", dict(learning_rate=0.1, momentum=0.9, eta=0.01, wd=1e-3)),
     ("LARS", dict(learning_rate=0.1, momentum=0.0, eta=0.01)),
+    ("Nadam", dict(learning_rate=0.01, wd=1e-3)),
+    ("Nadam", dict(learning_rate=0.02, beta1=0.8, beta2=0.99, schedule_decay=0.1, clip_gradient=0.5)),
+    ("AdaBelief", dict(learning_rate=0.01, wd=1e-3, clip_gradient=0.5)),
+    ("AdaBelief", dict(learning_rate=0.01, beta1=0.8, epsilon=1e-4, correct_bias=False)),
 ]
 
 

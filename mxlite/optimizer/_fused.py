@@ -12,7 +12,11 @@ On a CPU device the NumPy twins do the same math. The twin of most kernels is th
 ``step`` (``mxlite/optimizer/<rule>.py``) applied to views of the arena, segment by segment
 (:func:`step_segments`): one NumPy text of each rule, which the rule tests check against
 float64 references. SGD and Adam, the hot rules, also have hand-tuned twins
-(:func:`sgd_twin`, :func:`adam_twin`) that reuse scratch buffers instead of allocating.
+(:func:`sgd_twin`, :func:`adam_twin`) that reuse scratch buffers instead of allocating; NAG,
+AdamW, RMSProp (plain), AdaGrad, AdaDelta, Signum and FTRL have hand-tuned chunk twins that
+:func:`step_segments` runs in place of their ``step`` (:func:`_chunk_twins`): the same float32
+operations in the same order, into reused scratch buffers (``tests/test_fused_chunks.py`` checks
+them against ``step`` bit for bit).
 
 Every twin walks each segment in chunks of :data:`TWIN_CHUNK` elements, the CPU's counterpart of
 a kernel's block: a NumPy expression makes one pass over memory per operation, so on a whole
@@ -26,8 +30,10 @@ on the list) keeps whole segments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -53,7 +59,7 @@ _KERNEL_FILE = "optimizers.cu"
 _TYPE_NAMES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 KERNELS = ("sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
            "adadelta_update", "signum_update", "ftrl_update", "lamb_phase1", "lamb_phase2", "lars_norms",
-           "lars_update")
+           "lars_update", "nadam_update", "adabelief_update")
 # Gradient types a kernel reads besides its storage type: the narrow wires' sums (mxlite/comm/narrow.py), one
 # pair per `INSTANTIATE(T, G)` line of kernels/optimizers.cu. lamb_phase2 reads no gradient.
 GRAD_TYPES = {"float32": ("float16", "bfloat16"), "float16": ("bfloat16",), "bfloat16": ("float16",)}
@@ -186,17 +192,19 @@ class Launcher:
 def _elementwise_rules() -> tuple[type, ...]:
     """Rules whose ``step`` is elementwise, so it may run chunk by chunk; any other (LAMB's and LARS's
     norms, a rule added later) keeps whole segments, which is always correct."""
-    from .adadelta import AdaDelta  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
+    from .adabelief import AdaBelief  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
+    from .adadelta import AdaDelta  # noqa: PLC0415
     from .adagrad import AdaGrad  # noqa: PLC0415
     from .adam import Adam  # noqa: PLC0415
     from .adamw import AdamW  # noqa: PLC0415
     from .ftrl import Ftrl  # noqa: PLC0415
+    from .nadam import Nadam  # noqa: PLC0415 - elementwise; its schedule S_t is cached per (parameter, count)
     from .nag import NAG  # noqa: PLC0415
     from .rmsprop import RMSProp  # noqa: PLC0415
     from .sgd import SGD  # noqa: PLC0415
     from .signum import Signum  # noqa: PLC0415
 
-    return (AdaDelta, AdaGrad, Adam, AdamW, Ftrl, NAG, RMSProp, SGD, Signum)
+    return (AdaBelief, AdaDelta, AdaGrad, Adam, AdamW, Ftrl, NAG, Nadam, RMSProp, SGD, Signum)
 
 
 def _chunks(size: int) -> range:
@@ -211,12 +219,17 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
     ``state_names`` lists the state buffers in the order of the rule's state tuple (one name:
     the state is that array; none: None). Half-precision weights are updated through
     ``master`` when given, else through a float32 copy written back rounded, so the math is
-    float32 as in the kernels. Elementwise rules run chunk by chunk (see the module docstring).
+    float32 as in the kernels. Elementwise rules run chunk by chunk (see the module docstring), those
+    with a hand-tuned chunk twin (:func:`_chunk_twins`: the same operations into reused scratch
+    buffers) through it.
     """
     f32 = np.float32
     whole = type(optimizer) not in _elementwise_rules()
+    params_of, chunk_twin, n_bufs = _chunk_twins().get(type(optimizer), (None, None, 0))
+    bufs = _scratch(plan, n_bufs) if chunk_twin is not None else []
     for s, (index, count) in enumerate(zip(indices, counts)):
         seg = plan.segments[s]
+        p = params_of(optimizer, index, count) if chunk_twin is not None else None
         for lo in (0,) if whole else _chunks(seg.size):
             hi = seg.size if whole else min(lo + TWIN_CHUNK, seg.size)
             window = slice(seg.offset + lo, seg.offset + hi)
@@ -228,7 +241,11 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
                 w = master[window]
             else:
                 w = w_store if w_store.dtype == f32 else w_store.astype(f32)
-            optimizer.step(index, w, g if g.dtype == f32 else g.astype(f32), state, count)
+            g = g if g.dtype == f32 else g.astype(f32)
+            if p is not None:
+                chunk_twin(optimizer, p, w, g, state, [b[:hi - lo] for b in bufs])
+            else:
+                optimizer.step(index, w, g, state, count)
             if w is not w_store:
                 w_store[...] = w
 
@@ -325,3 +342,245 @@ def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, mast
         w -= step
         if w is not w_store:
             w_store[...] = w
+
+
+# -- hand-tuned chunk twins of the generic rules ---------------------------------------------------
+# Each ``_<rule>_chunk(opt, p, w, g, state, bufs)`` does exactly the float32 operations of the rule's
+# ``step`` (mxlite/optimizer/<rule>.py), in the same order, on one chunk, writing every intermediate
+# into the chunk-sized scratch buffers ``bufs`` (made once per plan) instead of new arrays: NumPy's
+# binary operators round a Python float to float32 first, so ``np.float32(x)`` below is the number
+# ``step`` uses. ``p`` holds the segment's scalars from ``_<rule>_params``, or is None when a value
+# would make ``step`` compute otherwise (a NumPy scalar promotes to float64; a clip <= 0, which ``step``
+# applies and the kernels ignore); such segments keep the generic path. Rearrangements used, all exact in IEEE float32:
+# ``a*b == b*a``, ``a+b == b+a``, and a value computed twice from the same operands is computed once.
+_f = np.float32
+
+
+def _plain(*values: Any) -> bool:
+    """True when every value is a Python int or float (not a NumPy scalar, which could promote)."""
+    return all(type(v) in (int, float) for v in values)
+
+
+def _grad_ok(opt: Any) -> bool:
+    clip = opt.clip_gradient
+    return _plain(opt.rescale_grad) and (clip is None or (_plain(clip) and clip > 0))
+
+
+def _grad(opt: Any, g: np.ndarray, w: np.ndarray, wd: float, bufs: Sequence[np.ndarray]) -> np.ndarray:
+    """``G = clip(rescale*g) + wd*w`` into ``bufs[0]`` (``bufs[1]`` is spare), or ``g`` itself when that is G."""
+    return _effective_grad(g, w, wd, opt.rescale_grad, opt.clip_gradient, bufs[0], bufs[1])
+
+
+def _lr_wd_params(opt: Any, index: Any, *extra: Any) -> tuple[Any, ...] | None:
+    values = (opt._get_lr(index), opt._get_wd(index), *extra)
+    return values if _grad_ok(opt) and _plain(*values) else None
+
+
+def _nag_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, mu = p
+    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    step, tmp = bufs[2], bufs[1]
+    np.multiply(G, _f(lr), out=step)                                     # lr*G
+    if mom is None:
+        w -= step                                                        # w -= lr*G
+        return
+    mom *= _f(mu)                                                        # mom = mu*mom - lr*G
+    mom -= step
+    np.multiply(mom, _f(mu), out=tmp)                                    # w += mu*mom - lr*G
+    tmp -= step
+    w += tmp
+
+
+def _adagrad_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, h: np.ndarray,
+                   bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, eps = p
+    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, step = bufs[1], bufs[2]
+    np.multiply(G, G, out=tmp)                                           # h = h + G^2
+    h += tmp
+    np.multiply(G, _f(lr), out=step)                                     # w -= (lr*G)/(sqrt(h) + eps)
+    np.sqrt(h, out=tmp)
+    tmp += _f(eps)
+    step /= tmp
+    w -= step
+
+
+def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarray,
+                   bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, rho, eps, clip_w = p
+    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, step = bufs[1], bufs[2]
+    n *= _f(rho)                                                         # n = rho*n + ((1-rho)*G)*G
+    np.multiply(G, _f(1.0 - rho), out=tmp)
+    tmp *= G
+    n += tmp
+    np.multiply(G, _f(lr), out=step)                                     # w -= (lr*G)/(sqrt(n) + eps)
+    np.sqrt(n, out=tmp)
+    tmp += _f(eps)
+    step /= tmp
+    w -= step
+    if clip_w is not None:
+        np.clip(w, -_f(clip_w), _f(clip_w), out=w)                       # w = clip(w, +-c_w)
+
+
+def _adadelta_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any,
+                    bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, rho, eps = p
+    acc_g, acc_delta = state
+    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, d = bufs[1], bufs[2]
+    acc_g *= _f(rho)                                                     # Eg = rho*Eg + ((1-rho)*G)*G
+    np.multiply(G, _f(1.0 - rho), out=tmp)
+    tmp *= G
+    acc_g += tmp
+    np.add(acc_delta, _f(eps), out=d)                                    # d = (sqrt(Ed + eps)/sqrt(Eg + eps))*G
+    np.sqrt(d, out=d)
+    np.add(acc_g, _f(eps), out=tmp)
+    np.sqrt(tmp, out=tmp)
+    d /= tmp
+    d *= G
+    acc_delta *= _f(rho)                                                 # Ed = rho*Ed + ((1-rho)*d)*d
+    np.multiply(d, _f(1.0 - rho), out=tmp)
+    tmp *= d
+    acc_delta += tmp
+    d *= _f(lr)                                                          # w -= lr*d
+    w -= d
+
+
+def _adamw_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
+    eta, wd, b1, b2, eps = p
+    m, v = state
+    G = _grad(opt, g, w, 0.0, bufs)                                      # G = clip(rescale*g)
+    tmp, step = bufs[1], bufs[2]
+    m *= _f(b1)                                                          # m = b1*m + (1-b1)*G
+    np.multiply(G, _f(1.0 - b1), out=tmp)
+    m += tmp
+    v *= _f(b2)                                                          # v = b2*v + ((1-b2)*G)*G
+    np.multiply(G, _f(1.0 - b2), out=tmp)
+    tmp *= G
+    v += tmp
+    np.sqrt(v, out=tmp)                                                  # w -= eta*(m/(sqrt(v) + eps) + wd*w)
+    tmp += _f(eps)
+    np.divide(m, tmp, out=step)
+    np.multiply(w, _f(wd), out=tmp)                                      #   (wd*w even for wd = 0, as step)
+    step += tmp
+    step *= _f(eta)
+    w -= step
+
+
+def _signum_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, mu, decay = p
+    tmp = bufs[1]
+    if mom is None:
+        w *= _f(decay)                                                   # w = (1 - lr*(wd + wd_lh))*w - lr*sign(g)
+        np.sign(g, out=tmp)
+        tmp *= _f(lr)
+        w -= tmp
+        return
+    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    mom *= _f(mu)                                                        # mom = mu*mom - (1-mu)*G
+    np.multiply(G, _f(1.0 - mu), out=tmp)
+    mom -= tmp
+    if decay != 1.0:                                                     # (w*1 is w: skipped)
+        w *= _f(decay)                                                   # w = (1 - lr*wd_lh)*w + lr*sign(mom)
+    np.sign(mom, out=tmp)
+    tmp *= _f(lr)
+    w += tmp
+
+
+def _ftrl_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, lamda1, beta = p
+    z, n = state
+    G = _grad(opt, g, w, 0.0, bufs)                                      # g = clip(rescale*g)
+    g2, sig, root = bufs[1], bufs[2], bufs[3]
+    np.multiply(G, G, out=g2)                                            # g^2 (step computes it twice: once here)
+    np.sqrt(n, out=sig)                                                  # sqrt(n), old n
+    n += g2                                                              # n = n + g^2
+    np.sqrt(n, out=root)                                                 # sqrt(n + g^2) = sqrt(new n), kept
+    np.subtract(root, sig, out=sig)                                      # sigma = (sqrt(n + g^2) - sqrt(n))/lr
+    sig /= _f(lr)
+    sig *= w                                                             # z = z + (g - sigma*w)
+    np.subtract(G, sig, out=sig)
+    z += sig
+    np.abs(z, out=sig)                                                   # shrunk = sign(z)*max(|z| - l1, 0)
+    sig -= _f(lamda1)
+    np.maximum(sig, _zeros(sig.size), out=sig)                           #   (a zero array: 3x a scalar 0's speed)
+    np.sign(z, out=g2)
+    g2 *= sig
+    # w = -shrunk/((beta + sqrt(n))/lr + wd), as shrunk/(((-beta) - sqrt(n))/lr - wd): negating an
+    # operand negates a sum, quotient or difference exactly (beta >= 0, sqrt(n) >= 0: no 0 sign flips)
+    np.subtract(_f(-beta), root, out=root)                               # -(beta + sqrt(n))
+    root /= _f(lr)                                                       # -((beta + sqrt(n))/lr)
+    root -= _f(wd)                                                       # -((beta + sqrt(n))/lr + wd)
+    np.divide(g2, root, out=w)
+
+
+@cache
+def _zeros_of(length: int) -> np.ndarray:
+    """A read-only float32 zero array (``np.zeros``: untouched pages that all map the zero page, so cheap to read)."""
+    zeros = np.zeros(length, np.float32)
+    zeros.setflags(write=False)
+    return zeros
+
+
+def _zeros(n: int) -> np.ndarray:
+    """``n`` float32 zeros, a view of one array per :data:`TWIN_CHUNK` (NumPy's ``maximum(x, 0)`` with a
+    scalar 0 takes a slow broadcast loop; the same ufunc over two arrays gives the same bits, faster)."""
+    return _zeros_of(max(n, TWIN_CHUNK))[:n]
+
+
+def _nag_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return _lr_wd_params(opt, index, opt.momentum)
+
+
+def _adagrad_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return _lr_wd_params(opt, index, opt.epsilon)
+
+
+def _rmsprop_params(opt: Any, index: Any, count: int) -> tuple | None:
+    clip_w = opt.clip_weights
+    if opt.centered or not (clip_w is None or _plain(clip_w)):
+        return None  # the centred form keeps the generic path
+    values = _lr_wd_params(opt, index, opt.rho, opt.epsilon)
+    return None if values is None else (*values, clip_w)
+
+
+def _adadelta_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return _lr_wd_params(opt, index, opt.rho, opt.epsilon)
+
+
+def _adamw_params(opt: Any, index: Any, count: int) -> tuple | None:
+    eta = opt._get_lr(index)
+    if opt.correct_bias:
+        eta *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)  # as AdamW.step
+    values = (eta, opt._get_wd(index), opt.beta1, opt.beta2, opt.epsilon)
+    return values if _grad_ok(opt) and _plain(*values) else None
+
+
+def _signum_params(opt: Any, index: Any, count: int) -> tuple | None:
+    lr, wd = opt._get_lr(index), opt._get_wd(index)
+    decay = 1.0 - lr * opt.wd_lh if opt.momentum else 1.0 - lr * (wd + opt.wd_lh)
+    values = (lr, wd, opt.momentum, decay)
+    return values if _grad_ok(opt) and _plain(*values) else None
+
+
+def _ftrl_params(opt: Any, index: Any, count: int) -> tuple | None:
+    values = (opt._positive_lr(index), opt._get_wd(index), opt.lamda1, opt.beta)
+    return values if _grad_ok(opt) and _plain(*values) and values[3] >= 0 else None
+
+
+@cache
+def _chunk_twins() -> dict[type, tuple[Any, Any, int]]:
+    """Rule class -> (params function, chunk function, scratch buffers it needs)."""
+    from .adadelta import AdaDelta  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
+    from .adagrad import AdaGrad  # noqa: PLC0415
+    from .adamw import AdamW  # noqa: PLC0415
+    from .ftrl import Ftrl  # noqa: PLC0415
+    from .nag import NAG  # noqa: PLC0415
+    from .rmsprop import RMSProp  # noqa: PLC0415
+    from .signum import Signum  # noqa: PLC0415
+
+    return {NAG: (_nag_params, _nag_chunk, 3), AdaGrad: (_adagrad_params, _adagrad_chunk, 3),
+            RMSProp: (_rmsprop_params, _rmsprop_chunk, 3), AdaDelta: (_adadelta_params, _adadelta_chunk, 3),
+            AdamW: (_adamw_params, _adamw_chunk, 3), Signum: (_signum_params, _signum_chunk, 2),
+            Ftrl: (_ftrl_params, _ftrl_chunk, 4)}

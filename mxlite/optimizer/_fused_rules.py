@@ -29,6 +29,7 @@ import numpy as np
 
 from . import _fused
 from ._fused import one_minus
+from .adabelief import AdaBelief
 from .adadelta import AdaDelta
 from .adagrad import AdaGrad
 from .adam import Adam
@@ -36,6 +37,7 @@ from .adamw import AdamW
 from .ftrl import Ftrl
 from .lamb import LAMB
 from .lars import LARS
+from .nadam import Nadam
 from .nag import NAG
 from .optimizer import MultiPrecisionState, Optimizer
 from .rmsprop import RMSProp
@@ -107,7 +109,10 @@ def _adam_twin(opt: Adam, plan, weight, grad, st, master, hp) -> None:
 
 
 def _betas_eps(opt: Any) -> tuple[float, ...]:
-    """Adam, AdamW and LAMB: ``beta1, 1 - beta1, beta2, 1 - beta2, epsilon`` (see :func:`_fused.one_minus`)."""
+    """Adam, AdamW, Nadam, AdaBelief and LAMB: ``beta1, 1 - beta1, beta2, 1 - beta2, epsilon``.
+
+    (See :func:`_fused.one_minus`.)
+    """
     return (opt.beta1, one_minus(opt.beta1), opt.beta2, one_minus(opt.beta2), opt.epsilon)
 
 
@@ -117,6 +122,16 @@ def _adamw_row(opt: AdamW, index: Any, count: int) -> Row:
     if opt.correct_bias:
         eta *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)
     return (eta, opt._get_wd(index))
+
+
+def _nadam_row(opt: Nadam, index: Any, count: int) -> Row:
+    """``(a, wd, b, 1 - beta2^t)``: the per-parameter momentum schedule folded in (:meth:`Nadam._coefficients`)."""
+    a, b, c2 = opt._coefficients(index, count)
+    return (a, opt._get_wd(index), b, c2)
+
+
+def _adabelief_row(opt: AdaBelief, index: Any, count: int) -> Row:
+    return (opt._lr_t(opt._get_lr(index), count), opt._get_wd(index))
 
 
 def _signum_row(opt: Signum, index: Any, count: int) -> Row:
@@ -167,6 +182,9 @@ _RULES: dict[type, FusedRule] = {
     Adam: FusedRule(lambda o: ("mean", "var"), _adam_row,
                     _one_kernel("adam_update", ("mean", "var"), _betas_eps), twin=_adam_twin),
     AdamW: FusedRule(lambda o: ("mean", "var"), _adamw_row, _one_kernel("adamw_update", ("mean", "var"), _betas_eps)),
+    Nadam: FusedRule(lambda o: ("mean", "var"), _nadam_row, _one_kernel("nadam_update", ("mean", "var"), _betas_eps)),
+    AdaBelief: FusedRule(lambda o: ("mean", "var"), _adabelief_row,
+                         _one_kernel("adabelief_update", ("mean", "var"), _betas_eps)),
     RMSProp: FusedRule(_rmsprop_states, _lr_wd, _one_kernel(
         "rmsprop_update", ("n", "mean", "delta"),
         lambda o: (o.rho, one_minus(o.rho), o.momentum, o.epsilon, o.clip_weights or 0.0))),

@@ -14,7 +14,10 @@ Where mxlite differs: nowhere from MXNet's ``step``. From Adam: the second momen
 gradient's deviation from its mean (the "belief") and adds ε inside the root every step; and
 unlike Adam, MXNet adds the weight decay *before* clipping here.
 
-No fused kernel yet: :meth:`AdaBelief.step` (NumPy/CuPy) is the implementation, also on GPUs.
+Fused: ``adabelief_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights)
+runs this update over a whole arena in one launch on GPUs, reading ``(lr_t, wd)`` per parameter
+(``mxlite/optimizer/_fused_rules.py``); :meth:`AdaBelief.step` is its twin on CPUs, operation by
+operation, and the per-parameter path everywhere else (float64, subclasses).
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ class AdaBelief(Optimizer):
     def _create_state(self, index: Any, weight: Any) -> Any:
         return _zero_moments(weight)
 
+    def _lr_t(self, lr: float, count: int) -> float:
+        """The step size of update ``count``: ``lr·√(1−β2^t)/(1−β1^t)``, or ``lr`` without ``correct_bias``
+        (float64; the fused kernel's table value too)."""
+        if self.correct_bias:
+            return lr * math.sqrt(1.0 - self.beta2**count) / (1.0 - self.beta1**count)
+        return lr
+
     def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
         xp = _xp(weight)
         lr, wd = self._get_lr(index), self._get_wd(index)
@@ -61,8 +71,7 @@ class AdaBelief(Optimizer):
             g = g + wd * weight                                # G = rescale·g + wd·w, then clipped
         if self.clip_gradient is not None:
             g = xp.clip(g, -self.clip_gradient, self.clip_gradient)
-        if self.correct_bias:                                  # lr_t = lr·√(1−β2^t)/(1−β1^t)
-            lr = lr * math.sqrt(1.0 - self.beta2**count) / (1.0 - self.beta1**count)
+        lr = self._lr_t(lr, count)                              # lr_t = lr·√(1−β2^t)/(1−β1^t)
         m, s = state
         m *= self.beta1                                        # m = β1·m + (1−β1)·G
         m += (1.0 - self.beta1) * g

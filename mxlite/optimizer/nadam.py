@@ -21,7 +21,15 @@ it once per parameter update, so with several parameters it decays as many times
 MXNet's value for a model with one parameter. ``S_t`` is recomputed from ``t`` after a
 restore, so saved states continue bit-identically.
 
-No fused kernel yet: :meth:`Nadam.step` (NumPy/CuPy) is the implementation, also on GPUs.
+Evaluation order: the schedule enters the weight update through two per-parameter scalars the
+host computes in float64 (:meth:`Nadam._coefficients`), ``a = lr·μ_t/(1 − S_t·μ_t+1)`` and
+``b = lr·(1 − μ_t)/(1 − S_t)``, so that ``w −= (a·m + b·G)/(sqrt(v/(1 − β2^t)) + ε)`` — the same
+value as the equations above up to float rounding, with four per-parameter numbers instead of seven.
+
+Fused: ``nadam_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights) runs
+this update over a whole arena in one launch on GPUs, reading ``(a, wd, b, 1 − β2^t)`` per parameter
+(``mxlite/optimizer/_fused_rules.py``); :meth:`Nadam.step` is its twin on CPUs, operation by
+operation, and the per-parameter path everywhere else (float64, subclasses).
 """
 
 from __future__ import annotations
@@ -64,8 +72,11 @@ class Nadam(Optimizer):
         return self.beta1 * (1.0 - 0.5 * 0.96 ** (t * self.schedule_decay))
 
     def _m_schedule(self, index: Any, t: int) -> float:
-        """S_t, from the cached S_(t−1) or recomputed from 1 in the same order."""
+        """S_t, the cached value when asked again for the same t (the fused update's table row and
+        then its twin, chunk by chunk), from the cached S_(t−1), or recomputed from 1 in the same order."""
         last_t, last = self._schedule.get(index, (0, 1.0))
+        if last_t == t:
+            return last
         if last_t == t - 1:
             value = last * self._mu(t)
         else:
@@ -75,19 +86,29 @@ class Nadam(Optimizer):
         self._schedule[index] = (t, value)
         return value
 
-    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
-        xp = _xp(weight)
-        lr, wd = self._get_lr(index), self._get_wd(index)
-        g = self._effective_grad(xp, grad, weight, wd)         # G = clip(rescale·g) + wd·w
+    def _coefficients(self, index: Any, count: int) -> tuple[float, float, float]:
+        """``(a, b, c2)`` of update ``count`` of parameter ``index``, in float64 (see the module docstring).
+
+        ``a = lr·μ_t/(1 − S_t·μ_t+1)``, ``b = lr·(1 − μ_t)/(1 − S_t)``, ``c2 = 1 − β2^t``: the values
+        ``step`` and the fused kernel's table row (``_fused_rules.py``) both use; advances the
+        parameter's cached schedule ``S_t`` (idempotent for a repeated ``count``).
+        """
+        lr = self._get_lr(index)
         mu_t, mu_next = self._mu(count), self._mu(count + 1)
         s_t = self._m_schedule(index, count)                   # S_t = S_(t−1)·μ_t
+        a = lr * mu_t / (1.0 - s_t * mu_next)                  # lr·μ_t/(1 − S_t·μ_t+1)
+        b = lr * (1.0 - mu_t) / (1.0 - s_t)                    # lr·(1 − μ_t)/(1 − S_t)
+        return a, b, 1.0 - self.beta2**count
+
+    def step(self, index: Any, weight: Any, grad: Any, state: Any, count: int) -> None:
+        xp = _xp(weight)
+        wd = self._get_wd(index)
+        g = self._effective_grad(xp, grad, weight, wd)         # G = clip(rescale·g) + wd·w
+        a, b, c2 = self._coefficients(index, count)
         m, v = state
         m *= self.beta1                                        # m = β1·m + (1−β1)·G
         m += (1.0 - self.beta1) * g
         v *= self.beta2                                        # v = β2·v + (1−β2)·G²
         v += (1.0 - self.beta2) * g * g
-        g_hat = g / (1.0 - s_t)                                # Ĝ = G/(1 − S_t)
-        m_hat = m / (1.0 - s_t * mu_next)                      # m̂ = m/(1 − S_t·μ_t+1)
-        v_hat = v / (1.0 - self.beta2**count)                  # v̂ = v/(1 − β2^t)
-        m_bar = mu_t * m_hat + (1.0 - mu_t) * g_hat            # m̄ = μ_t·m̂ + (1−μ_t)·Ĝ
-        weight -= lr * m_bar / (xp.sqrt(v_hat) + self.epsilon)  # w −= lr·m̄/(√v̂ + ε)
+        # w −= lr·m̄/(√v̂ + ε) with lr·m̄ = a·m + b·G and v̂ = v/(1 − β2^t): nadam_update's order
+        weight -= (a * m + b * g) / (xp.sqrt(v / c2) + self.epsilon)
