@@ -37,6 +37,7 @@ from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .context import Context, current_context
 from .device import Device, DeviceUnavailableError, cpu, current_device, gpu, gpu_devices, num_gpus
+from .numpy_api import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
 from .parallel import DataParallelExecutor, split_and_load, split_data
 from .trainer import Trainer
 
@@ -50,6 +51,6 @@ __all__ = [
     "amp", "arange", "array", "autograd", "checkpoint", "concat", "cpu", "current_device", "data", "datasets", "empty",
     "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "kv", "kvstore", "loss",
     "lr_scheduler", "metric", "nn",
-    "nn_ops", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
+    "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
 ]

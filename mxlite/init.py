@@ -56,6 +56,31 @@ class Initializer:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({args})"
 
+    def __eq__(self, other: object) -> bool:
+        """Same class and same settings (MXNet compares initializers by value: ``Constant(1) == Constant(1)``)."""
+        if not isinstance(other, Initializer):
+            return NotImplemented
+        if type(self) is not type(other):
+            return False
+        mine, theirs = vars(self), vars(other)
+        return mine.keys() == theirs.keys() and all(_same_setting(mine[k], theirs[k]) for k in mine)
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(vars(self)))))  # equal initializers share class and setting names
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    """Whether two initializer settings are equal; arrays (NumPy, CuPy, Tensor) compare by shape and values."""
+    if a is b:
+        return True
+    if any(hasattr(v, "shape") and not isinstance(v, (int, float, np.generic)) for v in (a, b)):
+        ha, hb = np.asarray(as_host(a)), np.asarray(as_host(b))
+        return ha.shape == hb.shape and bool(np.array_equal(ha, hb))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
 
 @register
 class Zero(Initializer):

@@ -579,6 +579,25 @@ def smooth_l1(data: Any, scalar: float = 1.0) -> Tensor:
     return _ops.where(small, _ops.multiply(_ops.square(x), 0.5 * s2), _ops.subtract(_ops.abs(x), 0.5 / s2))
 
 
+def reset_arrays(*data: Any, num_arrays: int | None = None) -> None:
+    """Set every array of ``data`` to zero in place (MXNet's ``reset_arrays``; it backs ``zero_grad``).
+
+    ``num_arrays`` is MXNet's count of the arrays given; when passed it must equal ``len(data)``.
+    The writes are not recorded by autograd.
+
+    Raises:
+        TypeError: an argument that is not a Tensor (a row-sparse array, a NumPy array).
+        ValueError: ``num_arrays`` differs from the number of arrays.
+    """
+    if num_arrays is not None and num_arrays != len(data):
+        raise ValueError(f"reset_arrays: num_arrays={num_arrays} but {len(data)} arrays were given")
+    for i, a in enumerate(data):
+        if not isinstance(a, Tensor):
+            raise TypeError(f"reset_arrays: argument {i} is a {type(a).__name__}, expected a Tensor (NDArray)")
+    for a in data:
+        a._assign(0)
+
+
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__ and n not in (
     "annotations", "Any", "Sequence", "SimpleNamespace", "np", "Tensor", "device_arg", "reshape_nd", "shape_arg",
     "tensor", "tensors")]

@@ -7,6 +7,7 @@ default float dtype (MXNet's), every function differentiable where NumPy's math 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -351,3 +352,27 @@ linalg = SimpleNamespace(norm=_norm)
 def may_share_memory(a: Any, b: Any) -> bool:
     """Whether two arrays may share memory (NumPy's conservative test)."""
     return bool(_onp.may_share_memory(tensor(a)._data, tensor(b)._data)) if not tensor(a).device.is_gpu else False
+
+
+class _NumpyShapeScope(contextlib.ContextDecorator):
+    """What :func:`np_shape` returns: a context manager (and decorator) that changes nothing."""
+
+    def __init__(self, active: bool) -> None:
+        self._active = bool(active)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def np_shape(active: bool = True) -> _NumpyShapeScope:
+    """MXNet's ``mx.np_shape(active)`` scope for NumPy shape semantics (``with mx.np_shape(True): ...``).
+
+    mxlite always has NumPy's shape semantics (``()`` is a scalar's shape, zero-size shapes are valid,
+    ``-1`` marks an unknown size), as MXNet 2.x does by default, so the scope changes nothing; ``False``
+    does not switch them off (as ``npx.reset_np()``, it is accepted and does nothing). It also works as
+    a decorator (MXNet's ``use_np_shape``).
+    """
+    return _NumpyShapeScope(active)

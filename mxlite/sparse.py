@@ -67,8 +67,75 @@ class RowSparseTensor:
         """A deep copy."""
         return RowSparseTensor(self.data.copyto(self.device), self.indices.copyto(self.device), self.shape)
 
+    # -- arithmetic (MXNet's storage rules) ------------------------------------------------
+    # Scaling keeps the stored rows (rsp * scalar, rsp / scalar, -rsp: row-sparse); rsp +/- rsp is
+    # row-sparse over the union of rows and rsp * rsp over their intersection; anything that fills
+    # the zero rows (rsp + scalar, rsp op dense, scalar / rsp) gives a dense Tensor.
+    def _scaled(self, data: Tensor) -> RowSparseTensor:
+        return RowSparseTensor(data, self.indices, self.shape)
+
+    def _dense(self) -> Tensor:
+        return self.tostype("default")
+
+    def _check_shape(self, other: RowSparseTensor) -> None:
+        if other.shape != self.shape:
+            raise ValueError(f"row-sparse arithmetic needs equal shapes, got {self.shape} and {other.shape}")
+
+    def _sum(self, other: RowSparseTensor, sign: float) -> RowSparseTensor:
+        self._check_shape(other)
+        dev = self.device
+        other_data = other.data._data if other.device == dev else other.data.copyto(dev)._data
+        other_rows = other.indices._data if other.device == dev else other.indices.copyto(dev)._data
+        xp = dev.xp
+        with dev.use():
+            values = xp.concatenate([self.data._data, other_data if sign > 0 else -other_data])
+            rows = xp.concatenate([self.indices._data, other_rows])
+        return from_rows(values, rows, self.shape, dev)
+
+    def __mul__(self, other: Any) -> Any:
+        if _is_scalar(other):
+            return self._scaled(self.data * other)
+        if isinstance(other, RowSparseTensor):
+            self._check_shape(other)
+            return cast_storage(self._dense() * other._dense(), "row_sparse")
+        return self._dense() * other
+
+    def __rmul__(self, other: Any) -> Any:
+        return self.__mul__(other)
+
+    def __truediv__(self, other: Any) -> Any:
+        if _is_scalar(other):
+            return self._scaled(self.data / other)
+        return self._dense() / (other._dense() if isinstance(other, RowSparseTensor) else other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return other / self._dense()
+
+    def __neg__(self) -> RowSparseTensor:
+        return self._scaled(-self.data)
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, RowSparseTensor):
+            return self._sum(other, 1.0)
+        return self._dense() + other
+
+    def __radd__(self, other: Any) -> Any:
+        return other + self._dense()
+
+    def __sub__(self, other: Any) -> Any:
+        if isinstance(other, RowSparseTensor):
+            return self._sum(other, -1.0)
+        return self._dense() - other
+
+    def __rsub__(self, other: Any) -> Any:
+        return other - self._dense()
+
     def __repr__(self) -> str:
         return f"RowSparseTensor(shape={self.shape}, rows={self.indices.asnumpy().tolist()}, device={self.device})"
+
+
+def _is_scalar(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
 def row_sparse_array(arg1: Any, shape: Any = None, device: Device | str | None = None,

@@ -410,7 +410,7 @@ class Trainer:
         return rebuilt
 
     def _communicator(self, devices: list[Any]) -> Communicator:
-        kind = self._kvstore.type if self._kvstore is not None else "device"
+        kind = self._kvstore._type if self._kvstore is not None else "device"  # canonical, aliases resolved
         comm = _comm.create(kind, devices)
         self._num_workers = max(self._num_workers, comm.size)
         return comm

@@ -432,3 +432,52 @@ def test_force_reinit_of_a_deferred_model_replaces_values():
     net.initialize(mx.init.Zero(), force_reinit=True)
     for p in net.collect_params().values():
         assert not p.data().asnumpy().any()
+
+
+def test_deduplicated_file_fills_every_sharing_name(tmp_path):
+    class Two(mx.nn.Block):
+        def __init__(self):
+            super().__init__()
+            self.a = mx.nn.Dense(2, in_units=2)
+            self.b = mx.nn.Dense(2, in_units=2).share_parameters(self.a.collect_params())
+
+    net = Two()
+    net.initialize()
+    path = str(tmp_path / "dedup.params")
+    net.save_parameters(path, deduplicate=True)
+    assert sorted(mx.npx.load(path)) == ["a.bias", "a.weight"]
+    other = Two()
+    other.load_parameters(path)
+    np.testing.assert_array_equal(other.b.weight.data().asnumpy(), net.a.weight.data().asnumpy())
+    params = Two().collect_params()
+    params.load(path)  # ParameterDict.load follows the same rule
+    lone = mx.nn.Sequential(mx.nn.Dense(2, in_units=2), mx.nn.Dense(2, in_units=2))
+    with pytest.raises(ValueError, match="missing"):  # unshared names are still required
+        lone.load_parameters(path, ignore_extra=True)
+
+
+def test_collect_params_str_and_unregistered_block_warning():
+    net = mx.nn.Sequential(mx.nn.Dense(3, in_units=2, use_bias=False))
+    text = str(net.collect_params())
+    assert text.startswith("{'0.weight': Parameter") and "\n" not in text and "(3, 2)" in text
+
+    class Hidden(mx.nn.Block):
+        def __init__(self):
+            super().__init__()
+            self.layers = {"x": [mx.nn.Dense(2)]}
+            self.ok = [mx.nn.Dense(2)]
+            self.register_child(self.ok[0], "ok0")
+
+    with pytest.warns(UserWarning, match=r"Hidden\.layers.*unregistered"):
+        params = Hidden().collect_params()
+    assert list(params) == ["ok0.weight", "ok0.bias"]
+
+
+def test_initializers_compare_by_value():
+    assert mx.init.Constant(-10.0) == mx.init.Constant(-10.0)
+    assert mx.init.Constant(1.0) != mx.init.Constant(2.0)
+    assert mx.init.Constant(np.ones(3)) == mx.init.Constant(mx.np.ones(3))
+    assert mx.init.Constant(np.ones(3)) != mx.init.Constant(np.ones(4))
+    assert mx.init.Xavier(magnitude=2) == mx.init.Xavier(magnitude=2.0) != mx.init.Xavier()
+    assert mx.init.Zero() != mx.init.One() and mx.init.Zero() != "zeros"
+    assert len({mx.init.Uniform(0.1), mx.init.Uniform(0.1)}) == 1

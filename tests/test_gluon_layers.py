@@ -79,3 +79,22 @@ def test_activations_on_emulated_gpu():
         pytest.skip("no GPU")
     check_grad(A.gelu, [X], device=mx.gpu(0))
     check_grad(lambda t: A.elu(t, 0.5), [X], device=mx.gpu(0))
+
+
+def test_hybrid_lambda_2x_and_1x_and_concatenate():
+    x = nd.array([[1.0, -2.0]])
+    assert nn.HybridLambda(lambda t: t * 2)(x).asnumpy().tolist() == [[2.0, -4.0]]  # MXNet 2.x: fn(x)
+    assert nn.HybridLambda(lambda F, t: F.relu(t))(x).asnumpy().tolist() == [[1.0, 0.0]]  # 1.x: fn(F, x)
+    assert nn.HybridLambda(abs)(x).asnumpy().tolist() == [[1.0, 2.0]]  # a builtin without a signature
+    net = nn.HybridConcatenate(axis=1)
+    net.add(nn.Dense(3, in_units=2), nn.Identity())
+    net.initialize()
+    with autograd.record():
+        out = net(x)
+        out.sum().backward()
+    assert out.shape == (1, 5) and out.asnumpy()[0, 3:].tolist() == [1.0, -2.0]
+    assert net[0].weight.grad().asnumpy().tolist() == [[1.0, -2.0]] * 3
+    tail = nn.Concatenate(axis=0)
+    tail.add(nn.Identity(), nn.Identity())
+    assert tail(x).shape == (2, 2) and tail[1:].axis == 0
+    assert nn.Concatenate().axis == -1  # MXNet's default: the last axis

@@ -804,3 +804,24 @@ def test_dist_sync_over_two_ranks(tmp_path):
     if "compressed" in ranks[0]:  # mxlite.comm.compression present: 2-bit over the ranks
         for seen in ranks:
             np.testing.assert_array_equal(seen["compressed"], [0.5, 0.5, -0.5, -0.5, 1.0])
+
+
+def test_row_sparse_arithmetic_follows_mxnet_storage_rules():
+    rsp = mx.nd.array([[0, 0], [1, 2], [0, 0], [3, 4]]).tostype("row_sparse")
+    other = row_sparse_array(([[1.0, 1.0]], [0]), shape=(4, 2))
+    for out, stype, value in (
+            (rsp * 4, "row_sparse", [[0, 0], [4, 8], [0, 0], [12, 16]]),
+            (2.0 * rsp, "row_sparse", [[0, 0], [2, 4], [0, 0], [6, 8]]),
+            (rsp / 2, "row_sparse", [[0, 0], [0.5, 1], [0, 0], [1.5, 2]]),
+            (-rsp, "row_sparse", [[0, 0], [-1, -2], [0, 0], [-3, -4]]),
+            (rsp + other, "row_sparse", [[1, 1], [1, 2], [0, 0], [3, 4]]),
+            (rsp - other, "row_sparse", [[-1, -1], [1, 2], [0, 0], [3, 4]]),
+            (rsp * rsp, "row_sparse", [[0, 0], [1, 4], [0, 0], [9, 16]]),
+            (rsp + 1, "default", [[1, 1], [2, 3], [1, 1], [4, 5]]),
+            (1 - rsp, "default", [[1, 1], [0, -1], [1, 1], [-2, -3]]),
+            (rsp * mx.nd.ones((4, 2)), "default", [[0, 0], [1, 2], [0, 0], [3, 4]])):
+        assert out.stype == stype
+        np.testing.assert_allclose(out.asnumpy(), value)
+    assert (rsp * 4).dtype == np.float32 and (rsp * 4).indices.asnumpy().tolist() == [1, 3]
+    with pytest.raises(ValueError, match="equal shapes"):
+        rsp + row_sparse_array(([[1.0, 1.0]], [0]), shape=(5, 2))

@@ -99,9 +99,6 @@ def test_parameter_sharing(tmp_path):
     net6.load_parameters(str(tmp_path / "net4.params"), mx.cpu())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "str(collect_params()) starts with a 'ParameterDict(' line and lists one parameter per line; "
-    "MXNet 2.x prints a plain dict whose first line names the first parameter"))
 def test_parameter_str():
     """Mirrors MXNet's ``test_parameter_str``: the first line names the weight, its shape and dtype."""
     class Net(gluon.Block):
@@ -258,9 +255,6 @@ def test_block_attr_regular():
     assert b.c is c2 and (child() if callable(child) and not isinstance(child, gluon.Block) else child) is c2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "mxlite gives no warning for Blocks stored in a plain list or dict attribute (MXNet warns that "
-    "their parameters are not collected)"))
 def test_block_attr_list_of_block():
     """Mirrors MXNet's ``test_block_attr_list_of_block``: Blocks hidden in a list or dict trigger a warning."""
     class Model1(gluon.Block):
@@ -334,11 +328,12 @@ def test_sequential():
     assert isinstance(slc, type(net))
 
 
-@pytest.mark.xfail(strict=True, reason="Sequential and HybridSequential are one class in mxlite, so hybridizing "
-                                       "a Sequential gives no warning (MXNet warns that its children are not "
-                                       "hybridized)")
+@pytest.mark.xfail(strict=True, reason="Sequential/HybridSequential and Block/HybridBlock are one class each in "
+                                       "mxlite, so hybridizing a Sequential cannot tell whether all children are "
+                                       "HybridBlocks and gives no warning (MXNet warns then that HybridSequential "
+                                       "would be faster)")
 def test_sequential_warning():
-    """Mirrors MXNet's ``test_sequential_warning``: hybridize() on a (non-hybrid) Sequential warns once."""
+    """Mirrors MXNet's ``test_sequential_warning``: hybridize() on a Sequential of HybridBlocks warns once."""
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         b = gluon.nn.Sequential()
@@ -368,9 +363,6 @@ def test_hybrid_stale_cache():
     assert net(mx.np.ones((2, 3, 5))).shape == (2, 10)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "nn.HybridLambda calls its function as fn(F, x, *args) (Gluon 1.x); MXNet 2.x calls fn(x, "
-    "*args), so a 2.x function receives the mx.nd module as x (TypeError)"))
 def test_lambda():
     """Mirrors MXNet's ``test_lambda``: Lambda/HybridLambda by name or function match the layers."""
     net1 = mx.gluon.nn.HybridSequential()
@@ -451,10 +443,6 @@ def test_req():
     _close(grad * 2, grad_double)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a file saved with deduplicate=True holds a shared parameter under its first name only, and "
-    "load_parameters then reports the other names as missing (ValueError); MXNet fills every sharing"
-    " block"))
 def test_save_load_deduplicate_with_shared_params(tmp_path):
     """Mirrors MXNet's ``test_save_load_deduplicate_with_shared_params``: deduplicate saves a shared weight once."""
     class B(mx.gluon.Block):
@@ -483,7 +471,6 @@ def test_save_load_deduplicate_with_shared_params(tmp_path):
     make().load_parameters(path)
 
 
-@pytest.mark.xfail(strict=True, reason="mx.nd.reset_arrays is not provided (AttributeError)")
 def test_zero_grad():
     """Mirrors MXNet's ``test_zero_grad``: reset_arrays and Block.zero_grad leave zeros (dense gradients)."""
     device = mx.device.current_device()
@@ -570,8 +557,6 @@ def test_share_inputs_outputs():
             _close(out_grad, d2.grad)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Tensor has no take() method (AttributeError); mx.np.take/mx.nd.take are the spelling"))
 def test_grad_graph_change():
     """Mirrors MXNet's ``test_grad_graph_change``: a block returning an input index alongside a taken row."""
     class Model(mx.gluon.HybridBlock):
@@ -588,7 +573,6 @@ def test_grad_graph_change():
     row.backward()
 
 
-@pytest.mark.xfail(strict=True, reason="mx.np_shape (MXNet's NumPy-shape switch) is not provided (AttributeError)")
 def test_np_shape_parameters():
     """Mirrors MXNet's ``test_np_shape_parameters``: a deferred Dense under np_shape."""
     class Foo(gluon.Block):
@@ -641,9 +625,6 @@ def test_squeeze_consistency():
     block(mx.np.ones((onp.random.randint(1, 10), onp.random.randint(1, 10), 1)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "initializers compare by identity: two Constant(-10.0) instances are not == (MXNet compares "
-    "their settings)"))
 def test_shared_parameters_with_non_default_initializer():
     """Mirrors MXNet's ``test_shared_parameters_with_non_default_initializer``."""
     class MyBlock(gluon.HybridBlock):
@@ -686,7 +667,6 @@ def test_reqs_switching_training_inference():
     _close(grad1, x.grad.asnumpy())
 
 
-@pytest.mark.xfail(strict=True, reason="nn.Concatenate and nn.HybridConcatenate are not provided (AttributeError)")
 @pytest.mark.parametrize("dc", [True, False])
 @pytest.mark.parametrize("hybridize", [True, False])
 def test_concatenate(dc, hybridize):

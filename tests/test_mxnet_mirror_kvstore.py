@@ -14,10 +14,6 @@ SHAPE = (4, 4)
 INT_KEYS = [5, 7, 11]
 STR_KEYS = ["b", "c", "d"]
 STYPES = ["default", "row_sparse"]
-RSP_SCALAR = pytest.mark.xfail(strict=True, raises=TypeError,
-                               reason="row-sparse arrays have no arithmetic: `rsp * 4` raises TypeError "
-                                      "(MXNet gives a row-sparse result)")
-SCALED_STYPES = ["default", pytest.param("row_sparse", marks=RSP_SCALAR)]
 
 
 def _store_int(stype="default"):
@@ -96,7 +92,7 @@ def test_pull(kind):
     _all_equal(b, 0)
 
 
-@pytest.mark.parametrize("stype", SCALED_STYPES)
+@pytest.mark.parametrize("stype", STYPES)
 def test_list_kv_pair(stype):
     """Mirrors MXNet's ``test_list_kv_pair``: push and pull a list of keys at once."""
     for kv, keys in ((_store_int(), INT_KEYS), (_store_str(), STR_KEYS)):
@@ -107,7 +103,7 @@ def test_list_kv_pair(stype):
             _all_equal(out, 4)
 
 
-@pytest.mark.parametrize("stype", SCALED_STYPES)
+@pytest.mark.parametrize("stype", STYPES)
 def test_aggregator(stype):
     """Mirrors MXNet's ``test_aggregator``: values pushed from 4 devices are summed; pull fills every device."""
     n = 4
@@ -192,8 +188,6 @@ def test_updater(stype):
                 _all_equal(out, n * pushes)
 
 
-@pytest.mark.xfail(strict=True, reason="mxlite's `type` reports the canonical name ('local') for MXNet's "
-                                        "alias 'local_allreduce_cpu'; MXNet reports the alias")
 def test_get_type():
     """Mirrors MXNet's ``test_get_type``: ``create('local_allreduce_cpu').type`` is that name."""
     kv = mx.kv.create("local_allreduce_cpu")

@@ -204,3 +204,32 @@ def test_ops_on_emulated_gpu():
     np.testing.assert_allclose(ops.erf(x.astype("float64")).asnumpy(), ops.erf(mx.array(x.asnumpy(), dtype="float64"))
                                .asnumpy(), rtol=1e-12)
     check_grad(lambda t: ops.prod(ops.tile(t, (1, 2)), axis=1), [rand(2, 3)], device=mx.gpu(0))
+
+
+def test_reset_arrays_take_method_np_shape():
+    a, b = nd.ones((2, 3)), mx.np.ones((4,), dtype="float16")
+    assert nd.reset_arrays(a, b, num_arrays=2) is None
+    assert a.asnumpy().tolist() == [[0.0] * 3] * 2 and b.asnumpy().tolist() == [0.0] * 4
+    with pytest.raises(ValueError, match="num_arrays"):
+        nd.reset_arrays(a, num_arrays=2)
+    with pytest.raises(TypeError, match="argument 0"):
+        nd.reset_arrays(np.ones(2))
+    x = mx.np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert x.take(mx.np.array([3, 0])).asnumpy().tolist() == [4.0, 1.0]  # axis None: the flattened array
+    assert x.take([1], axis=1).asnumpy().tolist() == [[2.0], [4.0]]
+    with pytest.raises(IndexError):
+        x.take([4])  # mode 'raise' by default, as MXNet 2.x's ndarray.take
+    assert x.take([4], mode="clip").asnumpy().tolist() == [4.0]
+    x.attach_grad()
+    with autograd.record():
+        y = x.take(mx.np.array([1, 1]), axis=0).sum()
+    y.backward()
+    assert x.grad.asnumpy().tolist() == [[0.0, 0.0], [2.0, 2.0]]
+    with mx.np_shape(True):
+        assert mx.np.zeros((0, 3)).shape == (0, 3)
+
+    @mx.np_shape()
+    def scalar() -> tuple:
+        return mx.np.array(1.0).shape
+
+    assert scalar() == ()

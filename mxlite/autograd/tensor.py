@@ -262,6 +262,17 @@ class Tensor:
         """The data as nested Python lists."""
         return self.asnumpy().tolist()
 
+    def take(self, indices: Any, axis: int | None = None, mode: str = "raise") -> Tensor:
+        """Entries at ``indices`` along ``axis`` (of the flattened array when None): MXNet 2.x's
+        ``ndarray.take``, the fluent form of ``mx.np.take`` (differentiable in this tensor).
+
+        ``mode`` 'raise' (default, as MXNet 2.x) refuses out-of-range ids with IndexError; 'clip'
+        clips them, 'wrap' wraps them around.
+        """
+        from ..numpy_api import take  # noqa: PLC0415 - numpy_api builds on this module
+
+        return take(self, indices, axis=axis, mode=mode)
+
     def copyto(self, other: Tensor | _device.Device) -> Tensor:
         """Copy into ``other``'s buffer (a Tensor of the same shape) or onto a device.
 

@@ -162,7 +162,8 @@ class KVStore:
     OPTIMIZER = "optimizer"
 
     def __init__(self, kvstore_type: str = "local") -> None:
-        self._type = _check_type(kvstore_type)
+        self._type = _check_type(kvstore_type)  # the canonical kind: an alias behaves as the store it names
+        self._name = kvstore_type.lower()
         self._dist = self._type.startswith("dist")
         self._store: dict[Key, _Stored] = {}
         self._key_kind: type | None = None
@@ -187,8 +188,8 @@ class KVStore:
     # -- attributes -----------------------------------------------------------------------
     @property
     def type(self) -> str:
-        """The store's type, as given to :func:`create` (lower-cased)."""
-        return self._type
+        """The store's type, as given to :func:`create` (lower-cased; an alias stays the alias, as in MXNet)."""
+        return self._name
 
     @property
     def rank(self) -> int:

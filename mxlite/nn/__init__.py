@@ -4,10 +4,12 @@ from .activations import ELU, GELU, SELU, LeakyReLU, PReLU, SiLU, Swish
 from .basic_layers import (
     Activation,
     BatchNorm,
+    Concatenate,
     Dense,
     Dropout,
     Embedding,
     Flatten,
+    HybridConcatenate,
     HybridLambda,
     Identity,
     Lambda,
@@ -40,5 +42,5 @@ __all__ = [
     "AvgPool1D", "AvgPool3D", "Conv1D", "Conv1DTranspose", "Conv2DTranspose", "Conv3D", "Conv3DTranspose",
     "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
     "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
-    "GroupNorm", "InstanceNorm",
+    "GroupNorm", "InstanceNorm", "Concatenate", "HybridConcatenate",
 ]

@@ -1,4 +1,4 @@
-"""Basic layers: Dense, Dropout, BatchNorm, LayerNorm, Embedding, Flatten, Activation, Lambda.
+"""Basic layers: Dense, Dropout, BatchNorm, LayerNorm, Embedding, Flatten, Activation, Lambda, Concatenate.
 
 Every layer follows Gluon 2.x: constructor arguments and defaults as MXNet's, input
 dimensions inferred from the first batch when not given (deferred initialisation), and the
@@ -7,6 +7,7 @@ layer's parameters used on whichever device the input lives (each device has its
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +16,11 @@ import numpy as np
 from .. import autograd
 from ..autograd import nn_ops, ops
 from ..autograd.tensor import Tensor
-from .block import Block
+from .block import Block, Sequential
 from .parameter import Parameter
 
 __all__ = ["Dense", "Dropout", "BatchNorm", "LayerNorm", "Embedding", "Flatten", "Activation", "Lambda",
-           "HybridLambda", "Identity"]
+           "HybridLambda", "Identity", "Concatenate", "HybridConcatenate"]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": ops.relu,
@@ -202,19 +203,55 @@ class Lambda(Block):
 
 
 class HybridLambda(Lambda):
-    """Wraps ``fn(F, x, ...) -> y`` (Gluon's ``HybridLambda``: ``F`` is ``mx.nd``); a string names an ``mx.nd``
-    function called as ``fn(x, ...)``."""
+    """Wraps a function as a Block: MXNet 2.x's ``HybridLambda``, called as ``fn(x, *args)``.
+
+    A Gluon 1.x function ``fn(F, x, *args)`` (its first parameter named ``F``) still works: it gets
+    ``F`` = ``mx.nd``. A string names an ``mx.nd`` function, called as ``fn(x, *args)``.
+    """
 
     def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
         super().__init__(function, prefix)
-        self._named = isinstance(function, str)
+        self._takes_f = not isinstance(function, str) and _first_parameter(function) == "F"
 
     def forward(self, *args: Any) -> Any:
-        if self._named:
+        if not self._takes_f:
             return self._fn(*args)
         from .. import ndarray as nd  # noqa: PLC0415
 
         return self._fn(nd, *args)
+
+
+def _first_parameter(fn: Callable[..., Any]) -> str | None:
+    """The name of ``fn``'s first positional parameter (None when it has none or no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return None
+    first = next((p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), None)
+    return first.name if first is not None else None
+
+
+class Concatenate(Sequential):
+    """Feeds the input to every child and joins their outputs along ``axis`` (MXNet 2.x's ``Concatenate``).
+
+    ``net = Concatenate(axis=1); net.add(Dense(128), Dense(64))`` maps ``(N, d)`` to ``(N, 192)``.
+    """
+
+    def __init__(self, axis: int = -1) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: Any) -> Tensor:
+        return ops.concat([block(x) for block in self._children.values()], axis=self.axis)
+
+    def __getitem__(self, key: int | slice) -> Any:
+        out = super().__getitem__(key)
+        if isinstance(out, Concatenate):
+            out.axis = self.axis
+        return out
+
+
+HybridConcatenate = Concatenate  # HybridBlock and Block are one class in mxlite
 
 
 class Identity(Block):

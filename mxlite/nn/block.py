@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +25,7 @@ from .. import init as _init
 from .._serialization import load_arrays, save_arrays
 from ..device import current_device
 from ..store import ParameterStore
-from .parameter import Parameter, ParameterDict, _device_list
+from .parameter import Parameter, ParameterDict, _device_list, _missing_names
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
@@ -167,6 +168,7 @@ class Block:
             select: a regular expression; only names it matches (``re.match``) are kept,
                 e.g. ``'.*weight'`` or ``'0\\.|1\\.'``.
         """
+        self._check_container_with_block()
         pattern = re.compile(select) if select is not None else None
         out = ParameterDict()
         for name, param in self._iter_params(""):
@@ -175,6 +177,31 @@ class Block:
             if pattern is None or pattern.match(name):
                 out[name] = param
         return out
+
+    def _check_container_with_block(self) -> None:
+        """Warn about Blocks kept in a plain list, tuple or dict attribute (as MXNet 2.x does).
+
+        Such Blocks are not registered, so their parameters are neither collected, initialised nor
+        saved; ``register_child`` or a ``Sequential`` registers them. Checks every descendant too.
+        """
+        registered = {id(c) for c in self._children.values()}
+
+        def hides_block(value: Any) -> bool:
+            if isinstance(value, (list, tuple)):
+                return any(hides_block(v) for v in value)
+            if isinstance(value, dict):
+                return any(hides_block(v) for v in value.values())
+            return isinstance(value, Block) and id(value) not in registered
+
+        for name, value in vars(self).items():
+            if (isinstance(value, (list, tuple, dict)) and not name.startswith("__")
+                    and name not in _BLOCK_INTERNALS and hides_block(value)):
+                warnings.warn(f'"{type(self).__name__}.{name}" is an unregistered container with Blocks: Blocks '
+                              "inside a list, tuple or dict are not registered, so their parameters are not "
+                              "collected. Register them with register_child() or use nn.Sequential instead.",
+                              stacklevel=3)
+        for child in self._children.values():
+            child._check_container_with_block()
 
     def _iter_params(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
         for name, param in self._reg_params.items():
@@ -197,7 +224,7 @@ class Block:
         """
         devices = _device_list(device if ctx is None else ctx)
         default = _init.create(init) if init is not None else _init.Uniform()
-        params = list(self.collect_params().values())
+        params = list({id(p): p for p in self.collect_params().values()}.values())  # shared: once
         # Parameters added after a first initialize join the model's existing arenas.
         store = next((p._store for p in params if p._store is not None), None) or ParameterStore()
         todo = [p for p in params if force_reinit or not p.is_initialized]
@@ -292,7 +319,7 @@ class Block:
         loaded = load_arrays(filename)
         params = self.collect_params()
         problems: list[str] = []
-        missing = [n for n in params if n not in loaded]
+        missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once
         extra = [n for n in loaded if n not in params]
         if missing and not allow_missing:
             problems.append(f"missing from the file: {missing} (pass allow_missing=True to skip them)")
@@ -378,6 +405,8 @@ class Block:
     def _extra_repr(self) -> str:
         return ""
 
+
+_BLOCK_INTERNALS = frozenset({"_children", "_reg_params", "_forward_hooks", "_forward_pre_hooks"})
 
 HybridBlock = Block  # mxlite has no symbolic mode: every block is imperative
 

@@ -610,7 +610,7 @@ class ParameterDict(dict):
         from .._serialization import load_arrays  # noqa: PLC0415
 
         loaded = {restore_prefix + k: v for k, v in load_arrays(filename).items()}
-        missing = [n for n in self if n not in loaded]
+        missing = _missing_names(self, loaded)
         extra = [n for n in loaded if n not in self]
         problems = []
         if missing and not allow_missing:
@@ -641,6 +641,16 @@ class ParameterDict(dict):
                 param._init_impl(value, param._deferred[2] if param._deferred else devices,
                                  param._deferred[3] if param._deferred else (param._store or store))
 
-    def __repr__(self) -> str:
-        body = "\n".join(f"  {v!r}" for v in self.values())
-        return f"ParameterDict(\n{body}\n)" if self else "ParameterDict()"
+    # MXNet 2.x's collect_params() returns a plain dict, printed on one line: {'0.weight': Parameter ...}
+    __repr__ = dict.__repr__
+    __str__ = dict.__repr__
+
+
+def _missing_names(params: dict[str, Parameter], loaded: Any) -> list[str]:
+    """Names of ``params`` absent from ``loaded`` whose Parameter is not there under another name either.
+
+    A file saved with ``deduplicate=True`` holds a shared Parameter once, under its first name; every
+    other name of it then loads the same value (as MXNet's ``load_parameters``).
+    """
+    present = {id(p) for n, p in params.items() if n in loaded}
+    return [n for n, p in params.items() if n not in loaded and id(p) not in present]
