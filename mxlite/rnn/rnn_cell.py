@@ -221,7 +221,20 @@ class RNNCell(_GatedCell):
         return h, [h]
 
 
-class LSTMCell(_GatedCell):
+class _ActivatedGatedCell(_GatedCell):
+    """A gated cell with MXNet's ``activation`` and ``recurrent_activation`` arguments (LSTM, GRU)."""
+
+    def __init__(self, hidden_size: int, i2h_weight_initializer: Any = None, h2h_weight_initializer: Any = None,
+                 i2h_bias_initializer: Any = "zeros", h2h_bias_initializer: Any = "zeros", input_size: int = 0,
+                 prefix: str | None = None, params: Any = None, activation: Any = "tanh",
+                 recurrent_activation: Any = "sigmoid") -> None:
+        super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
+                         h2h_bias_initializer, input_size)
+        self._activation = _act(type(self).__name__, activation)
+        self._recurrent_activation = _act(type(self).__name__, recurrent_activation)
+
+
+class LSTMCell(_ActivatedGatedCell):
     """LSTM cell (gates ``i, f, c, o``): states ``[h, c]``, output ``h'``.
 
     ``c' = sigmoid(f) * c + sigmoid(i) * tanh(g)``, ``h' = sigmoid(o) * tanh(c')`` (``activation``
@@ -235,15 +248,6 @@ class LSTMCell(_GatedCell):
     _gates = 4
     _num_states = 2
 
-    def __init__(self, hidden_size: int, i2h_weight_initializer: Any = None, h2h_weight_initializer: Any = None,
-                 i2h_bias_initializer: Any = "zeros", h2h_bias_initializer: Any = "zeros", input_size: int = 0,
-                 prefix: str | None = None, params: Any = None, activation: Any = "tanh",
-                 recurrent_activation: Any = "sigmoid") -> None:
-        super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                         h2h_bias_initializer, input_size)
-        self._activation = _act("LSTMCell", activation)
-        self._recurrent_activation = _act("LSTMCell", recurrent_activation)
-
     def forward(self, inputs: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         wi, wh, bi, bh = self._weights(inputs)
         self._check_states(states, inputs)
@@ -252,7 +256,7 @@ class LSTMCell(_GatedCell):
         return h, [h, c]
 
 
-class GRUCell(_GatedCell):
+class GRUCell(_ActivatedGatedCell):
     """GRU cell (gates ``r, z, n``, MXNet's formulation): state ``[h]``, output ``h'``.
 
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
@@ -261,15 +265,6 @@ class GRUCell(_GatedCell):
     """
 
     _gates = 3
-
-    def __init__(self, hidden_size: int, i2h_weight_initializer: Any = None, h2h_weight_initializer: Any = None,
-                 i2h_bias_initializer: Any = "zeros", h2h_bias_initializer: Any = "zeros", input_size: int = 0,
-                 prefix: str | None = None, params: Any = None, activation: Any = "tanh",
-                 recurrent_activation: Any = "sigmoid") -> None:
-        super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                         h2h_bias_initializer, input_size)
-        self._activation = _act("GRUCell", activation)
-        self._recurrent_activation = _act("GRUCell", recurrent_activation)
 
     def forward(self, inputs: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
         wi, wh, bi, bh = self._weights(inputs)
