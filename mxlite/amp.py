@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._serialization import as_host
+from ._copy import as_host
 
 __all__ = ["LossScaler", "all_gradients_finite", "gradients_finite", "init", "init_trainer", "scale_loss", "unscale"]
 
@@ -68,9 +68,9 @@ class LossScaler:
     def has_overflow(self, params: Sequence[Any]) -> bool:
         """Whether any gradient of ``params`` (first mirror) holds inf/NaN; updates the scale.
 
-        Call it once per step, after the gradients are summed. It reads one flag per step from
-        the device (one host synchronisation and one byte when the gradients live on one device
-        list), whatever the number of parameters.
+        Call it once per step, after the gradients are summed. It reads one flag per device
+        (:func:`all_gradients_finite`: one host synchronisation and one byte each), whatever the
+        number of parameters.
         """
         overflow = not all_gradients_finite([p for p in params if p.grad_req != "null"])
         self.update(overflow)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._serialization import as_host
+from .._copy import as_host
 from ..device import Device
 from . import faults
 from .base import DONE, Communicator, Work

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from . import _core, _counters, _memory, _sig, _signatures, _state, _streams
-from ._errors import EmulatedGPUError
 
 __all__ = ["ndarray"]
 
@@ -376,8 +375,3 @@ for _name, _func in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
 ndarray.__rdivmod__ = _binary("__rdivmod__", np.divmod, reflected=True)
 for _name, _func in (("neg", np.negative), ("pos", np.positive), ("abs", np.absolute), ("invert", np.invert)):
     setattr(ndarray, f"__{_name}__", (lambda f, n: lambda self: _core.apply(n, f, (self,), {}))(_func, f"__{_name}__"))
-
-
-def _check_same_device(arr: ndarray) -> None:
-    if arr._mem.device_id != _state.current_device_id():
-        raise EmulatedGPUError(f"{_core.describe(arr)} is not on the current device gpu({_state.current_device_id()})")

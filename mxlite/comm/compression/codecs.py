@@ -238,10 +238,10 @@ class _TwoBit(Codec):
         dequantize_2bit(payload[0], n, self.params["threshold"], out=total, accumulate=True)
 
     def _device_payload(self, grad: Any, residual: Any) -> Any:
-        return quantize_2bit(grad, residual, self.params["threshold"])     # ceil(n/16) uint32 words
+        return self._encode(grad, residual, 0)[0]                         # ceil(n/16) uint32 words
 
     def _decode_message(self, message: Any, n: int, total: Any, capacity: int) -> None:
-        dequantize_2bit(message, n, self.params["threshold"], out=total, accumulate=True)
+        self._decode((message,), n, total, 0)
 
 
 class _Sparse(Codec):
@@ -276,7 +276,7 @@ class _TopK(_Sparse):
         return topk_count(self.params["ratio"], n)
 
     def _device_payload(self, grad: Any, residual: Any) -> Any:
-        k = topk_count(self.params["ratio"], grad.size)
+        k = self._device_capacity(grad.size)
         indices, values = topk_select(grad, residual, k)                # no host synchronisation
         return sparse_message(indices, values, _full_count(grad, k), k)  # int32 [k, idx[k], values[k]]
 
@@ -285,11 +285,10 @@ class _Threshold(_Sparse):
     """Threshold sparsification with local accumulation (:func:`threshold_select`)."""
 
     _variable_size = True
+    deferred_on_nccl = True
 
     def _encode(self, grad: Any, residual: Any, contributions: int) -> tuple[Any, ...]:
         return threshold_select(grad, residual, self.params["threshold"])
-
-    deferred_on_nccl = True
 
     def encode_on_device(self, grads: Sequence[Any], residuals: Sequence[Any], comm: Any) -> list[tuple[Any, ...]]:
         """Select on every GPU's communication stream; per GPU ``(indices, values, count)``, the count on the device.
@@ -349,13 +348,15 @@ class _HalfWire(Codec):
     """float16 or bfloat16 on the wire, pre-scaled by 1/N in the cast (:func:`to_wire`, :func:`from_wire`)."""
 
     needs_residual = False
+    narrow_wire = True
 
     @property
-    def _wire(self) -> str:
+    def wire_dtype(self) -> str:
+        """'float16' or 'bfloat16'."""
         return "float16" if self.params["type"] == "fp16" else "bfloat16"
 
     def _encode(self, grad: Any, residual: Any, contributions: int) -> tuple[Any, ...]:
-        return (to_wire(grad, self._wire, np.float32(1.0 / contributions), self.params.get("clip")),)
+        return (to_wire(grad, self.wire_dtype, np.float32(1.0 / contributions), self.params.get("clip")),)
 
     def _serialize(self, payload: tuple[Any, ...]) -> np.ndarray:
         raw = as_host(payload[0]).view(np.uint8)
@@ -365,18 +366,11 @@ class _HalfWire(Codec):
         end = offset + 2 * n
         if end > host.size:
             raise ValueError(f"{host.size - offset} bytes left, {end - offset} needed")
-        wire = on_home[offset:end].view(np.float16 if self._wire == "float16" else np.uint16)
+        wire = on_home[offset:end].view(np.float16 if self.wire_dtype == "float16" else np.uint16)
         return (wire,), end + (2 if n % 2 else 0)
 
     def _decode(self, payload: tuple[Any, ...], n: int, total: Any, contributions: int) -> None:
-        from_wire(payload[0], self._wire, np.float32(contributions), total, accumulate=True)
-
-    narrow_wire = True
-
-    @property
-    def wire_dtype(self) -> str:
-        """'float16' or 'bfloat16'."""
-        return self._wire
+        from_wire(payload[0], self.wire_dtype, np.float32(contributions), total, accumulate=True)
 
     def reduce_on_nccl(self, grads: Sequence[Any], wires: Sequence[Any], comm: Any) -> Any:
         """Half-precision all-reduce on the GPUs: ``wire = sum over contributions of half(clip(g) / N)``.
@@ -400,8 +394,8 @@ class _HalfWire(Codec):
         comm.begin()
         for device, stream, g, w in zip(comm.devices, comm.streams, grads, wires):
             with device.use(), stream:
-                to_wire(g, self._wire, scale, self.params.get("clip"), out=w)   # cast and pre-scale
-        comm.allreduce_on_device(list(wires), self._wire, "sum")                 # NCCL half sum
+                to_wire(g, self.wire_dtype, scale, self.params.get("clip"), out=w)   # cast and pre-scale
+        comm.allreduce_on_device(list(wires), self.wire_dtype, "sum")                 # NCCL half sum
         return comm.end()
 
 

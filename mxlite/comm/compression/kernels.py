@@ -281,9 +281,9 @@ def sparse_message(indices: Any, values: Any, count: Any, capacity: int) -> Any:
     ``count`` is a 1-element int32 array (it may exceed ``capacity`` only if the caller's capacity
     is wrong: :func:`scatter_add_message` reads ``min(count, capacity)`` entries).
     """
-    xp = np if isinstance(indices, np.ndarray) else device_of(indices).xp
-    with device_of(indices).use():
-        return xp.concatenate([count.astype(np.int32, copy=False), indices[:capacity],
+    device = device_of(indices)
+    with device.use():
+        return device.xp.concatenate([count.astype(np.int32, copy=False), indices[:capacity],
                                values[:capacity].view(np.int32)])
 
 
