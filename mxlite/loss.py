@@ -169,8 +169,7 @@ class SigmoidBinaryCrossEntropyLoss(Loss):
         """Per-sample mean binary cross-entropy; ``label`` is reshaped to ``pred``'s shape."""
         z = _reshape_like(_as_tensor_like(label, pred), pred)
         if not self._from_sigmoid:
-            # log(1 + exp(-|x|)): the softplus of a non-positive number never overflows.
-            softplus = ops.log(ops.add(ops.exp(ops.negative(ops.abs(pred))), 1.0))
+            softplus = _softplus(ops.negative(ops.abs(pred)))  # log(1 + exp(-|x|)): never overflows
             if pos_weight is None:
                 loss = ops.add(ops.subtract(ops.relu(pred), ops.multiply(pred, z)), softplus)
             else:

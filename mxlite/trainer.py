@@ -538,8 +538,8 @@ class Trainer:
         self._optimizer.rescale_grad = self._scale / (batch_size * workers)
         opt = self._optimizer
         todo = self._fresh_params(ignore_stale_grad)
-        if self._check_finite or self._amp_loss_scaler is not None or any(
-                p.grad_stype != "default" or fused_rule(opt, p.dtype) is None for _, p in todo):
+        fused = [p.grad_stype == "default" and fused_rule(opt, p.dtype) is not None for _, p in todo]
+        if self._check_finite or self._amp_loss_scaler is not None or not all(fused):
             for _, sync in self._syncs.values():  # these read the gradient buffers, not a narrow wire
                 if sync is not None:
                     sync.materialize()
@@ -550,8 +550,8 @@ class Trainer:
                 param._mark_stale()  # the step is skipped: nothing is written
             return
         groups: dict[tuple[int, int], tuple[Any, list[tuple[int, Any]]]] = {}  # -> (arena, [(index, slot)])
-        for index, param in todo:
-            if param.grad_stype == "default" and fused_rule(opt, param.dtype) is not None:
+        for (index, param), is_fused in zip(todo, fused, strict=True):
+            if is_fused:
                 for mirror, (arena, slot) in enumerate(param._arena_slots()):
                     groups.setdefault((id(arena), mirror), (arena, []))[1].append((index, slot))
             else:

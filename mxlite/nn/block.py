@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import init as _init
 from .._serialization import load_arrays, save_arrays
 from ..device import current_device
 from ..store import ParameterStore
@@ -222,18 +221,7 @@ class Block:
 
         ``ctx`` is MXNet 1.x's name of ``device``.
         """
-        devices = _device_list(device if ctx is None else ctx)
-        default = _init.create(init) if init is not None else _init.Uniform()
-        params = list({id(p): p for p in self.collect_params().values()}.values())  # shared: once
-        # Parameters added after a first initialize join the model's existing arenas.
-        store = next((p._store for p in params if p._store is not None), None) or ParameterStore()
-        todo = [p for p in params if force_reinit or not p.is_initialized]
-        # If any shape must wait for the first batch, every parameter waits: the arena then
-        # holds them in order of first use in forward, so gradients lie in backward's order.
-        defer = any(not p._shape_known() for p in todo)
-        for param in todo:
-            param.initialize(None, devices, default_init=default, force_reinit=force_reinit,
-                             store=param._store or store, defer=defer)
+        self.collect_params().initialize(init, device, verbose, force_reinit, ctx)
 
     def zero_grad(self) -> None:
         """Zero every parameter's gradient."""

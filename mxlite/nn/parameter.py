@@ -528,9 +528,12 @@ class ParameterDict(dict):
         """
         devices = _device_list(device if ctx is None else ctx)
         default = _init.create(init) if init is not None else _init.Uniform()
-        params = list(dict.fromkeys(self.values()))
+        params = list(dict.fromkeys(self.values()))  # a Parameter shared under several names: once
+        # Parameters added after a first initialize join the model's existing arenas.
         store = next((p._store for p in params if p._store is not None), None) or ParameterStore()
         todo = [p for p in params if force_reinit or not p.is_initialized]
+        # If any shape must wait for the first batch, every parameter waits: the arena then
+        # holds them in order of first use in forward, so gradients lie in backward's order.
         defer = any(not p._shape_known() for p in todo)
         for param in todo:
             param.initialize(None, devices, default_init=default, force_reinit=force_reinit,
@@ -549,7 +552,7 @@ class ParameterDict(dict):
     reset_ctx = reset_device
 
     def list_device(self) -> list[Device]:
-        """The devices holding the parameters' mirrors (of the first parameter; all share them in a model)."""
+        """The devices holding any parameter's mirrors, each once, in order of first appearance."""
         devices: list[Device] = []
         for param in self.values():
             devices += [d for d in param.list_device() if d not in devices]

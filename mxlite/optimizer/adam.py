@@ -38,7 +38,10 @@ def _zero_moments(weight: Any) -> tuple[Any, Any]:
 
 
 def _check_betas_epsilon(beta1: float, beta2: float, epsilon: float) -> None:
-    """Shared by Adam and AdamW: β in [0, 1), ε > 0 (each error names the argument)."""
+    """β in [0, 1), ε > 0 (each error names the argument).
+
+    Shared by the Adam family: Adam, AdamW, AdaBelief, Nadam, LAMB, LANS and FTML.
+    """
     for name, beta in (("beta1", beta1), ("beta2", beta2)):
         _check_real(name, beta, low=0, high=1)
     _check_real("epsilon", epsilon, low=0, low_inclusive=False)

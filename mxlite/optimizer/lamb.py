@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .adam import _check_betas_epsilon
 from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["LAMB"]
@@ -67,9 +68,7 @@ class LAMB(Optimizer):
                  epsilon: float = 1e-6, lower_bound: float | None = None, upper_bound: float | None = None,
                  bias_correction: bool = True, aggregate_num: int = 4, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, aggregate_num=aggregate_num, **kwargs)
-        for name, beta in (("beta1", beta1), ("beta2", beta2)):
-            _check_real(name, beta, low=0, high=1)
-        _check_real("epsilon", epsilon, low=0, low_inclusive=False)
+        _check_betas_epsilon(beta1, beta2, epsilon)
         for name, bound in (("lower_bound", lower_bound), ("upper_bound", upper_bound)):
             _check_real(name, bound, low=0, none_ok=True, why=" (no bound)")
         if lower_bound is not None and upper_bound is not None and lower_bound > upper_bound:
