@@ -4,6 +4,8 @@ then the worker DataLoader (processes and threads really in parallel, dead and s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -355,6 +357,32 @@ def test_stuck_worker_hits_the_timeout():
     loader = DataLoader(_Slow(n=2, delay=5.0), batch_size=1, num_workers=1, timeout=0.5)
     with pytest.raises(RuntimeError, match=r"timeout=0.5"):
         list(loader)
+
+
+_STUCK_SCRIPT = """
+import time
+from mxlite.data import DataLoader
+
+class Stuck:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        time.sleep(3600)
+
+try:
+    next(iter(DataLoader(Stuck(), batch_size=1, num_workers=1, timeout=0.5)))
+except RuntimeError as exc:
+    print("timeout" if "timeout=0.5" in str(exc) else exc)
+"""
+
+
+def test_stuck_worker_does_not_outlive_the_loader():
+    # After the timeout the stuck worker process must be ended: left alive, it would keep the
+    # interpreter from exiting (concurrent.futures joins its workers at exit).
+    done = subprocess.run([sys.executable, "-c", _STUCK_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timeout"
 
 
 class _Raises(gluon.data.Dataset):

@@ -799,3 +799,19 @@ def test_check_grad_catches_a_wrong_backward_and_forward():
         check_grad(bad_square, [rand(3)])
     with pytest.raises(AssertionError, match="forward disagrees"):
         check_grad(ops.square, [rand(3)], reference=lambda x: x ** 3)
+
+
+def test_take_along_axis_grad_with_broadcast_indices():
+    # Indices of size 1 on a non-gathered axis broadcast against x (NumPy's rule); each row then
+    # picks the same columns, and the gradient lands on every row.
+    from mxlite import autograd
+    from mxlite.autograd import ops
+
+    x = mx.nd.array(np.arange(12.0).reshape(3, 4))
+    x.attach_grad()
+    with autograd.record():
+        y = ops.take_along_axis(x, np.array([[1, 1, 3]]), 1)
+    np.testing.assert_array_equal(y.asnumpy(), np.take_along_axis(np.arange(12.0).reshape(3, 4),
+                                                                   np.array([[1, 1, 3]]), 1))
+    y.backward()
+    np.testing.assert_array_equal(x.grad.asnumpy(), [[0, 2, 0, 1]] * 3)

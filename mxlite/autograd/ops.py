@@ -902,8 +902,8 @@ def take_along_axis(x: Tensor, indices: Any, axis: int) -> Tensor:
 
     def backward(g: Any) -> tuple[Any]:
         gx = xp.zeros(shape, dtype=g.dtype)
-        grids = list(xp.indices(idx.shape, sparse=True))
-        grids[axis % len(shape)] = idx
+        grids = list(xp.indices(g.shape, sparse=True))  # the output's shape: idx may broadcast against x
+        grids[axis % len(shape)] = xp.broadcast_to(idx, g.shape)
         _scatter_add(xp, gx, tuple(grids), g)
         return (gx,)
 

@@ -266,10 +266,19 @@ class DataLoader:
                 future.cancel()
 
     def close(self) -> None:
-        """Shut the worker pool down (a later iteration starts a new one). Safe to call twice."""
+        """Shut the worker pool down, ending its worker processes (a later iteration starts a new one).
+
+        Safe to call twice. A stuck worker *thread* (``thread_pool=True``) cannot be stopped: it runs
+        until its read returns.
+        """
         pool, self._pool = getattr(self, "_pool", None), None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if pool is None:
+            return
+        workers = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown() drops them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:  # a stuck worker would outlive the loader, and interpreter exit would wait for it
+            if proc.is_alive():
+                proc.terminate()
 
     def __del__(self) -> None:
         try:
@@ -278,14 +287,7 @@ class DataLoader:
             pass
 
     def _read(self, index: Any) -> Any:
-        try:
-            return self._dataset[index]
-        except IndexError as exc:
-            n = len(self._dataset)
-            if isinstance(index, (int, np.integer)) and not -n <= index < n:
-                raise IndexError(f"DataLoader: the sampler gave index {index}, but the dataset has {n} samples "
-                                 f"(valid indices 0..{n - 1}); check the sampler's length") from exc
-            raise
+        return _read_sample(self._dataset, index)
 
     def __len__(self) -> int:
         """Number of batches the next epoch yields (see :class:`~mxlite.data.BatchSampler`).
@@ -342,11 +344,16 @@ def _worker_init(dataset: Any, batchify_fn: Callable[[list[Any]], Any], base_see
 def _worker_load(indices: list[Any]) -> Any:
     """Read and batchify one batch in a worker process."""
     dataset = _WORKER["dataset"]
-    n = len(dataset)
-    samples = []
-    for i in indices:
-        if isinstance(i, (int, np.integer)) and not -n <= i < n:
-            raise IndexError(f"DataLoader: the sampler gave index {i}, but the dataset has {n} samples "
-                             f"(valid indices 0..{n - 1}); check the sampler's length")
-        samples.append(dataset[i])
-    return _to_wire(_WORKER["batchify_fn"](samples))
+    return _to_wire(_WORKER["batchify_fn"]([_read_sample(dataset, i) for i in indices]))
+
+
+def _read_sample(dataset: Any, index: Any) -> Any:
+    """``dataset[index]``; an IndexError for an index outside the dataset says the sampler gave it."""
+    try:
+        return dataset[index]
+    except IndexError as exc:
+        n = len(dataset)
+        if isinstance(index, (int, np.integer)) and not -n <= index < n:
+            raise IndexError(f"DataLoader: the sampler gave index {index}, but the dataset has {n} samples "
+                             f"(valid indices 0..{n - 1}); check the sampler's length") from exc
+        raise

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..autograd import nn_ops
 from ..autograd.tensor import Tensor
-from .basic_layers import _activation, _ready
+from .basic_layers import _activation, _int_arg, _ready
 from .block import Block
 from .parameter import Parameter
 
@@ -32,21 +30,13 @@ __all__ = [
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
-def _int(layer: str, name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{layer}: {name} must be an integer >= {low}, got {type(value).__name__}: {value!r}")
-    if value < low:
-        raise ValueError(f"{layer}: {name} must be >= {low}, got {value}")
-    return int(value)
-
-
 def _tuple(layer: str, name: str, value: Any, nd: int, low: int) -> tuple[int, ...]:
     """An int or ``nd`` ints, each >= ``low``, as an ``nd``-tuple; errors name the layer and the argument."""
     if not isinstance(value, (tuple, list)):
-        value = (_int(layer, name, value, low),) * nd
+        value = (_int_arg(layer, name, value, low),) * nd
     if len(value) != nd:
         raise ValueError(f"{layer}: {name} must be an int or a tuple of {nd} ints, got {value!r}")
-    return tuple(_int(layer, name, v, low) for v in value)
+    return tuple(_int_arg(layer, name, v, low) for v in value)
 
 
 def _check_layout(layer: str, layout: str, nd: int) -> None:
@@ -66,9 +56,9 @@ class _ConvND(Block):
         super().__init__()
         layer, nd = type(self).__name__, self._nd
         _check_layout(layer, layout, nd)
-        self._channels = _int(layer, "channels", channels, 1)
-        self._groups = _int(layer, "groups", groups, 1)
-        self._in_channels = _int(layer, "in_channels", in_channels, 0)
+        self._channels = _int_arg(layer, "channels", channels, 1)
+        self._groups = _int_arg(layer, "groups", groups, 1)
+        self._in_channels = _int_arg(layer, "in_channels", in_channels, 0)
         if self._transposed:
             if self._channels % self._groups or self._in_channels % self._groups:
                 raise ValueError(f"{layer}: channels ({channels}) and in_channels ({in_channels}) must be "
