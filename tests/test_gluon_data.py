@@ -434,6 +434,9 @@ def test_download_and_check_sha1(tmp_path):
     dest.mkdir()
     path = gluon.utils.download(src.as_uri(), path=str(dest), sha1_hash=sha1, progress=False)
     assert path == str(dest / "blob.bin") and gluon.utils.check_sha1(path, sha1)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as a plain open() would make it, not mkstemp's 0600
     with pytest.raises(OSError, match="SHA-1 0{40}"):
         gluon.utils.download(src.as_uri(), path=str(tmp_path / "other.bin"), sha1_hash="0" * 40, progress=False)
     assert not (tmp_path / "other.bin").exists()  # no partial or wrong file left under the name

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from .._serialization import current_umask
+
 __all__ = ["check_sha1", "download", "repo_file_url"]
 
 _DEFAULT_REPO = "https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/"
@@ -106,6 +108,7 @@ def _fetch(url: str, fname: str, dirname: str, sha1_hash: str | None, context: A
     from tqdm import tqdm
 
     fd, tmp = tempfile.mkstemp(prefix=".download-", dir=dirname)
+    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should be as a plain open() makes it
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, context=context) as response:  # noqa: S310
             total = response.headers.get("Content-Length") if hasattr(response, "headers") else None
