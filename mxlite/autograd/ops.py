@@ -814,7 +814,11 @@ def std(x: Tensor, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> T
 def logsumexp(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """``log(sum(exp(x)))`` over ``axis``, shifted by the maximum so it never overflows."""
     axes = _norm_axis(axis, x.ndim)
-    m = Tensor(x._device.xp.max(x._data, axis=axes, keepdims=True), x._device)
+    xp = x._device.xp
+    peak = xp.max(x._data, axis=axes, keepdims=True)
+    # An infinite maximum (a slice of -inf, or one +inf) would make x - m NaN: shift by 0 there instead,
+    # so an all -inf slice gives -inf and a +inf gives +inf, as NumPy's log(sum(exp(x))) does.
+    m = Tensor(xp.where(xp.isfinite(peak), peak, xp.zeros_like(peak)), x._device)
     out = add(log(sum(exp(subtract(x, m)), axis=axes, keepdims=True)), m)
     return out if keepdims else reshape(out, tuple(n for i, n in enumerate(out.shape) if i not in axes))
 
