@@ -391,6 +391,16 @@ def _nag_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs:
     w += tmp
 
 
+def _descend_by_root(w: np.ndarray, G: np.ndarray, acc: np.ndarray, lr: float, eps: float, tmp: np.ndarray,
+                     step: np.ndarray) -> None:
+    """``w -= (lr*G)/(sqrt(acc) + eps)`` in the kernels' operation order, through the scratch ``tmp``, ``step``."""
+    np.multiply(G, _f(lr), out=step)
+    np.sqrt(acc, out=tmp)
+    tmp += _f(eps)
+    step /= tmp
+    w -= step
+
+
 def _adagrad_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, h: np.ndarray,
                    bufs: Sequence[np.ndarray]) -> None:
     lr, wd, eps = p
@@ -398,11 +408,7 @@ def _adagrad_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, h: np.ndarr
     tmp, step = bufs[1], bufs[2]
     np.multiply(G, G, out=tmp)                                           # h = h + G^2
     h += tmp
-    np.multiply(G, _f(lr), out=step)                                     # w -= (lr*G)/(sqrt(h) + eps)
-    np.sqrt(h, out=tmp)
-    tmp += _f(eps)
-    step /= tmp
-    w -= step
+    _descend_by_root(w, G, h, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(h) + eps)
 
 
 def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarray,
@@ -414,11 +420,7 @@ def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarr
     np.multiply(G, _f(1.0 - rho), out=tmp)
     tmp *= G
     n += tmp
-    np.multiply(G, _f(lr), out=step)                                     # w -= (lr*G)/(sqrt(n) + eps)
-    np.sqrt(n, out=tmp)
-    tmp += _f(eps)
-    step /= tmp
-    w -= step
+    _descend_by_root(w, G, n, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(n) + eps)
     if clip_w is not None:
         np.clip(w, -_f(clip_w), _f(clip_w), out=w)                       # w = clip(w, +-c_w)
 
