@@ -1,13 +1,15 @@
 # The two commands a new user needs (see README.md):
-#   make train   create .venv, install mxlite (with the plot, MPI for `mxlite launch`, CUDA where found), run the main job
+#   make train   create .venv, install mxlite (with the plot, MPI for `mxlite launch`, the compiled CPU update,
+#                CUDA where found), run the main job
 #   make test    create .venv, install what the tests need, run the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 comma := ,
 CUDA_EXTRA := $(shell $(PYTHON) tools/cuda_extra.py 2>/dev/null)
-# train: the plot; mpi: what `mxlite launch` needs (mpi4py and an MPI); the CUDA extra where a GPU is found
-TRAIN_EXTRAS := train$(comma)mpi$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA))
+# train: the plot; mpi: what `mxlite launch` needs (mpi4py and an MPI); cpu: the headers of the compiled
+# CPU optimizer update; the CUDA extra where a GPU is found
+TRAIN_EXTRAS := train$(comma)mpi$(comma)cpu$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA))
 ARGS ?=
 
 .PHONY: train test test-gpu bench gpu-proof lint info clean

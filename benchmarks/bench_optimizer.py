@@ -5,7 +5,9 @@ Parameters: ~300 float32 tensors of mixed sizes (a few large matrices, many smal
 default: every rule with a fused update) it times one optimizer step of
 
 * ``fused``: mxlite's arena update, :class:`~mxlite.optimizer._arena.ArenaUpdater` as the
-  Trainer drives it (one kernel launch on a GPU, two for LAMB and LARS; the NumPy twin on CPU);
+  Trainer drives it (one kernel launch, two for LAMB and LARS: on a GPU, and on a CPU the same
+  kernels compiled for the host); on CPU also ``fused numpy-twin``, the same update by the NumPy
+  twins (``MXLITE_CPU_KERNELS=numpy``);
 * ``per-tensor``: the optimizer's own rule applied tensor by tensor (``Optimizer.update`` on
   CuPy or NumPy arrays: a launch per array operation per tensor);
 * ``torch-fused`` / ``torch-foreach``: ``torch.optim.Adam/SGD(fused=True | foreach=True)`` on the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 import mxlite as mx
+from mxlite._kernels import CPU_KERNELS_ENV
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import ParameterStore
@@ -45,6 +49,12 @@ from mxlite.store import ParameterStore
 # a second read of some operands, not counted.)
 BYTES_PER_PARAM = {"adam": 28, "adamw": 28, "sgd": 20, "nag": 20, "rmsprop": 20, "adagrad": 20, "adadelta": 28,
                    "signum": 20, "ftrl": 28, "lamb": 28, "lars": 20}
+# LAMB and LARS need every parameter's norms before any of its elements can be updated, so on a
+# parameter larger than the caches they must read some operands twice: LARS reads w and g for the
+# norms, then w, g, mom and writes w, mom (28 B); LAMB's first pass reads w, g, m, v and writes m, v,
+# its second reads w, m, v and writes w (40 B; recomputing m and v instead would read g twice: 44 B).
+# Reported as a second percentage.
+TWO_PASS_BYTES = {"lamb": 40, "lars": 28}
 
 
 def tensor_sizes(total: int, count: int = 300, seed: int = 0) -> list[int]:
@@ -89,14 +99,18 @@ class Case:
         self.times.append(time.perf_counter() - t0)
 
 
-def _chunk_setter(chunk: int | None) -> Callable[[], None] | None:
-    if chunk is None:
-        return None
-    return lambda: setattr(_fused, "TWIN_CHUNK", chunk)
+def _setter(mode: str = "auto", twin_chunk: int | None = None) -> Callable[[], None]:
+    """Before each run: the CPU update's mode (compiled kernels or NumPy twins) and the twins' chunk size."""
+    def setup() -> None:
+        os.environ[CPU_KERNELS_ENV] = mode
+        if twin_chunk is not None:
+            _fused.TWIN_CHUNK = twin_chunk
+    return setup
 
 
 def mxlite_cases(device: mx.Device, sizes: list[int], rules: list[str], chunks: list[int]) -> list[Case]:
-    """The fused arena update (at each chunk size on CPU) and the same rule applied tensor by tensor."""
+    """The fused arena update (on CPU: compiled and NumPy twin, at each chunk size) and the same rule
+    applied tensor by tensor."""
     xp = device.xp
     arena = ParameterStore().arena(device, np.float32)
     slots = [arena.add(i, (n,)) for i, n in enumerate(sizes)]
@@ -106,10 +120,15 @@ def mxlite_cases(device: mx.Device, sizes: list[int], rules: list[str], chunks: 
     sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
     entries = list(enumerate(slots))
     default = getattr(_fused, "TWIN_CHUNK", None)  # None: a version of mxlite without chunked twins
+    compiled_cpu = hasattr(_fused, "compiled_on_cpu")  # False: a version without the compiled CPU update
     out: list[Case] = []
     for rule in rules:
         name, kwargs = RULES[rule]
-        fused = ArenaUpdater(mx.optimizer.create(name, **kwargs), arena, 0)
+
+        def updater(name=name, kwargs=kwargs) -> ArenaUpdater:  # one per case: plans keep their chunk size
+            return ArenaUpdater(mx.optimizer.create(name, **kwargs), arena, 0)
+
+        fused = updater()
         per_tensor = mx.optimizer.create(name, **kwargs)
         with device.use():
             states = [per_tensor.create_state(i, s.data._data) for i, s in entries]
@@ -119,15 +138,19 @@ def mxlite_cases(device: mx.Device, sizes: list[int], rules: list[str], chunks: 
                 for (i, s), st in zip(entries, states):
                     opt.update(i, s.data._data, s.grad._data, st)
 
-        def step(upd=fused) -> None:
-            with device.use():
-                upd.step(entries)
+        def stepper(upd: ArenaUpdater) -> Callable[[], None]:
+            def step() -> None:
+                with device.use():
+                    upd.step(entries)
+            return step
 
-        out.append(Case(rule, "mxlite-fused", step, sync, _chunk_setter(default)))
+        out.append(Case(rule, "mxlite-fused", stepper(fused), sync, _setter("auto", default)))
+        if not device.is_gpu and compiled_cpu:
+            out.append(Case(rule, "mxlite-fused numpy-twin", stepper(updater()), sync, _setter("numpy", default)))
         if not device.is_gpu and default is not None:
-            out += [Case(rule, f"mxlite-fused chunk={c}", step, sync, _chunk_setter(c)) for c in chunks
-                    if c != default]
-        out.append(Case(rule, "mxlite-per-tensor", loop, sync, _chunk_setter(default)))
+            out += [Case(rule, f"mxlite-fused numpy chunk={c}", stepper(updater()), sync, _setter("numpy", c))
+                    for c in chunks if c != default]
+        out.append(Case(rule, "mxlite-per-tensor", loop, sync, _setter("auto", default)))
     return out
 
 
@@ -204,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     total = args.params or (100_000_000 if use_gpu else 10_000_000)
     sizes = tensor_sizes(total, args.tensors)
     default_chunk = getattr(_fused, "TWIN_CHUNK", None)
+    mode = os.environ.get(CPU_KERNELS_ENV)
     cases = mxlite_cases(device, sizes, rules, args.chunks) + torch_cases(device, sizes, rules)
     copy_run = copy_case(device, sum(sizes))
     try:
@@ -211,23 +235,31 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if default_chunk is not None:
             _fused.TWIN_CHUNK = default_chunk
+        if mode is None:
+            os.environ.pop(CPU_KERNELS_ENV, None)
+        else:
+            os.environ[CPU_KERNELS_ENV] = mode
     copy = 2 * 4 * sum(sizes) / statistics.median(copy_run.times) / 1e9
     records = [_record(c.rule, c.impl, statistics.median(c.times), sum(sizes), len(sizes)) for c in cases]
     for r in records:
         r["pct_of_copy"] = 100 * r["gb_per_s"] / copy
+        if r["rule"] in TWO_PASS_BYTES:
+            r["pct_of_copy_two_pass"] = r["pct_of_copy"] * TWO_PASS_BYTES[r["rule"]] / BYTES_PER_PARAM[r["rule"]]
     ms = {(r["rule"], r["impl"]): r["ms"] for r in records}
     vs_torch = {rule: ms[(rule, "torch-foreach")] / ms[(rule, "mxlite-fused")] for rule in ("adam", "sgd")
                 if (rule, "torch-foreach") in ms and (rule, "mxlite-fused") in ms}
     print(f"device {device}, {sum(sizes):,} float32 parameters in {len(sizes)} tensors; "
           f"device copy {copy:.1f} GB/s; medians of {args.repeat} interleaved rounds")
-    print(f"{'rule':<8} {'implementation':<26} {'ms/step':>9} {'GB/s':>8} {'% copy':>7}")
+    print(f"{'rule':<8} {'implementation':<32} {'ms/step':>9} {'GB/s':>8} {'% copy':>7} {'2-pass':>7}")
     for r in records:
-        print(f"{r['rule']:<8} {r['impl']:<26} {r['ms']:>9.2f} {r['gb_per_s']:>8.1f} {r['pct_of_copy']:>6.1f}%")
+        two = f"{r['pct_of_copy_two_pass']:>6.1f}%" if "pct_of_copy_two_pass" in r else ""
+        print(f"{r['rule']:<8} {r['impl']:<32} {r['ms']:>9.2f} {r['gb_per_s']:>8.1f} {r['pct_of_copy']:>6.1f}% {two}")
     for rule, ratio in vs_torch.items():
         print(f"{rule}: mxlite fused is {ratio:.2f}x the speed of torch foreach")
     if args.json:
         meta = {"device": _device_name(device), "python": platform.python_version(), "numpy": np.__version__,
                 "mxlite": mx.__version__, "copy_gb_per_s": copy, "twin_chunk": default_chunk,
+                "cpu_update": "compiled" if not use_gpu and _fused.compiled_on_cpu() else "numpy twin",
                 "fused_vs_torch_foreach": vs_torch, "argv": sys.argv}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=2)

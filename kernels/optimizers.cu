@@ -58,7 +58,9 @@
 //   GPU, where the twins keep them. Results differ only where a value falls below 2^-126.
 //
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
-// instantiation, and by `nvcc --ptx -arch=sm_80` (same options) in the test suite.
+// instantiation, and by `nvcc --ptx -arch=sm_80` (same options) in the test suite. CPU devices run
+// this same source built by g++ with one thread per block (mxlite/_hostcuda: the serial build), so
+// every kernel must also be correct for blockDim.x == 1.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -96,13 +98,14 @@ __device__ __forceinline__ Chunk this_chunk(const int *chunk_seg, const long lon
     return Chunk{s, chunk_start[blockIdx.x], chunk_end[blockIdx.x], seg_gshift[s]};
 }
 
-// min(max(x, lo), hi), NaN staying NaN (np.clip); fminf/fmaxf would return a bound for NaN.
+// min(max(x, lo), hi), NaN staying NaN (np.clip); fminf/fmaxf would return a bound for NaN. Written
+// with comparisons and selects only (no fminf/fmaxf calls), so that the host build vectorises it.
 __device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) {
-    return x != x ? x : fminf(fmaxf(x, lo), hi);
+    return x != x ? x : (x < lo ? lo : (x > hi ? hi : x));
 }
 
-// max(a, b), NaN when either is NaN (np.maximum).
-__device__ __forceinline__ float max_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+// max(a, b), NaN when either is NaN, a when they compare equal (np.maximum); selects only, as above.
+__device__ __forceinline__ float max_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : (a >= b ? a : b)); }
 
 // min(a, b), NaN when either is NaN (np.minimum).
 __device__ __forceinline__ float min_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
@@ -117,22 +120,18 @@ __device__ __forceinline__ float effective_grad(float g, float w, float rescale,
 // -1, 0 or 1, and NaN for NaN (np.sign; np.sign(-0.0) is +0.0, as here).
 __device__ __forceinline__ float sign_of(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
 
-template <typename T> __device__ __forceinline__ float load_weight(const T *weight, const float *master, long long i) {
-    return master ? master[i] : to_f32(weight[i]);
-}
-
-template <typename T> __device__ __forceinline__ void store_weight(T *weight, float *master, long long i, float w) {
-    if (master) master[i] = w;
-    weight[i] = from_f32<T>(w);
-}
-
 __device__ __forceinline__ float warp_sum(float x) {
     for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_down_sync(0xffffffffu, x, offset);
     return x;
 }
 
-// Adds the sum of `x` over the block to *out: one atomic per block (blockDim.x multiple of 32).
+// Adds the sum of `x` over the block to *out: one atomic per block (blockDim.x 1 or a multiple of 32).
+// A one-thread block (the serial host build CPU devices run, mxlite/_hostcuda) adds its own sum.
 __device__ void block_sum_into(double *out, float x) {
+    if (blockDim.x == 1) {
+        atomicAdd(out, (double)x);
+        return;
+    }
     __shared__ float warp_totals[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     x = warp_sum(x);
@@ -147,17 +146,89 @@ __device__ void block_sum_into(double *out, float x) {
 }
 
 
-// Runs update(w, g, i) on every element i of this block's chunk: w is the float32 weight
-// (master copy or storage, updated in place by `update`), g the raw gradient in float32.
-// The new weight is then stored (and rounded into the storage type when there is a master).
+// The loop of for_each_weight, with "are there master weights" a compile-time constant.
+template <bool kMaster, typename T, typename Update>
+__device__ __forceinline__ void weight_loop(T *weight, float *master, const Chunk &c, Update update) {
+    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        float w;
+        if constexpr (kMaster) w = master[i];
+        else w = to_f32(weight[i]);
+        update(w, i);
+        if constexpr (kMaster) master[i] = w;
+        weight[i] = from_f32<T>(w);
+    }
+}
+
+// Runs update(w, i) on every element i of this block's chunk: w is the float32 weight (master
+// copy or storage), updated in place by `update`, then stored (and rounded into the storage type
+// when there is a master).
+//
+// Optional buffers (master here, a rule's optional state in the kernels below) are tested once
+// per block, outside the element loop, never per element: on a GPU the branch is uniform either
+// way, but the host build (one thread per block) can only vectorise a loop without conditional
+// loads and stores.
+template <typename T, typename Update>
+__device__ __forceinline__ void for_each_weight(T *weight, float *master, const Chunk &c, Update update) {
+    if (master) weight_loop<true>(weight, master, c, update);
+    else weight_loop<false>(weight, master, c, update);
+}
+
+// As for_each_weight, with the raw gradient too: update(w, g, i), g in float32.
 template <typename T, typename G, typename Update>
 __device__ __forceinline__ void for_each_element(T *weight, const G *grad, float *master, const Chunk &c,
                                                  Update update) {
-    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        float w = load_weight(weight, master, i);
-        update(w, to_f32(grad[i + c.gshift]), i);
-        store_weight(weight, master, i, w);
+    for_each_weight(weight, master, c, [&](float &w, long long i) { update(w, to_f32(grad[i + c.gshift]), i); });
+}
+
+// Two float sums, for the per-parameter norms of LAMB and LARS.
+struct SumPair {
+    float a, b;
+};
+
+constexpr int kPartials = 8;  // partial sums per thread and per norm, see sum_over_chunk
+
+// Sums the pairs body(i) returns over this thread's elements of the chunk (body may also update
+// state). Each thread keeps kPartials interleaved partial sums per term, added pairwise at the
+// end: kPartials independent additions per step instead of one long dependency chain. On a GPU
+// that is a few more registers; in the host build (one thread per block) the kPartials sums are
+// one vector accumulator, so g++ vectorises the loop, which it may not do for a single chain
+// without reordering the additions.
+template <typename Body>
+__device__ __forceinline__ SumPair sum_over_chunk(const Chunk &c, Body body) {
+    float a[kPartials], b[kPartials];
+    for (int k = 0; k < kPartials; ++k) a[k] = b[k] = 0.0f;
+    const long long step = blockDim.x;
+    long long i = c.begin + threadIdx.x;
+    for (; i + (kPartials - 1) * step < c.end; i += kPartials * step) {
+        for (int k = 0; k < kPartials; ++k) {
+            const SumPair t = body(i + k * step);
+            a[k] += t.a;
+            b[k] += t.b;
+        }
     }
+    for (int k = 0; i < c.end; i += step, ++k) {  // the last < kPartials elements of this thread
+        const SumPair t = body(i);
+        a[k] += t.a;
+        b[k] += t.b;
+    }
+    for (int width = kPartials / 2; width > 0; width /= 2) {
+        for (int k = 0; k < width; ++k) {
+            a[k] += a[k + width];
+            b[k] += b[k + width];
+        }
+    }
+    return SumPair{a[0], b[0]};
+}
+
+// Adds both sums of body over the block's chunk to seg_sums[2*seg] and seg_sums[2*seg + 1], with
+// "are there master weights" a compile-time constant in the loop (see for_each_element).
+template <typename T, typename Body>
+__device__ __forceinline__ void sum_norms_into(double *sums, const T *weight, const float *master, const Chunk &c,
+                                               Body body) {
+    const SumPair total = master ? sum_over_chunk(c, [&](long long i) { return body(master[i], i); })
+                                 : sum_over_chunk(c, [&](long long i) { return body(to_f32(weight[i]), i); });
+    block_sum_into(&sums[0], total.a);
+    block_sum_into(&sums[1], total.b);
 }
 
 }  // namespace
@@ -168,16 +239,18 @@ __global__ void sgd_update(T *__restrict__ weight, const G *__restrict__ grad, f
                            float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
-    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-        const float g = effective_grad(raw, w, rescale, clip, wd);
-        if (mom) {
+    if (mom) {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
             const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
             mom[i] = m;
             w += m;                                      // w += mom
-        } else {
-            w -= lr * g;                                 // w -= lr*G
-        }
-    });
+        });
+    } else {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
+            w -= lr * effective_grad(raw, w, rescale, clip, wd);  // w -= lr*G
+        });
+    }
 }
 
 // seg_hp: [lr, wd]
@@ -186,16 +259,18 @@ __global__ void nag_update(T *__restrict__ weight, const G *__restrict__ grad, f
                            float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
-    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-        const float g = effective_grad(raw, w, rescale, clip, wd);
-        if (mom) {
+    if (mom) {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
             const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
             mom[i] = m;
             w += momentum * m - lr * g;                  // w += mu*mom - lr*G
-        } else {
-            w -= lr * g;                                 // w -= lr*G
-        }
-    });
+        });
+    } else {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
+            w -= lr * effective_grad(raw, w, rescale, clip, wd);  // w -= lr*G
+        });
+    }
 }
 
 // seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t), wd]
@@ -285,21 +360,27 @@ __global__ void rmsprop_update(T *__restrict__ weight, const G *__restrict__ gra
                                float momentum, float epsilon, float clip_weights) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
-    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-        const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float n = rho * n_buf[i] + one_minus_rho * g * g;  // n = rho*n + (1-rho)*G^2
-        n_buf[i] = n;
-        if (mean) {
-            const float gbar = rho * mean[i] + one_minus_rho * g;  // mean = rho*mean + (1-rho)*G
+    if (mean) {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
+            const float n = rho * n_buf[i] + one_minus_rho * g * g;  // n = rho*n + (1-rho)*G^2
+            n_buf[i] = n;
+            const float gbar = rho * mean[i] + one_minus_rho * g;    // mean = rho*mean + (1-rho)*G
             mean[i] = gbar;
             const float d = momentum * delta[i] - lr * g / sqrtf(n - gbar * gbar + epsilon);
-            delta[i] = d;                                         // delta = mu*delta - lr*G/sqrt(n-mean^2+eps)
+            delta[i] = d;                                            // delta = mu*delta - lr*G/sqrt(n-mean^2+eps)
             w += d;
-        } else {
-            w -= lr * g / (sqrtf(n) + epsilon);                   // w -= lr*G/(sqrt(n)+eps) (MXNet 2.x)
-        }
-        if (clip_weights > 0.0f) w = clamp_keep_nan(w, -clip_weights, clip_weights);
-    });
+            if (clip_weights > 0.0f) w = clamp_keep_nan(w, -clip_weights, clip_weights);
+        });
+    } else {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
+            const float n = rho * n_buf[i] + one_minus_rho * g * g;  // n = rho*n + (1-rho)*G^2
+            n_buf[i] = n;
+            w -= lr * g / (sqrtf(n) + epsilon);                      // w -= lr*G/(sqrt(n)+eps) (MXNet 2.x)
+            if (clip_weights > 0.0f) w = clamp_keep_nan(w, -clip_weights, clip_weights);
+        });
+    }
 }
 
 // seg_hp: [lr, wd]
@@ -340,16 +421,18 @@ __global__ void signum_update(T *__restrict__ weight, const G *__restrict__ grad
                               float one_minus_momentum) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1], decay = seg_hp[HP * c.seg + 2];
-    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-        if (mom) {
+    if (mom) {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
             const float g = effective_grad(raw, w, rescale, clip, wd);
             const float m = momentum * mom[i] - one_minus_momentum * g;  // mom = mu*mom - (1-mu)*G
             mom[i] = m;
             w = w * decay + lr * sign_of(m);                            // w = decay*w + lr*sign(mom)
-        } else {
+        });
+    } else {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
             w = w * decay - lr * sign_of(raw);                          // signSGD on the raw gradient
-        }
-    });
+        });
+    }
 }
 
 // seg_hp: [lr (> 0, checked by the host), wd]
@@ -381,20 +464,15 @@ __global__ void lamb_phase1(const T *__restrict__ weight, const G *__restrict__ 
                             float one_minus_beta1, float beta2, float one_minus_beta2, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float wd = seg_hp[HP * c.seg + 1], c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
-    float w_sq = 0.0f, u_sq = 0.0f;
-    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const float w = load_weight(weight, master, i);
+    sum_norms_into(&seg_sums[2 * c.seg], weight, master, c, [&](float w, long long i) {
         const float g = effective_grad(to_f32(grad[i + c.gshift]), w, rescale, clip, 0.0f);
         const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*g
         const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*g^2
         mean[i] = m;
         var[i] = v;
         const float u = (m / c1) / (sqrtf(v / c2) + epsilon) + wd * w;
-        w_sq += w * w;
-        u_sq += u * u;
-    }
-    block_sum_into(&seg_sums[2 * c.seg], w_sq);
-    block_sum_into(&seg_sums[2 * c.seg + 1], u_sq);
+        return SumPair{w * w, u * u};                              // ||w||^2, ||u||^2
+    });
 }
 
 // Phase 2: r1 = clamp(||w||, lower, upper) (a bound < 0 is absent), r2 = ||u||; w -= lr*r*u with
@@ -411,12 +489,10 @@ __global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ me
     if (upper_bound >= 0.0f) r1 = min_keep_nan(r1, upper_bound);
     const float r2 = (float)sqrt(seg_sums[2 * c.seg + 1]);
     const float step = lr * ((r1 > 0.0f && r2 > 0.0f) ? r1 / r2 : 1.0f);
-    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        float w = load_weight(weight, master, i);
+    for_each_weight(weight, master, c, [&](float &w, long long i) {
         const float u = (mean[i] / c1) / (sqrtf(var[i] / c2) + epsilon) + wd * w;
         w -= step * u;
-        store_weight(weight, master, i, w);
-    }
+    });
 }
 
 // LARS phase 1: ||w||^2 and ||g||^2 (raw gradient) of every parameter into seg_sums.
@@ -424,15 +500,10 @@ template <typename T, typename G = T>
 __global__ void lars_norms(const T *__restrict__ weight, const G *__restrict__ grad, const float *__restrict__ master,
                            CHUNK_TABLES, double *__restrict__ seg_sums) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
-    float w_sq = 0.0f, g_sq = 0.0f;
-    for (long long i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const float w = load_weight(weight, master, i);
+    sum_norms_into(&seg_sums[2 * c.seg], weight, master, c, [&](float w, long long i) {
         const float g = to_f32(grad[i + c.gshift]);
-        w_sq += w * w;
-        g_sq += g * g;
-    }
-    block_sum_into(&seg_sums[2 * c.seg], w_sq);
-    block_sum_into(&seg_sums[2 * c.seg + 1], g_sq);
+        return SumPair{w * w, g * g};  // ||w||^2, ||g||^2
+    });
 }
 
 // LARS phase 2. seg_hp: [lr, wd, excluded (1: bias/batch-norm parameter, trust ratio 1)].
@@ -450,16 +521,18 @@ __global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad, 
         const float g_norm = (float)sqrt(seg_sums[2 * c.seg + 1]) * fabsf(rescale);
         if (w_norm > 0.0f && g_norm > 0.0f) lr *= eta * w_norm / (g_norm + wd * w_norm + epsilon);
     }
-    for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-        const float g = effective_grad(raw, w, rescale, clip, wd);
-        if (mom) {
+    if (mom) {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
             const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*lambda*G
             mom[i] = m;
             w += m;                                      // w += mom
-        } else {
-            w -= lr * g;                                 // w -= lr*lambda*G
-        }
-    });
+        });
+    } else {
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
+            w -= lr * effective_grad(raw, w, rescale, clip, wd);  // w -= lr*lambda*G
+        });
+    }
 }
 
 // Explicit instantiations so that `nvcc --ptx` emits (and checks) every variant; NVRTC gets

@@ -1,13 +1,19 @@
-"""Loading ``kernels/*.cu`` as CuPy RawModules, compiled once per (file, device) and cached.
+"""Loading ``kernels/*.cu``: CuPy RawModules on GPUs, the serial host build on CPU devices.
 
 The CUDA sources live in the repository's top-level ``kernels/`` folder, installed with the
 package as ``mxlite/kernels``. ``cupy.RawModule(path=...)`` only takes cubin/PTX, so the loader
 reads the text and compiles it with NVRTC, naming every template instantiation it will look up
 (``name_expressions``) so that mangled names resolve.
 
+CPU devices run the same source compiled by g++ with one thread per block (the serial build of
+:mod:`mxlite._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed. That needs
+g++ and CUDA's half-precision headers (the ``cpu`` extra); :func:`cpu_kernels_enabled` decides,
+from ``MXLITE_CPU_KERNELS``, whether a CPU device uses it or the kernels' NumPy twins.
+
 NVRTC options: ``--fmad=false`` keeps every ``a*b + c`` two roundings, as in the NumPy twins,
 instead of one fused multiply-add; see the header of ``kernels/optimizers.cu`` for why the
 kernels follow their twins operation by operation rather than the twins following an error bound.
+The host build never contracts either (``-ffp-contract=off``).
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import os
+import warnings
 from typing import Any
 
 from .device import Device
 
-__all__ = ["kernel_source", "get_kernel"]
+__all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "get_kernel", "kernel_source"]
+
+CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
+_CPU_MODES = ("auto", "compiled", "numpy")
 
 _REPO_KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
 # C++17 for the kernels' templates and lambdas; --fmad=false: no a*b + c contraction (module docstring).
@@ -62,17 +72,80 @@ def _function(filename: str, name_expression: str, device_id: int, all_names: tu
     return _module(filename, device_id, all_names).get_function(name_expression)
 
 
-def get_kernel(filename: str, name_expression: str, device: Device, all_names: tuple[str, ...]) -> Any:
-    """The RawKernel ``name_expression`` (e.g. ``'adam_update<float>'``) of ``filename`` on ``device``.
+@functools.cache
+def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
+    from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
 
-    ``all_names`` lists every instantiation the file is compiled for, so one NVRTC compilation
-    per (file, device) serves them all. The kernel object is made once per (file, name, device)
-    and reused by every launch.
+    return _hostcuda.HostModule(kernel_source(filename), _NVRTC_OPTIONS, name_expressions, name=filename,
+                                serial=True)
+
+
+def get_kernel(filename: str, name_expression: str, device: Device, all_names: tuple[str, ...]) -> Any:
+    """The kernel ``name_expression`` (e.g. ``'adam_update<float>'``) of ``filename`` on ``device``.
+
+    On a GPU a CuPy RawKernel; on a CPU device the serial host build's kernel
+    (:class:`mxlite._hostcuda.HostKernel`, launched with ``block=1``). ``all_names`` lists every
+    instantiation the file is compiled for, so one compilation per (file, device) serves them all.
+    The kernel object is made once per (file, name, device) and reused by every launch.
 
     Raises:
         ValueError: ``name_expression`` is not in ``all_names``.
+        mxlite._hostcuda.HostCudaError: on a CPU device, the host build is not possible (no g++,
+            no CUDA headers) or failed; :func:`cpu_kernels_enabled` checks this first.
     """
     all_names = tuple(all_names)
     if name_expression not in all_names:
         raise ValueError(f"{name_expression!r} is not among the compiled names {all_names}")
+    if not device.is_gpu:
+        return _host_module(filename, all_names).get_function(name_expression)
     return _function(filename, name_expression, device.device_id, all_names)
+
+
+def _cpu_mode() -> str:
+    mode = os.environ.get(CPU_KERNELS_ENV, "").strip().lower() or "auto"
+    if mode not in _CPU_MODES:
+        raise ValueError(f"{CPU_KERNELS_ENV} must be one of {', '.join(_CPU_MODES)}, got {mode!r}")
+    return mode
+
+
+@functools.cache
+def _host_build_failure(filename: str, all_names: tuple[str, ...]) -> Exception | None:
+    """None when the serial host build of ``filename`` is ready (built now or found in the cache), else why not."""
+    from . import _hostcuda  # noqa: PLC0415
+
+    try:
+        _host_module(filename, all_names).compile()
+    except (_hostcuda.HostCudaError, OSError) as exc:
+        return exc
+    return None
+
+
+def cpu_kernels_enabled(filename: str, all_names: tuple[str, ...]) -> bool:
+    """Whether CPU devices run ``filename``'s kernels compiled for the host, or else the NumPy twins.
+
+    ``MXLITE_CPU_KERNELS`` decides: ``auto`` (the default) compiles when it can and otherwise falls
+    back to the twins with one warning per process naming the reason; ``compiled`` requires the
+    compiled kernels; ``numpy`` always runs the twins (the reference the kernels are tested against).
+    The first call per file builds it (a few seconds; cached on disk by :mod:`mxlite._hostcuda`).
+
+    Raises:
+        ValueError: ``MXLITE_CPU_KERNELS`` has another value.
+        mxlite._hostcuda.HostCudaError: mode ``compiled`` and the build is not possible or failed.
+    """
+    mode = _cpu_mode()
+    if mode == "numpy":
+        return False
+    failure = _host_build_failure(filename, tuple(all_names))
+    if failure is None:
+        return True
+    if mode == "compiled":
+        raise failure
+    _warn_twins_once(str(failure).splitlines()[0])
+    return False
+
+
+@functools.cache
+def _warn_twins_once(reason: str) -> None:
+    warnings.warn(f"CPU devices run the NumPy twins of the fused optimizer kernels (slower): {reason}. The compiled "
+                  f"update needs g++ and pip install 'mxlite[cpu]'; {CPU_KERNELS_ENV}=numpy silences this warning.",
+                  RuntimeWarning, stacklevel=3)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from mxlite import _kernels
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import Arena
@@ -23,15 +24,26 @@ from tests.test_optimizer_rules_a import _make, _rule_id
 SHAPES = [(5, 13), (1,), (40,), (3, 3, 3)]
 
 
+@pytest.fixture(autouse=True)
+def numpy_twins(monkeypatch):
+    """These tests are about the NumPy twins: CPU devices run the twins here, not the compiled kernels."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "numpy")
+
+
+def make_updater(name, kwargs, setting, dtype, shapes, rng, multi_precision=False):
+    """A registry rule's ArenaUpdater over one CPU arena of ``shapes``, weights uniform in [-1, 1): (updater, slots)."""
+    opt = _make(name, kwargs, setting, multi_precision=multi_precision)
+    arena = Arena(mx.cpu(0), dtype)
+    slots = [arena.add(i, shape) for i, shape in enumerate(shapes)]
+    for slot in slots:
+        slot.data._data[...] = rng.uniform(-1, 1, slot.shape)
+    return ArenaUpdater(opt, arena, 0), slots
+
+
 def _run(name, kwargs, dtype, chunk, monkeypatch, multi_precision=False, setting="full"):
     monkeypatch.setattr(_fused, "TWIN_CHUNK", chunk)
     rng = np.random.default_rng(3)
-    opt = _make(name, kwargs, setting, multi_precision=multi_precision)
-    arena = Arena(mx.cpu(0), dtype)
-    slots = [arena.add(i, shape) for i, shape in enumerate(SHAPES)]
-    for slot in slots:
-        slot.data._data[...] = rng.uniform(-1, 1, slot.shape)
-    updater = ArenaUpdater(opt, arena, 0)
+    updater, slots = make_updater(name, kwargs, setting, dtype, SHAPES, rng, multi_precision)
     entries = list(enumerate(slots))
     for _ in range(5):
         for slot in slots:

@@ -1,4 +1,4 @@
-"""Every fused rule's arena update (the NumPy twin on CPU) against the float64 references.
+"""Every fused rule's arena update on CPU (the compiled kernels and the NumPy twins) against the float64 references.
 
 Each fused-eligible entry of the rule registries (``tests/optimizer_registry*.py``) runs 100
 steps through an :class:`~mxlite.optimizer._arena.ArenaUpdater` over one arena holding the
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from mxlite import _kernels
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.optimizer._fused_rules import fused_rule
 from mxlite.store import Arena
@@ -28,6 +29,13 @@ from tests.test_optimizer_rules_a import PARAMS, RULES, SETTINGS, _data, _expect
 FLOAT32 = {"rtol": 1e-5, "atol": 5e-6}
 
 FUSED = [e for e in RULES if fused_rule(_make(e[0], e[1], "plain"), np.float32) is not None]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def cpu_update(request, monkeypatch):
+    """Each test runs with the kernels compiled for the host and with the NumPy twins."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, request.param)
+    return request.param
 
 
 def _arena_run(opt, dtype, w0, grads):

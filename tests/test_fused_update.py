@@ -14,6 +14,12 @@ from mxlite.store import Arena
 from tests.test_trainer_fused import FUSED
 
 
+@pytest.fixture(autouse=True)
+def numpy_twins(monkeypatch):
+    """These tests are about the NumPy twins (and the kernels against them): CPU devices run the twins here."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "numpy")
+
+
 def _model_arena(dtype="float32", device=None):
     """A 3-layer MLP initialised on ``device``; returns (net, arena, plan of its segments)."""
     mx.random.seed(0)

@@ -193,7 +193,7 @@ def test_get_kernel_builds_each_kernel_object_once(monkeypatch, fresh_kernel_cac
     fake = types.SimpleNamespace(RawModule=RawModule, cuda=types.SimpleNamespace(Device=Device))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     names = ("adam_update<float>", "sgd_update<float>")
-    gpu0, gpu1 = types.SimpleNamespace(device_id=0), types.SimpleNamespace(device_id=1)
+    gpu0, gpu1 = types.SimpleNamespace(device_id=0, is_gpu=True), types.SimpleNamespace(device_id=1, is_gpu=True)
     first = _kernels.get_kernel("optimizers.cu", names[0], gpu0, names)
     assert _kernels.get_kernel("optimizers.cu", names[0], gpu0, list(names)) is first
     assert _kernels.get_kernel("optimizers.cu", names[1], gpu0, names) is not first

@@ -1,4 +1,4 @@
-"""The host CUDA build (mxlite._emulation.hostcuda): g++-compiled kernels launched like CuPy's RawKernel.
+"""The host CUDA build (mxlite._hostcuda): g++-compiled kernels launched like CuPy's RawKernel.
 
 Small kernels written here check the emulated built-ins (barriers, shuffles, shared memory,
 atomics, indices, half types, inline PTX), the scheduler (seeded interleaving, deadlock
@@ -15,8 +15,8 @@ import uuid
 import numpy as np
 import pytest
 
-from mxlite._emulation import hostcuda
-from mxlite._emulation.hostcuda import (
+from mxlite import _hostcuda as hostcuda
+from mxlite._hostcuda import (
     HostCudaBuildError,
     HostCudaLaunchError,
     HostCudaSetupError,
@@ -604,3 +604,71 @@ def test_compression_cu_compiles_and_quantize_2bit_matches_numpy() -> None:
     module.get_function("quantize_2bit<float>")((3,), (256,), (grad, residual, packed, np.int64(n), th))
     np.testing.assert_array_equal(residual, r_ref)
     np.testing.assert_array_equal(packed, packed_ref)
+
+
+# -- the serial build (CPU devices) ------------------------------------------------------------------
+SERIAL = r"""
+// A block-strided loop, a one-thread barrier and reduction forms, and the lone lane's warp operations.
+__global__ void axpy(float *y, const float *x, float a, long long n) {
+    for (long long i = blockIdx.x * 1024LL + threadIdx.x; i < min(n, (blockIdx.x + 1) * 1024LL); i += blockDim.x)
+        y[i] = a * x[i] + y[i];
+}
+__global__ void lone_lane(int *out, int pred) {
+    __syncthreads();
+    out[0] = __syncthreads_count(pred);
+    out[1] = __syncthreads_or(pred);
+    out[2] = (int)__shfl_down_sync(1u, 41 + pred, 16);  // out of range: the lane's own value
+    out[3] = (int)__ballot_sync(1u, pred);
+    out[4] = (int)blockDim.x * 100 + (int)threadIdx.x * 10 + (int)gridDim.x;
+}
+__global__ void full_warp(float *out) { out[0] = __shfl_down_sync(0xffffffffu, out[0], 1); }
+__global__ void trapping(int *out) { if (out[0] == 0) __trap(); }
+"""
+
+
+@pytest.fixture(scope="module")
+def serial_module() -> HostModule:
+    return HostModule(SERIAL, name="serial.cu", serial=True)
+
+
+def test_serial_build_runs_one_thread_per_block_in_order(serial_module: HostModule) -> None:
+    n = 5000
+    x = np.arange(n, dtype=np.float32)
+    y = np.ones(n, np.float32)
+    serial_module.get_function("axpy")((5,), (1,), (y, x, np.float32(0.5), n))
+    np.testing.assert_array_equal(y, np.float32(0.5) * x + np.float32(1))
+    out = np.zeros(5, np.int32)
+    serial_module.get_function("lone_lane")((3,), 1, (out, np.int32(1)))
+    assert out.tolist() == [1, 1, 42, 1, 103]  # blockDim 1, threadIdx 0, gridDim 3
+
+
+def test_serial_build_agrees_with_the_fiber_build_on_a_kernel(serial_module: HostModule) -> None:
+    fibers = HostModule(SERIAL, name="serial.cu")
+    x = np.random.default_rng(0).normal(size=3000).astype(np.float32)
+    y_serial, y_fibers = np.ones_like(x), np.ones_like(x)
+    serial_module.get_function("axpy")((3,), 1, (y_serial, x, np.float32(-1.25), x.size))
+    fibers.get_function("axpy")((3,), 1, (y_fibers, x, np.float32(-1.25), x.size))
+    assert y_serial.tobytes() == y_fibers.tobytes()
+
+
+def test_serial_build_refuses_what_needs_real_threads(serial_module: HostModule) -> None:
+    with pytest.raises(ValueError, match="serial host build.*block must be 1"):
+        serial_module.get_function("axpy")((1,), (32,), (np.ones(4, np.float32), np.ones(4, np.float32),
+                                                        np.float32(1), 4))
+    with pytest.raises(HostCudaLaunchError, match="mask 0xffffffff.*only lane 0 exists") as err:
+        serial_module.get_function("full_warp")((1,), 1, (np.ones(1, np.float32),))
+    assert err.value.code == 6
+    with pytest.raises(HostCudaLaunchError, match=r"kernel 'trapping' \(serial host build\), block \(0,0,0\).*__trap")\
+            as err:
+        serial_module.get_function("trapping")((2,), 1, (np.zeros(1, np.int32),))
+    assert err.value.code == 5
+    serial_module.get_function("trapping")((2,), 1, (np.ones(1, np.int32),))  # the module still works
+
+
+def test_serial_and_fiber_builds_are_cached_apart(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", str(tmp_path))
+    source = SERIAL + f"\n// {uuid.uuid4()}\n"
+    HostModule(source, name="a.cu", serial=True).compile()
+    HostModule(source, name="a.cu").compile()
+    libraries = [f for f in os.listdir(tmp_path) if f.endswith(".so")]
+    assert len(libraries) == 2

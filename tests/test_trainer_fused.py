@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from mxlite import _kernels
 from mxlite.optimizer import _fused
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
@@ -95,6 +96,7 @@ def test_sgd_with_singa_nesterov_keeps_the_per_parameter_path():
 
 
 def test_one_fused_update_per_arena_and_mirror(monkeypatch):
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "numpy")
     calls = []
     real = _fused.adam_twin
     monkeypatch.setattr(_fused, "adam_twin", lambda *a, **k: (calls.append(a[0]), real(*a, **k)))
@@ -105,11 +107,24 @@ def test_one_fused_update_per_arena_and_mirror(monkeypatch):
 
 @pytest.mark.parametrize("name", ["Signum", "LAMB"])
 def test_generic_twin_runs_once_per_arena_and_mirror(monkeypatch, name):
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "numpy")
     calls = []
     real = _fused.step_segments
     monkeypatch.setattr(_fused, "step_segments", lambda *a, **k: (calls.append(a[1]), real(*a, **k)))
     _run(getattr(mx.optimizer, name)(learning_rate=0.01), steps=2)
     assert len(calls) == 2 * len(DEVICES) and all(len(plan.segments) == 4 for plan in calls)
+
+
+@pytest.mark.parametrize("name, launches", [("Adam", 1), ("Signum", 1), ("LAMB", 2)])
+def test_compiled_cpu_update_launches_once_per_arena_and_mirror(monkeypatch, name, launches):
+    """CPU devices' default: the kernels built for the host, one launch (two for LAMB) per arena and mirror."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
+    calls = []
+    real = _fused.Launcher.__call__
+    monkeypatch.setattr(_fused.Launcher, "__call__",
+                        lambda self, kernel, *a, **k: (calls.append((kernel, self.plan)), real(self, kernel, *a, **k)))
+    _run(getattr(mx.optimizer, name)(learning_rate=0.01), steps=2)
+    assert len(calls) == 2 * len(DEVICES) * launches and all(len(plan.segments) == 4 for _, plan in calls)
 
 
 def test_state_follows_an_arena_that_grows_after_training_started():

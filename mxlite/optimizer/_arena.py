@@ -6,7 +6,8 @@ float32 ``master`` copy for half-precision weights with ``multi_precision``). Ea
 increments the per-parameter update counts and reads the learning rates and weight decays
 from the optimizer, so ``lr_mult``/``wd_mult``, schedules and per-parameter step counts behave
 exactly as in the per-parameter path, and hands everything to one fused update: the kernels
-on a GPU (one launch, two for LAMB and LARS), the NumPy twin on a CPU device.
+(one launch, two for LAMB and LARS) on a GPU, and on a CPU device too when they can be compiled
+for the host (``MXLITE_CPU_KERNELS``, :func:`mxlite._kernels.cpu_kernels_enabled`); else the NumPy twin.
 
 Arenas grow while a model is being built (deferred initialisation); when the data buffer is
 replaced the state buffers are rebuilt in the new layout, each parameter's state copied over.
@@ -94,6 +95,7 @@ class ArenaUpdater:
         self._ensure_layout([s for _, s in entries])
         key = tuple((id(s.key), s.offset, s.grad_offset) for _, s in entries)
         plan = self._plans.get(key)
+        compiled = arena.device.is_gpu or _fused.compiled_on_cpu()
         if plan is None:
             plan = self._plans[key] = _fused.ArenaPlan(
                 [_fused.Segment(s.offset, s.grad_offset, s.size) for _, s in entries])
@@ -117,6 +119,8 @@ class ArenaUpdater:
             else:
                 launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp)
             rule.launch(launcher, opt, weight, grad, st, master)
+        elif compiled:  # a CPU device: the same kernels, built for the host
+            rule.launch(_fused.Launcher(arena.device, plan, arena.dtype, hp), opt, weight, grad, st, master)
         elif rule.twin is not None:
             rule.twin(opt, plan, weight, grad, st, master, hp)
         else:

@@ -8,7 +8,11 @@ parameters; on a GPU one kernel launch (``kernels/optimizers.cu``) updates every
 the per-parameter values (learning rate, weight decay, ...) from a small table, ``HP`` floats
 per parameter, that the host refreshes before each launch (:class:`Launcher`).
 
-On a CPU device the NumPy twins do the same math. The twin of most kernels is the rule's own
+On a CPU device the same kernels run compiled for the host (the serial build of
+:mod:`mxlite._hostcuda`: one thread per block, the block loop vectorised by g++) when
+:func:`mxlite._kernels.cpu_kernels_enabled` says they can. Otherwise, and always with
+``MXLITE_CPU_KERNELS=numpy``, the NumPy twins do the same math: the reference the kernels are
+tested against. The twin of most kernels is the rule's own
 ``step`` (``mxlite/optimizer/<rule>.py``) applied to views of the arena, segment by segment
 (:func:`step_segments`): one NumPy text of each rule, which the rule tests check against
 float64 references. SGD and Adam, the hot rules, also have hand-tuned twins
@@ -38,13 +42,17 @@ from typing import Any
 
 import numpy as np
 
-from .._kernels import get_kernel
+from .._kernels import cpu_kernels_enabled, get_kernel
 from ..device import Device
 
 __all__ = ["CHUNK", "GRAD_TYPES", "HP", "KERNELS", "TWIN_CHUNK", "ArenaPlan", "Launcher", "Segment", "adam_twin",
            "one_minus", "sgd_twin", "step_segments"]
 
-CHUNK = 65536  # elements per block: 256 threads x 256 elements, amortising the table reads
+# Elements per block: on a GPU 256 threads x 256 elements, amortising the table reads; in the host
+# build (one thread per block) a chunk is one vectorised loop. Measured there with
+# benchmarks/bench_optimizer.py over 8 parameters of 2.5M: chunks of 4K, 16K and 64K elements
+# are within noise of each other (64K marginally ahead), so both use one size.
+CHUNK = 65536
 # Elements per CPU twin chunk: 1 MiB per float32 operand, so an update's operands and temporaries
 # (~7 MiB for Adam) stay in the last-level cache while each NumPy call (~1-2 us of Python) covers
 # enough elements. Measured with benchmarks/bench_optimizer.py --chunks on a 2-core EPYC (1 MiB L2
@@ -128,7 +136,8 @@ class ArenaPlan:
 
 
 class Launcher:
-    """Launches kernels of ``optimizers.cu`` over one plan with one per-parameter table.
+    """Launches kernels of ``optimizers.cu`` over one plan with one per-parameter table (GPU, or a
+    CPU device through the host build).
 
     Made once per fused update: it copies ``hp`` (shape ``(segments, HP)``, float32) to the
     device, then each call launches one kernel over every chunk of the plan.
@@ -185,8 +194,14 @@ class Launcher:
         args += [np.float32(x) for x in scalars]
         if len(self.plan.chunk_seg) == 0:  # only empty parameters: a grid of 0 blocks is a CUDA error
             return
+        block = THREADS if self.device.is_gpu else 1  # the host build runs one thread per block
         with self.device.use():
-            function((len(self.plan.chunk_seg),), (THREADS,), tuple(args))
+            function((len(self.plan.chunk_seg),), (block,), tuple(args))
+
+
+def compiled_on_cpu() -> bool:
+    """Whether CPU devices run the fused updates as compiled kernels (:func:`mxlite._kernels.cpu_kernels_enabled`)."""
+    return cpu_kernels_enabled(_KERNEL_FILE, _ALL_NAMES)
 
 
 def _elementwise_rules() -> tuple[type, ...]:

@@ -1,4 +1,5 @@
-// hostcuda_runtime.cpp: the fiber scheduler behind cuda_host.h (compiled into every host module).
+// runtime_fibers.cpp: the fiber scheduler behind cuda_host.h (compiled into every module of the
+// emulated GPUs; CPU devices' modules use runtime_serial.cpp).
 //
 // A launch runs the blocks of the grid one after another, in a seeded shuffled order. The
 // threads of a block are fibers on one OS thread, each with its own 64 KiB stack (a pool reused
@@ -16,7 +17,6 @@
 // a guard page, an integer division by zero) end the launch with an error code and a message.
 // One launch at a time per module (a mutex); the launch function releases nothing it did not
 // take, and leaves MXCSR (x86: round to nearest, no FTZ/DAZ during the launch) as it found it.
-#include <cxxabi.h>
 #include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -579,14 +579,6 @@ void trap(const char *what, const char *file, int line) {
     L.current->state = kDone;
     switch_to_scheduler();
     abort();
-}
-
-void describe_type(char *buf, size_t len, size_t *pos, const char *mangled) {
-    int status = 0;
-    char *name = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-    const int n = snprintf(buf + *pos, *pos < len ? len - *pos : 0, "%s\n", status == 0 && name ? name : mangled);
-    free(name);
-    *pos += (size_t)(n > 0 ? n : 0);
 }
 
 int run_launch(const char *kernel, Invoke invoke, void (*fn)(), void **args, const unsigned *grid,

@@ -1,7 +1,7 @@
 // cuda_host.h: the CUDA built-ins for compiling a kernel source with g++ for the HOST.
 //
 // Force-included (g++ -include cuda_host.h) in front of a CUDA source by
-// mxlite/_emulation/hostcuda.py, which also rewrites two things in the source text before g++
+// mxlite/_hostcuda/__init__.py, which also rewrites two things in the source text before g++
 // sees it (see that module's docstring): `extern __shared__ T name[];` becomes a pointer into
 // the launch's dynamic shared buffer, and recognised inline PTX `asm(...)` statements become
 // calls of the host functions in hostcuda::ptx below.
@@ -12,9 +12,13 @@
 //   __global__ __device__ __host__ __constant__ __managed__   empty (ordinary host functions)
 //   __shared__                 `static`: one copy per function (per template instantiation),
 //                              shared by the fibers of a block; blocks run one after another
-//   threadIdx blockIdx ...     the running fiber's values (the runtime sets them on every switch)
-//   __syncthreads*, shuffles,  calls into the fiber scheduler (hostcuda_runtime.cpp): the calling
-//   votes, __syncwarp          fiber yields until its block / warp group can complete the operation
+//   threadIdx blockIdx ...     the running fiber's values (the runtime sets them on every switch);
+//                              in a serial build (HOSTCUDA_SERIAL) threadIdx and blockDim are the
+//                              constants (0,0,0) and (1,1,1)
+//   __syncthreads*, shuffles,  calls into the runtime: in the fiber build (runtime_fibers.cpp) the
+//   votes, __syncwarp          calling fiber yields until its block / warp group can complete the
+//                              operation; in the serial build (runtime_serial.cpp) a block has one
+//                              thread, so they complete at once
 //   atomics                    plain read-modify-write: fibers never switch inside one
 //   math intrinsics            IEEE host arithmetic (no contraction: built with -ffp-contract=off)
 //
@@ -33,8 +37,10 @@
 #include <cuda_bf16.h>
 #include <device_launch_parameters.h>  // declares threadIdx & co. once, before our macros below
 
+#include <cxxabi.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,7 +77,7 @@
 
 namespace hostcuda {
 
-// ---- runtime interface (hostcuda_runtime.cpp) -------------------------------------------------
+// ---- runtime interface (runtime_fibers.cpp or runtime_serial.cpp) -------------------------------------------------
 extern uint3 g_thread_idx;
 extern uint3 g_block_idx;
 extern dim3 g_block_dim;
@@ -146,7 +152,14 @@ template <class T> constexpr size_t type_width() {
     if constexpr (std::is_void<std::remove_cv_t<T>>::value) return 0;
     else return sizeof(T);
 }
-void describe_type(char *buf, size_t len, size_t *pos, const char *mangled);
+// Appends the demangled C++ name of a type (from typeid) and a newline.
+inline void describe_type(char *buf, size_t len, size_t *pos, const char *mangled) {
+    int status = 0;
+    char *name = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    const int n = snprintf(buf + *pos, *pos < len ? len - *pos : 0, "%s\n", status == 0 && name ? name : mangled);
+    free(name);
+    *pos += (size_t)(n > 0 ? n : 0);
+}
 
 // Writes one line per parameter: "<kind> <code> <width> <const> <C++ type>", kind p (pointer) or
 // v (value). Returns the number of parameters, or -1 when the buffer is too small.
@@ -221,9 +234,20 @@ inline double f64_bits(unsigned long long bits) {
 // ---- built-in variables ------------------------------------------------------------------------
 // Const references to the runtime's variables: the compiler re-reads them after every call into
 // the scheduler (a fiber switch), and kernels cannot assign them.
+#ifdef HOSTCUDA_SERIAL
+// The serial build (runtime_serial.cpp, CPU devices) runs one thread per block: threadIdx and
+// blockDim are constants, so a block's `i += blockDim.x` loop is a unit-stride loop g++ vectorises.
+namespace hostcuda {
+inline constexpr uint3 kSerialThreadIdx{0, 0, 0};
+inline constexpr dim3 kSerialBlockDim(1, 1, 1);
+}  // namespace hostcuda
+#define threadIdx (::hostcuda::kSerialThreadIdx)
+#define blockDim (::hostcuda::kSerialBlockDim)
+#else
 #define threadIdx (static_cast<const uint3 &>(::hostcuda::g_thread_idx))
-#define blockIdx (static_cast<const uint3 &>(::hostcuda::g_block_idx))
 #define blockDim (static_cast<const dim3 &>(::hostcuda::g_block_dim))
+#endif
+#define blockIdx (static_cast<const uint3 &>(::hostcuda::g_block_idx))
 #define gridDim (static_cast<const dim3 &>(::hostcuda::g_grid_dim))
 #define warpSize 32
 

@@ -1,6 +1,18 @@
 """Compile the project's CUDA sources with g++ for the HOST and launch them the way CuPy does.
 
-Why: CI has no GPU, yet ``kernels/*.cu`` must be checked against their NumPy twins. This module
+Two builds of the same unmodified source:
+
+* the **fiber build** (default), for the emulated GPUs: real block sizes, one fiber per CUDA
+  thread, shuffled schedules; it proves a kernel's results, not its speed;
+* the **serial build** (``HostModule(..., serial=True)``), for CPU devices: one thread per block,
+  with ``threadIdx``/``blockDim`` compile-time constants, so a kernel's block loop
+  ``for (i = begin + threadIdx.x; i < end; i += blockDim.x)`` is a unit-stride loop that g++
+  vectorises (``-O3``); blocks run in order on the calling thread (``runtime_serial.cpp``). It is
+  how CPU devices run the fused optimizer updates at memory speed, with the kernels' own
+  arithmetic. A serial launch takes ``block=1`` only; code that needs real threads (warp
+  shuffles over more than lane 0, dynamic shared memory) fails the launch with a message.
+
+Why the fiber build: CI has no GPU, yet ``kernels/*.cu`` must be checked against their NumPy twins. This module
 builds an unmodified CUDA source into a shared library (``g++ -shared``, loaded with ctypes) and
 launches its kernels with CuPy's calling convention: ``HostModule`` mirrors ``cupy.RawModule``
 (code, options, name_expressions), ``HostKernel.__call__(grid, block, args, shared_mem, stream)``
@@ -23,7 +35,7 @@ Design:
 * For each name expression (``'adam_update<float>'``) the translation unit gets an ``extern "C"``
   launch entry and a signature entry; template deduction on the kernel's function pointer gives
   each parameter's kind (pointer/value), type code, width and const-ness (:class:`Param`).
-* ``hostcuda_runtime.cpp`` runs the threads of a block as fibers (one 64 KiB stack each, from a
+* ``runtime_fibers.cpp`` runs the threads of a block as fibers (one 64 KiB stack each, from a
   pool) on one OS thread. A fiber yields at ``__syncthreads`` and at every warp operation; the
   scheduler completes a barrier when every thread of the block waits there, and a warp
   operation when every live lane of its mask does (real 32-lane warp semantics for the
@@ -69,6 +81,7 @@ with ``-fstack-clash-protection`` so that a stack overflow hits a guard page and
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import os
@@ -91,7 +104,7 @@ DEFAULT_SEED = 0x5EED  # the scheduling seed when neither the call, the module n
 _FORMAT = "hostcuda-1"  # part of every cache key: bump when the generated code changes meaning
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _HEADER = os.path.join(_HERE, "cuda_host.h")
-_RUNTIME = os.path.join(_HERE, "hostcuda_runtime.cpp")
+_RUNTIMES = {False: os.path.join(_HERE, "runtime_fibers.cpp"), True: os.path.join(_HERE, "runtime_serial.cpp")}
 _ERR_LEN = 8192
 _COMPILE_LINES = 40  # lines of g++ output quoted in a build error
 _MAX_BLOCK = (1024, 1024, 64)
@@ -534,7 +547,7 @@ def _run_compiler(command: list[str], what: str) -> None:
         raise HostCudaBuildError(f"g++ failed to compile {what} for the host (hostcuda):\n{shown}{more}")
 
 
-def _support(base: list[str], digest_parts: list[bytes]) -> tuple[str, str]:
+def _support(base: list[str], digest_parts: list[bytes], runtime_source: str) -> tuple[str, str]:
     """(header to -include, runtime object) for one set of flags: built once, then shared by modules.
 
     The header is cuda_host.h next to its precompiled ``.gch``, so a module's translation unit
@@ -552,8 +565,8 @@ def _support(base: list[str], digest_parts: list[bytes]) -> tuple[str, str]:
         shutil.copyfile(_HEADER, os.path.join(tmp, "cuda_host.h"))
         _run_compiler([*base, "-x", "c++-header", os.path.join(tmp, "cuda_host.h"), "-o",
                        os.path.join(tmp, "cuda_host.h.gch")], "cuda_host.h")
-        _run_compiler([*base, "-include", _HEADER, "-c", _RUNTIME, "-o", os.path.join(tmp, "runtime.o")],
-                      "hostcuda_runtime.cpp")
+        _run_compiler([*base, "-include", _HEADER, "-c", runtime_source, "-o", os.path.join(tmp, "runtime.o")],
+                      os.path.basename(runtime_source))
         os.chmod(tmp, 0o755)
         try:
             os.rename(tmp, folder)  # atomic; fails when a concurrent builder got there first (then use theirs)
@@ -565,15 +578,40 @@ def _support(base: list[str], digest_parts: list[bytes]) -> tuple[str, str]:
     return header, runtime
 
 
-def _load(unit: str, filename: str, std: str, flags: list[str]) -> ctypes.CDLL:
+# The serial build's extra flags: -O3 vectorises the block loops, with this machine's widest vectors
+# (-march=native: the cache key then includes the target g++ resolves it to, so a cache shared by
+# different machines never hands one a library built for another); errno and FP traps are never
+# read, and leaving them out lets g++ use the vector square root and if-convert the NaN-keeping
+# selects. None of this changes a result: every operation stays an IEEE operation in source order
+# (-ffp-contract=off still forbids fused multiply-adds, and there is no fast math).
+_SERIAL_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-DHOSTCUDA_SERIAL")
+_native_targets: dict[str, str] = {}
+
+
+def _native_target(cxx: str) -> str:
+    """What ``-march=native`` means to ``cxx`` on this machine: every target option it resolves to."""
+    found = _native_targets.get(cxx)
+    if found is None:
+        found = subprocess.run([cxx, "-march=native", "-Q", "--help=target"], capture_output=True, text=True,
+                               check=False).stdout
+        _native_targets[cxx] = found
+    return found
+
+
+def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = False) -> ctypes.CDLL:
     """Build (or find in the cache) the shared library of one translation unit and load it."""
     cxx = _compiler()
     includes = cuda_include_dirs()
-    base = [cxx, f"-std={std}", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-fast-math",
+    runtime = _RUNTIMES[serial]
+    optimise = list(_SERIAL_FLAGS) if serial else ["-O2"]
+    # The optimisation flags come after -fno-fast-math, which would turn -fno-math-errno off again.
+    base = [cxx, f"-std={std}", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-fast-math", *optimise,
             "-fno-strict-aliasing", "-fexceptions", "-fvisibility=hidden", "-fstack-clash-protection", *flags,
             *(f"-I{d}" for d in includes)]
     digests = [_compiler_version(cxx).encode(), _FORMAT.encode()]
-    digests += [_file_digest(path) for path in (_HEADER, _RUNTIME, *(
+    if serial:
+        digests.append(_native_target(cxx).encode())
+    digests += [_file_digest(path) for path in (_HEADER, runtime, *(
         os.path.join(d, h) for d in includes for h in _REQUIRED_HEADERS[:4] if os.path.isfile(os.path.join(d, h))))]
     key = hashlib.sha256(unit.encode() + b"\0" + "\0".join(base).encode() + b"\0" + b"".join(digests))
     digest = key.hexdigest()
@@ -584,14 +622,14 @@ def _load(unit: str, filename: str, std: str, flags: list[str]) -> ctypes.CDLL:
         folder = cache_dir()
         target = os.path.join(folder, f"{digest[:40]}.so")
         if not os.path.isfile(target):
-            header, runtime = _support(base, digests)
+            header, runtime_object = _support(base, digests, runtime)
             os.makedirs(folder, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
                 source = os.path.join(tmp, "unit.cpp")
                 with open(source, "w") as f:
                     f.write(unit)
                 output = os.path.join(tmp, "module.so")
-                _run_compiler([*base, "-include", header, "-shared", source, runtime, "-o", output], filename)
+                _run_compiler([*base, "-include", header, "-shared", source, runtime_object, "-o", output], filename)
                 os.replace(source, target[:-3] + ".cpp")  # the translation unit, for reading errors later
                 os.replace(output, target)  # atomic: a concurrent builder sees no file or the whole new one
         lib = ctypes.CDLL(target)
@@ -626,7 +664,8 @@ class HostModule:
             None exposes every non-template ``__global__`` function of the source.
         name: the source's file name, used in compile errors and ``__FILE__``.
         seed: the scheduling seed of every launch (overridden per call); default
-            ``MXLITE_HOSTCUDA_SEED``, else :data:`DEFAULT_SEED`.
+            ``MXLITE_HOSTCUDA_SEED``, else :data:`DEFAULT_SEED`. Unused by serial builds.
+        serial: build for CPU devices (module docstring): one thread per block, blocks in order.
 
     Raises (at compile time, i.e. on :meth:`compile` or the first :meth:`get_function`):
         HostCudaSetupError: no g++ or no CUDA header package.
@@ -636,7 +675,7 @@ class HostModule:
     """
 
     def __init__(self, code: str, options: tuple[str, ...] = (), name_expressions: Sequence[str] | None = None,
-                 *, name: str = "<inline>", seed: int | None = None) -> None:
+                 *, name: str = "<inline>", seed: int | None = None, serial: bool = False) -> None:
         if not isinstance(code, str):
             raise TypeError(f"code must be the CUDA source text, got {type(code).__name__}")
         self.code = code
@@ -644,6 +683,7 @@ class HostModule:
         self.name_expressions = None if name_expressions is None else tuple(name_expressions)
         self.name = name
         self.seed = _default_seed() if seed is None else int(seed)
+        self.serial = bool(serial)
         self._std, self._flags = _map_options(self.options)
         self._lib: ctypes.CDLL | None = None
         self._index: dict[str, int] = {}
@@ -678,7 +718,7 @@ class HostModule:
         """
         with self._lock:
             if self._lib is None:
-                self._lib = _load(self._unit(), self.name, self._std, self._flags)
+                self._lib = _load(self._unit(), self.name, self._std, self._flags, self.serial)
 
     def get_function(self, name: str) -> HostKernel:
         """The kernel of name expression ``name`` (compiling the module first if needed).
@@ -745,6 +785,7 @@ def _describe(arg: Any) -> str:
     return f"{type(arg).__module__}.{type(arg).__name__}"
 
 
+@functools.cache  # a launch checks every argument: keep it cheap (dtype.name is slow)
 def _pointee_accepts(param: Param, dtype: np.dtype) -> bool:
     code, width = param.code, param.width
     if code in ("void", "other"):
@@ -771,19 +812,23 @@ def _pointee_accepts(param: Param, dtype: np.dtype) -> bool:
     return False
 
 
+@functools.cache
+def _scalar_fits(code: str, width: int, dtype: np.dtype) -> bool:
+    """Whether a NumPy scalar of ``dtype`` passes for a value parameter of type ``code`` and ``width`` bytes."""
+    if dtype.itemsize != width:
+        return False
+    return {"float": dtype.name == "float32", "double": dtype.name == "float64", "half": dtype.name == "float16",
+            "bf16": dtype.name in ("uint16", "bfloat16"), "int": dtype.kind == "i", "uint": dtype.kind == "u",
+            "other": dtype.kind == "V"}.get(code, False)
+
+
 def _value_bytes(param: Param, arg: Any) -> bytes | None:
     """The bytes a scalar argument passes for a value parameter, or None when it does not fit."""
     code, width = param.code, param.width
     if isinstance(arg, (bool, np.bool_)):
         return struct.pack("?", bool(arg)) if code == "bool" else None
     if isinstance(arg, np.generic):  # before int/float: numpy.float64 is a Python float
-        dtype = arg.dtype
-        if dtype.itemsize != width:
-            return None
-        fits = {"float": dtype.name == "float32", "double": dtype.name == "float64", "half": dtype.name == "float16",
-                "bf16": dtype.name in ("uint16", "bfloat16"), "int": dtype.kind == "i", "uint": dtype.kind == "u",
-                "other": dtype.kind == "V"}.get(code, False)
-        return arg.tobytes() if fits else None
+        return arg.tobytes() if _scalar_fits(code, width, arg.dtype) else None
     if isinstance(arg, int):
         if width == 8 and code == "int" and -(2**63) <= arg < 2**63:
             return struct.pack("<q", arg)
@@ -892,7 +937,8 @@ class HostKernel:
                 for a pointer to const; or an 8-byte integer, taken as a raw address (0: null). A
                 value parameter takes a NumPy scalar of its exact type and width, a Python int for
                 an 8-byte integer, a Python float for ``double``, a bool for ``bool``.
-            shared_mem: bytes of dynamic shared memory (``extern __shared__``), at most 48 KiB.
+            shared_mem: bytes of dynamic shared memory (``extern __shared__``), at most 48 KiB (none
+                in a serial build, whose ``block`` must be 1).
             stream: accepted and ignored (launches are synchronous).
             seed: the scheduling seed of this launch (default: the module's).
 
@@ -906,6 +952,9 @@ class HostKernel:
         b = _normalise_dims(block, "block", _MAX_BLOCK)
         if b[0] * b[1] * b[2] > _MAX_THREADS:
             raise ValueError(f"block {block!r} has {b[0] * b[1] * b[2]} threads, at most {_MAX_THREADS}")
+        if self.module.serial and b != (1, 1, 1):
+            raise ValueError(f"kernel {self.name!r} is a serial host build (one thread per block): block must be 1, "
+                             f"got {block!r}")
         if isinstance(shared_mem, bool) or not isinstance(shared_mem, (int, np.integer)) or not (
                 0 <= shared_mem <= _MAX_SHARED):
             raise ValueError(f"shared_mem must be an int in 0..{_MAX_SHARED} bytes, got {shared_mem!r}")

@@ -1,0 +1,175 @@
+"""CPU devices run the fused optimizer kernels compiled for the host: the same results as the NumPy twins.
+
+``kernels/optimizers.cu`` built by g++ with one thread per block (the serial build of
+``mxlite._hostcuda``) is what a CPU device's :class:`~mxlite.optimizer._arena.ArenaUpdater` runs by
+default. Every elementwise rule must give the NumPy twin's weights and states bit for bit (same
+float32 operations in the same order, vectorised), in float32 and in float16 with and without
+float32 master weights, with NaN and infinite gradients too. LAMB and LARS sum their norms in
+another order than the twins' ``np.linalg.norm``, so they agree to float32 rounding. Then the
+``MXLITE_CPU_KERNELS`` switch: ``numpy`` never builds, ``compiled`` raises when it cannot build,
+``auto`` falls back to the twins with one warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mxlite as mx
+from mxlite import _hostcuda, _kernels
+from mxlite.optimizer import _fused
+from mxlite.optimizer._arena import ArenaUpdater
+from mxlite.store import Arena
+from tests.test_fused_chunks import _flat, make_updater
+from tests.test_fused_rules import FUSED
+from tests.test_optimizer_rules_a import _rule_id
+
+SHAPES = [(5, 13), (1,), (40,), (3, 3, 3), (70001,)]  # the last one spans two blocks of CHUNK elements
+NORM_RULES = ("lamb", "lars")  # per-parameter norms: summed in another order than the twins
+
+
+def _run(name, kwargs, dtype, mode, monkeypatch, *, setting="full", multi_precision=False, special=False, steps=4):
+    """``steps`` fused updates over one arena with ``MXLITE_CPU_KERNELS=mode``: (weights, flat states)."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, mode)
+    rng = np.random.default_rng(7)
+    updater, slots = make_updater(name, kwargs, setting, dtype, SHAPES, rng, multi_precision)
+    entries = list(enumerate(slots))
+    for _ in range(steps):
+        for slot in slots:
+            g = rng.normal(size=slot.shape)
+            if special:  # a NaN, infinities and a huge value in every gradient
+                flat = g.reshape(-1)
+                flat[rng.integers(0, flat.size, 4)] = [np.nan, np.inf, -np.inf, 1e30]
+            slot.grad._data[...] = g
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's invalid-value warnings of the twin
+            updater.step(entries)
+    states = []
+    for slot in slots:
+        states += _flat(updater.get_state(slot))
+    return [s.data._data.copy() for s in slots], states
+
+
+ELEMENTWISE = [e for e in FUSED if e[0].lower() not in NORM_RULES]
+NORMS = [e for e in FUSED if e[0].lower() in NORM_RULES]
+DTYPES = {"float32": (np.float32, False), "float16-master": (np.float16, True), "float16": (np.float16, False)}
+
+
+@pytest.mark.parametrize("setting", ["plain", "full"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("entry", ELEMENTWISE, ids=[_rule_id(e) for e in ELEMENTWISE])
+def test_compiled_cpu_update_is_bit_identical_to_the_twin(entry, dtype, setting, monkeypatch):
+    name, kwargs, _ = entry
+    np_dtype, mp = DTYPES[dtype]
+    compiled = _run(name, kwargs, np_dtype, "compiled", monkeypatch, setting=setting, multi_precision=mp)
+    twin = _run(name, kwargs, np_dtype, "numpy", monkeypatch, setting=setting, multi_precision=mp)
+    moved = False
+    for a, b in zip(compiled[0], twin[0], strict=True):
+        assert a.tobytes() == b.tobytes()
+    for a, b in zip(compiled[1], twin[1], strict=True):
+        assert a.tobytes() == b.tobytes()
+    moved = any(np.any(a != 0) for a in compiled[1]) or moved
+    assert moved or not compiled[1], "the states should have moved"
+
+
+@pytest.mark.parametrize("entry", ELEMENTWISE, ids=[_rule_id(e) for e in ELEMENTWISE])
+def test_compiled_cpu_update_keeps_nan_and_inf_as_the_twin(entry, monkeypatch):
+    """NaN-keeping clamps and signs, written as selects for the vectorised loop, give the twin's values."""
+    name, kwargs, _ = entry
+    compiled = _run(name, kwargs, np.float32, "compiled", monkeypatch, special=True, steps=2)
+    twin = _run(name, kwargs, np.float32, "numpy", monkeypatch, special=True, steps=2)
+    for a, b in zip(compiled[0] + compiled[1], twin[0] + twin[1], strict=True):
+        np.testing.assert_array_equal(a, b)  # NaN where the twin has NaN, equal elsewhere
+    assert any(np.isnan(a).any() for a in compiled[0]), "the NaN gradients should reach some weight"
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("entry", NORMS, ids=[_rule_id(e) for e in NORMS])
+def test_compiled_lamb_and_lars_agree_with_the_twin_to_rounding(entry, dtype, monkeypatch):
+    name, kwargs, _ = entry
+    np_dtype, mp = DTYPES[dtype]
+    compiled = _run(name, kwargs, np_dtype, "compiled", monkeypatch, multi_precision=mp)
+    twin = _run(name, kwargs, np_dtype, "numpy", monkeypatch, multi_precision=mp)
+    if np_dtype == np.float16:  # the same float32 update, rounded to float16: at most one float16 ulp apart
+        for a, b in zip(compiled[0], twin[0], strict=True):
+            np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-3, atol=1e-3)
+    else:
+        for a, b in zip(compiled[0], twin[0], strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    for a, b in zip(compiled[1], twin[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+# -- the switch -------------------------------------------------------------------------------------
+@pytest.fixture
+def fresh_build_state():
+    """Forget which builds were tried (they are cached per process), before and after the test."""
+    caches = (_kernels._host_build_failure, _kernels._host_module, _kernels._warn_twins_once)
+    for c in caches:
+        c.cache_clear()
+    yield
+    for c in caches:
+        c.cache_clear()
+
+
+def _one_adam_step(monkeypatch, mode):
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, mode)
+    arena = Arena(mx.cpu(0), np.float32)
+    slot = arena.add(0, (10,))
+    slot.data._data[...] = 1.0
+    slot.grad._data[...] = 0.5
+    ArenaUpdater(mx.optimizer.create("adam", learning_rate=0.1), arena, 0).step([(0, slot)])
+    return slot.data._data.copy()
+
+
+def test_numpy_mode_never_builds(monkeypatch, fresh_build_state):
+    def no_build(*args, **kwargs):
+        raise AssertionError("MXLITE_CPU_KERNELS=numpy must not build the host kernels")
+
+    monkeypatch.setattr(_kernels, "_host_module", no_build)
+    w = _one_adam_step(monkeypatch, "numpy")
+    np.testing.assert_allclose(w, 0.9, rtol=1e-6)  # Adam's first step moves by lr
+
+
+def test_compiled_mode_raises_when_it_cannot_build(monkeypatch, fresh_build_state):
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CXX", "no-such-compiler-here")
+    with pytest.raises(_hostcuda.HostCudaSetupError, match="no-such-compiler-here"):
+        _one_adam_step(monkeypatch, "compiled")
+
+
+def test_auto_mode_falls_back_to_the_twins_with_one_warning(monkeypatch, fresh_build_state):
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CXX", "no-such-compiler-here")
+    with pytest.warns(RuntimeWarning, match="NumPy twins.*no-such-compiler-here"):
+        w = _one_adam_step(monkeypatch, "auto")
+    np.testing.assert_allclose(w, 0.9, rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process, not once per step
+        _one_adam_step(monkeypatch, "auto")
+
+
+def test_bad_mode_is_named(monkeypatch):
+    with pytest.raises(ValueError, match="MXLITE_CPU_KERNELS must be one of auto, compiled, numpy, got 'fast'"):
+        _one_adam_step(monkeypatch, "fast")
+
+
+def test_cpu_launches_use_one_thread_per_block(monkeypatch):
+    """The CPU Launcher runs the kernel as the host build requires: block 1, one block per chunk."""
+    calls = []
+    real = _kernels.get_kernel
+
+    def spy(filename, name, device, all_names):
+        kernel = real(filename, name, device, all_names)
+
+        def launch(grid, block, args, *rest, **kw):
+            calls.append((name, grid, block))
+            return kernel(grid, block, args, *rest, **kw)
+        return launch
+
+    monkeypatch.setattr(_fused, "get_kernel", spy)
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
+    arena = Arena(mx.cpu(0), np.float32)
+    slots = [arena.add(0, (_fused.CHUNK + 5,)), arena.add(1, (3,))]
+    ArenaUpdater(mx.optimizer.create("lamb"), arena, 0).step(list(enumerate(slots)))
+    assert calls == [("lamb_phase1<float>", (3,), (1,)), ("lamb_phase2<float>", (3,), (1,))]
