@@ -206,10 +206,12 @@ __device__ __forceinline__ SumPair sum_over_chunk(const Chunk &c, Body body) {
             b[k] += t.b;
         }
     }
-    for (int k = 0; i < c.end; i += step, ++k) {  // the last < kPartials elements of this thread
-        const SumPair t = body(i);
-        a[k] += t.a;
-        b[k] += t.b;
+    for (int k = 0; k < kPartials; ++k) {  // the last < kPartials elements of this thread; a constant k
+        if (i + k * step < c.end) {         // keeps a[] and b[] in registers on a GPU
+            const SumPair t = body(i + k * step);
+            a[k] += t.a;
+            b[k] += t.b;
+        }
     }
     for (int width = kPartials / 2; width > 0; width /= 2) {
         for (int k = 0; k < width; ++k) {

@@ -16,14 +16,17 @@ KERNELS = sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu")))
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("source", KERNELS, ids=os.path.basename)
 def test_kernel_compiles_to_ptx(source, tmp_path):
-    """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left)."""
+    """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left), and keeps
+    its per-thread arrays in registers (no local memory: e.g. the optimizers' partial norm sums)."""
     from mxlite._kernels import _NVRTC_OPTIONS
 
     ptx = tmp_path / "k.ptx"
     result = subprocess.run(["nvcc", "--ptx", *_NVRTC_OPTIONS, "-arch=sm_80", source, "-o", str(ptx)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "fma.rn.f32" not in ptx.read_text(), "a multiply-add was contracted despite --fmad=false"
+    text = ptx.read_text()
+    assert "fma.rn.f32" not in text, "a multiply-add was contracted despite --fmad=false"
+    assert "ld.local" not in text and "st.local" not in text, "a kernel spills to local memory"
 
 
 def test_no_pickle_on_any_load_path():
