@@ -8,8 +8,6 @@
 //                          (MXNet's gradient_compression-inl.h layout)
 //   dequantize_2bit        one thread per value: 11 -> +th, 10 -> -th, else 0; out = v or out += v
 //   residual_accumulate<T> r += g (top-k: the selection itself runs as CuPy sort/partition ops)
-//   threshold_compact<T>   r += g; the index of every |r| >= th is appended at an atomic counter
-//                          (order unspecified: the host sorts the indices afterwards)
 //   take_and_zero          values[j] = r[idx[j]]; r[idx[j]] = 0   (what a sparse message sends)
 //   scatter_add            out[idx[j]] += values[j]               (indices unique per message)
 //   compact_take           after r += g and pos = inclusive prefix count of the selected elements
@@ -133,17 +131,6 @@ __global__ void residual_accumulate(const T *__restrict__ grad, float *__restric
     for (long long i = first_index(); i < n; i += grid_stride()) residual[i] = add_ieee(residual[i], to_f32(grad[i]));
 }
 
-// indices has room for n entries; *count starts at 0 (host-zeroed).
-template <typename T>
-__global__ void threshold_compact(const T *__restrict__ grad, float *__restrict__ residual, long long n,
-                                  float threshold, int *__restrict__ indices, int *__restrict__ count) {
-    for (long long i = first_index(); i < n; i += grid_stride()) {
-        const float r = add_ieee(residual[i], to_f32(grad[i]));  // r += g
-        residual[i] = r;
-        if (fabsf(r) >= threshold) indices[atomicAdd(count, 1)] = (int)i;
-    }
-}
-
 __global__ void take_and_zero(const int *__restrict__ indices, long long m, float *__restrict__ residual,
                               float *__restrict__ values) {
     for (long long j = first_index(); j < m; j += grid_stride()) {
@@ -211,8 +198,6 @@ template __global__ void quantize_2bit<float>(const float *, float *, unsigned i
 template __global__ void quantize_2bit<__half>(const __half *, float *, unsigned int *, long long, float);
 template __global__ void residual_accumulate<float>(const float *, float *, long long);
 template __global__ void residual_accumulate<__half>(const __half *, float *, long long);
-template __global__ void threshold_compact<float>(const float *, float *, long long, float, int *, int *);
-template __global__ void threshold_compact<__half>(const __half *, float *, long long, float, int *, int *);
 template __global__ void to_wire<float, f16_wire>(const float *, unsigned short *, long long, float, float);
 template __global__ void to_wire<float, bf16_wire>(const float *, unsigned short *, long long, float, float);
 template __global__ void to_wire<__half, f16_wire>(const __half *, unsigned short *, long long, float, float);

@@ -27,7 +27,6 @@ _ALL_NAMES = (
     *(f"quantize_2bit<{t}>" for t in _TYPE_NAMES.values()),
     "dequantize_2bit",
     *(f"residual_accumulate<{t}>" for t in _TYPE_NAMES.values()),
-    *(f"threshold_compact<{t}>" for t in _TYPE_NAMES.values()),
     "take_and_zero",
     "scatter_add",
     "compact_take",
@@ -198,8 +197,8 @@ def threshold_select(grad: Any, residual: Any, threshold: float) -> tuple[Any, A
 
     Returns:
         ``(indices, values)``: int32 indices in ascending order and the float32 values ``r`` had
-        there, on grad's device. On a GPU the kernel ``threshold_compact`` appends indices with
-        an atomic counter and the host sorts them, so the order is the twin's.
+        there, on grad's device. On a GPU this is :func:`threshold_select_on_device` (prefix count
+        and ``compact_take``, in the twin's order) followed by one read of the count.
 
     Raises:
         ValueError: bad threshold, more than 2**31-1 elements, or bad arrays.
@@ -208,17 +207,10 @@ def threshold_select(grad: Any, residual: Any, threshold: float) -> tuple[Any, A
     n = _check_pair(grad, residual)
     _check_indexable(n)
     if not isinstance(grad, np.ndarray):
-        device = device_of(grad)
-        xp = device.xp
-        with device.use():
-            slots, count = xp.empty(max(n, 1), np.int32), xp.zeros(1, np.int32)
-        _launch(f"threshold_compact<{_type_name(grad)}>", device, n, (grad, residual, np.int64(n), t, slots, count))
-        with device.use():
-            m = int(count.get()[0])
-            indices = xp.sort(slots[:m]) if m else xp.zeros(0, np.int32)
-            values = xp.empty(m, np.float32)
-        _launch("take_and_zero", device, m, (indices, np.int64(m), residual, values))
-        return indices, values
+        indices, values, count = threshold_select_on_device(grad, residual, t)
+        with device_of(grad).use():
+            m = int(count.get()[0])  # the host exchange needs the message size
+        return indices[:m], values[:m]
     residual += grad                                             # r += g
     indices = np.flatnonzero(np.abs(residual) >= t).astype(np.int32)
     values = residual[indices]                                   # send r[idx]
