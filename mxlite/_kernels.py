@@ -26,7 +26,7 @@ from typing import Any
 
 from .device import Device
 
-__all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "get_kernel", "kernel_source"]
+__all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
@@ -142,6 +142,25 @@ def cpu_kernels_enabled(filename: str, all_names: tuple[str, ...]) -> bool:
         raise failure
     _warn_twins_once(str(failure).splitlines()[0])
     return False
+
+
+def cpu_kernels_status() -> str:
+    """One line for ``mxlite info``: how CPU devices will run the fused kernels, without building anything.
+
+    Raises:
+        ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
+    """
+    from . import _hostcuda  # noqa: PLC0415
+
+    mode = _cpu_mode()
+    if mode == "numpy":
+        return f"NumPy twins ({CPU_KERNELS_ENV}=numpy)"
+    try:
+        cxx = _hostcuda._compiler()
+        _hostcuda.cuda_include_dirs()
+    except _hostcuda.HostCudaError as exc:
+        return f"NumPy twins: {exc}" if mode == "auto" else f"unavailable ({CPU_KERNELS_ENV}=compiled): {exc}"
+    return f"compiled kernels (serial host build by {cxx}, cached in {_hostcuda.cache_dir()})"
 
 
 @functools.cache

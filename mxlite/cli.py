@@ -41,6 +41,9 @@ def info() -> None:
     else:
         print(f"GPUs   none: {reason}")
     print(f"mpi4py {_version('mpi4py')}")
+    from mxlite._kernels import cpu_kernels_status  # noqa: PLC0415
+
+    print(f"CPU optimizer update: {cpu_kernels_status()}")
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 

@@ -173,3 +173,18 @@ def test_cpu_launches_use_one_thread_per_block(monkeypatch):
     slots = [arena.add(0, (_fused.CHUNK + 5,)), arena.add(1, (3,))]
     ArenaUpdater(mx.optimizer.create("lamb"), arena, 0).step(list(enumerate(slots)))
     assert calls == [("lamb_phase1<float>", (3,), (1,)), ("lamb_phase2<float>", (3,), (1,))]
+
+
+def test_info_says_how_cpu_devices_update(monkeypatch, capsys):
+    from mxlite import cli
+
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "auto")
+    cli.info()
+    assert "CPU optimizer update: compiled kernels (serial host build by" in capsys.readouterr().out
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "numpy")
+    assert _kernels.cpu_kernels_status() == "NumPy twins (MXLITE_CPU_KERNELS=numpy)"
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "auto")
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CXX", "no-such-compiler-here")
+    assert _kernels.cpu_kernels_status().startswith("NumPy twins: the host CUDA build needs the C++ compiler")
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
+    assert _kernels.cpu_kernels_status().startswith("unavailable (MXLITE_CPU_KERNELS=compiled)")
