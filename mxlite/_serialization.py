@@ -1,9 +1,11 @@
-"""Safe, atomic file formats: NumPy ``.npz`` archives read with ``allow_pickle=False``.
+"""Safe, atomic file formats: NumPy ``.npz`` archives read with ``allow_pickle=False``, and MXNet's
+binary NDArray-list files (what ``mx.nd.save`` and 1.x ``save_parameters`` write; :mod:`._mxnet_format`).
 
 Writers go to a temporary file in the destination folder, fsync it and rename it over the
 target, so a crash during a save leaves the previous file intact. Readers load everything into
 memory and report a damaged or foreign file as a :class:`ValueError` naming the file, before
-any caller has changed state.
+any caller has changed state. Readers tell the two formats apart by the file's first bytes (a zip
+archive starts with ``PK``; an MXNet file with its u64 list magic 0x112), not by its name.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import IO
 
 import numpy as np
 
+from . import _mxnet_format
 from ._copy import as_host  # re-exported: device-to-host reads live in the device layer
 
-__all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host"]
+__all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host",
+           "is_mxnet_file", "load_mxnet_arrays", "save_mxnet_arrays"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
@@ -89,15 +93,72 @@ def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> No
     atomic_write(path, write)
 
 
+def is_mxnet_file(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` starts as MXNet's NDArray-list format does (else: npz or foreign).
+
+    Raises:
+        FileNotFoundError: no such file. (Other errors of opening it, a folder for one, give False: the
+            ``.npz`` reader then reports them as it always has.)
+    """
+    return _mxnet_format.looks_like_mxnet(_head(path))
+
+
+def _head(path: str | os.PathLike) -> bytes:
+    """The first 8 bytes of the file at ``path``; b"" when it cannot be read (FileNotFoundError passes)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return b""
+
+
+def load_mxnet_arrays(path: str | os.PathLike) -> tuple[list[str] | None, list[np.ndarray]]:
+    """Read an MXNet NDArray-list file: (names, or None for an unnamed list; arrays), dense arrays only.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a truncated or corrupt file, sparse storage, an unknown dtype, ... (the message
+            names the file and what was found; see :mod:`mxlite._mxnet_format`).
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        buf = f.read()
+    return _mxnet_format.decode(buf, path)
+
+
+def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: list[str] | None = None,
+                      np_shape: bool = False) -> None:
+    """Atomically write ``arrays`` (named by ``names``, else an unnamed list) in MXNet's NDArray-list format.
+
+    ``np_shape`` picks MXNet 2.x's NumPy-shape (V3) arrays instead of the 1.x (V2) ones; see
+    :func:`mxlite._mxnet_format.encode`, whose TypeError and ValueError this raises before touching ``path``.
+    """
+    data = _mxnet_format.encode(arrays, names, np_shape)
+    atomic_write(path, lambda f: f.write(data))
+
+
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` file written by :func:`save_arrays`.
+    """Read every array of an ``.npz`` file written by :func:`save_arrays`, or of a named MXNet file.
+
+    The format is told by the file's first bytes. MXNet names come back as saved (``arg:``/``aux:``
+    prefixes included).
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: the file is truncated, corrupt, not an npz archive (e.g. a zip holding
-            other files than ``.npy`` arrays), or holds pickled objects (never unpickled).
+            other files than ``.npy`` arrays), holds pickled objects (never unpickled), or is an
+            MXNet file that cannot be read (see :func:`load_mxnet_arrays`) or holds an unnamed list.
     """
     path = os.fspath(path)
+    head = _head(path)
+    if _mxnet_format.looks_like_mxnet(head):
+        names, arrays = load_mxnet_arrays(path)
+        if names is None and arrays:
+            raise ValueError(f"cannot read {path!r} as named arrays: it is an MXNet NDArray file holding an unnamed "
+                             f"list of {len(arrays)} arrays (mx.nd.save of a list); load it with mx.nd.load")
+        return dict(zip(names or [], arrays))
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -112,4 +173,5 @@ def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from BadZipFile to NotImplementedError
-        raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: {exc})") from exc
+        hint = "" if head.startswith(b"PK") else "; nor is it an MXNet NDArray file (no list magic 0x112 at its start)"
+        raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: {exc}){hint}") from exc

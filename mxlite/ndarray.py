@@ -10,6 +10,8 @@ are accepted wherever a Tensor is and converted onto the device of the other ope
 from __future__ import annotations
 
 import builtins as _b
+import os as _os
+from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -17,14 +19,21 @@ from typing import Any
 import numpy as np
 
 from . import random as _random
-from ._array_common import device_arg, load, reshape_nd, save, shape_arg, tensor, tensors, waitall
+from ._array_common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
+from ._array_common import load as _npz_load
+from ._array_common import save as _npz_save
 from ._creation import _dtype
 from ._creation import arange as _arange
 from ._creation import array as _array
 from ._creation import full as _full
+from ._serialization import is_mxnet_file as _is_mxnet_file
+from ._serialization import load_mxnet_arrays as _load_mxnet_arrays
+from ._serialization import save_mxnet_arrays as _save_mxnet_arrays
 from .autograd import nn_ops as _nn
 from .autograd import ops as _ops
 from .autograd.tensor import Tensor
+from .device import Device as _Device
+from .device import as_device as _as_device
 
 NDArray = Tensor
 
@@ -468,6 +477,75 @@ def pick(data: Any, index: Any, axis: int = -1, keepdims: bool = False, mode: st
 def one_hot(indices: Any, depth: int, on_value: float = 1.0, off_value: float = 0.0, dtype: Any = np.float32) -> Tensor:
     """``(..., depth)`` array with ``on_value`` at each index (no gradient)."""
     return _ops.one_hot(tensor(indices), depth, on_value, off_value, np.dtype(dtype))
+
+
+# -- files -------------------------------------------------------------------------------------
+def save(fname: str | _os.PathLike, data: Tensor | Sequence[Tensor] | _Mapping[str, Tensor], *,
+         format: str = "npz") -> None:
+    """Save a Tensor, a list of Tensors or a dict name -> Tensor to ``fname``; atomic, no pickle.
+
+    ``format="npz"`` (default) writes mxlite's ``.npz`` archive; ``format="mxnet"`` writes MXNet's
+    binary NDArray format as MXNet 1.x's ``nd.save`` does (V2 arrays, on cpu(0)), which MXNet itself
+    loads (``mx.nd.load``, ``load_parameters`` of a dict). The file name is used as given. Load
+    either with :func:`load`.
+
+    Raises:
+        TypeError: ``data`` is not a Tensor, a list of them or a dict of them (names the entry), or
+            (``"mxnet"``) a dtype MXNet has no type flag for.
+        ValueError: an unknown ``format``, or (``"mxnet"``) a 0-d array, which MXNet 1.x's layout
+            cannot hold (``mx.npx.save`` can).
+    """
+    _save(fname, data, format, np_shape=False, where="save")
+
+
+def _save(fname: str | _os.PathLike, data: Any, format: str, np_shape: bool, where: str) -> None:
+    """``nd.save``/``npx.save``: ``np_shape`` picks MXNet's NumPy-shape (V3) arrays for ``format='mxnet'``."""
+    if format == "npz":
+        _npz_save(fname, data)
+        return
+    if format != "mxnet":
+        raise ValueError(f"{where}: format must be 'npz' or 'mxnet', got {format!r}")
+    if isinstance(data, Tensor):
+        data = [data]
+    if isinstance(data, _Mapping):
+        names: list[str] | None = [str(k) for k in data]
+        values = list(data.values())
+    elif isinstance(data, (list, tuple)):
+        names, values = None, list(data)
+    else:
+        raise TypeError(f"{where}: data must be a Tensor, a list of Tensors or a dict of them, "
+                        f"got {type(data).__name__}")
+    arrays = []
+    for i, v in enumerate(values):
+        if isinstance(v, Tensor):
+            arrays.append(v.asnumpy())
+        elif isinstance(v, np.ndarray):
+            arrays.append(v)
+        else:
+            label = repr(names[i]) if names is not None else str(i)
+            raise TypeError(f"{where}: entry {label} is a {type(v).__name__}, not a Tensor")
+    _save_mxnet_arrays(fname, arrays, names, np_shape=np_shape)
+
+
+def load(fname: str | _os.PathLike, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
+    """Load what :func:`save` (either format) or MXNet's ``nd.save``/``npx.save`` wrote: a list or a dict of
+    Tensors, on ``device`` (default ``cpu(0)``).
+
+    The format is told by the file's first bytes. An ``.npz`` written by other means loads as a dict
+    keyed by its array names. An MXNet file gives a dict when it holds names, else a list; its dense
+    arrays keep their dtype (bfloat16 becomes float32, exactly); the device it was saved from is ignored.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: neither an mxlite/NumPy ``.npz`` nor a readable MXNet file (truncated, corrupt,
+            sparse storage, unknown dtype, ...): the message names the file and what was found.
+    """
+    if not _is_mxnet_file(fname):
+        return _npz_load(fname, device)
+    names, arrays = _load_mxnet_arrays(fname)
+    dev = _as_device(device) if device is not None else _Device("cpu", 0)
+    values = [_array(a, dev) for a in arrays]
+    return values if names is None else dict(zip(names, values))
 
 
 # -- linear algebra ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as _onp
 
 from . import ndarray as _nd
-from ._array_common import load, reshape_npx, save, shape_arg, tensor, tensors, waitall
+from ._array_common import reshape_npx, shape_arg, tensor, tensors, waitall
 from .autograd import nn_ops as _nn
 from .autograd import ops as _ops
 from .autograd.tensor import Tensor
@@ -148,6 +148,29 @@ def gamma(data: Any) -> Tensor:
     from ._creation import array  # noqa: PLC0415
 
     return array(host, data.device)
+
+
+def save(file: Any, arr: Any, *, format: str = "npz") -> None:
+    """Save a Tensor, a list of Tensors or a dict name -> Tensor to ``file``; atomic, no pickle.
+
+    ``format="npz"`` (default) writes mxlite's ``.npz`` archive; ``format="mxnet"`` writes MXNet's
+    binary NDArray format as MXNet 2.x's ``npx.save`` does (NumPy-shape V3 arrays, so 0-d arrays
+    are kept; MXNet reads them back with ``npx.load`` or ``load_parameters``). Load either with :func:`load`.
+
+    Raises:
+        TypeError: ``arr`` is not a Tensor, a list of them or a dict of them, or (``"mxnet"``) a dtype
+            MXNet has no type flag for.
+        ValueError: an unknown ``format``.
+    """
+    _nd._save(file, arr, format, np_shape=True, where="npx.save")
+
+
+def load(file: Any, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
+    """Load what :func:`save` or :func:`mxlite.nd.save` wrote, or a file of MXNet's ``npx.save``/``nd.save``.
+
+    The same as :func:`mxlite.nd.load`: the format is told by the file's first bytes.
+    """
+    return _nd.load(file, device)
 
 
 def set_np(shape: bool = True, array: bool = True, dtype: bool = False) -> None:

@@ -6,7 +6,8 @@ every parameter under its structural name (``'0.weight'``, ``'encoder.dense.bias
 so each (device, dtype) has one flat arena for the whole model.
 
 Checkpoints (``save_parameters``) are ``.npz`` archives keyed by structural name, written
-atomically; ``load_parameters`` validates the whole file before changing any parameter.
+atomically; ``load_parameters`` validates the whole file before changing any parameter. It also
+reads the parameter files MXNet writes (its binary NDArray-list format, told by the first bytes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._mxnet_format import strip_arg_aux_prefixes
 from .._serialization import load_arrays, save_arrays
 from ..device import current_device
 from ..store import ParameterStore
@@ -283,6 +285,9 @@ class Block:
                         ctx: Any = None) -> None:
         """Load values saved by :meth:`save_parameters`; all-or-nothing.
 
+        ``filename`` is an mxlite ``.npz`` or a file MXNet wrote (``save_parameters``, ``nd.save`` of
+        a dict: its binary format, dense arrays); MXNet's ``arg:``/``aux:`` name prefixes are removed.
+
         Everything is validated before any parameter changes: names missing from the file
         (unless ``allow_missing``), names the model lacks (unless ``ignore_extra``), shape
         mismatches, and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
@@ -304,7 +309,7 @@ class Block:
         """
         if dtype_source not in ("current", "saved"):
             raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
-        loaded = load_arrays(filename)
+        loaded = strip_arg_aux_prefixes(load_arrays(filename), filename)
         params = self.collect_params()
         problems: list[str] = []
         missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once

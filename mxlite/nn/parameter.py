@@ -606,13 +606,17 @@ class ParameterDict(dict):
              ctx: Any = None) -> None:
         """Load values written by :meth:`save` (or ``save_parameters``); all-or-nothing.
 
+        ``filename`` may also be a file MXNet wrote (its binary NDArray-list format, told by the first
+        bytes); as in MXNet, ``arg:``/``aux:`` name prefixes are removed before ``restore_prefix`` is added.
+
         Raises:
             ValueError: names missing from the file (unless ``allow_missing``), names not in this dict
                 (unless ``ignore_extra``), shape or dtype mismatches (every problem listed at once).
         """
+        from .._mxnet_format import strip_arg_aux_prefixes  # noqa: PLC0415
         from .._serialization import load_arrays  # noqa: PLC0415
 
-        loaded = {restore_prefix + k: v for k, v in load_arrays(filename).items()}
+        loaded = {restore_prefix + k: v for k, v in strip_arg_aux_prefixes(load_arrays(filename), filename).items()}
         missing = _missing_names(self, loaded)
         extra = [n for n in loaded if n not in self]
         problems = []
