@@ -24,11 +24,13 @@ own folder and never touches another live writer's; publishing (the renames, ``l
 removal of old checkpoints beyond ``keep``) happens under an exclusive lock on the folder
 (``flock``), and never removes the checkpoint ``latest`` names.
 
-Loading verifies the manifest first (a file whose digest differs is named), then reads and
-checks everything (the metadata, the random streams, the trainer states against the trainer,
-the parameters against the model) before changing anything, so a failed load leaves model,
-trainer and random streams as they were. A damaged ``latest`` is named, with the complete
-checkpoints found; it does not stop later saves.
+Loading reads the manifest first and checks the number of processes against it (a job of another
+size is told both sizes, before any other file is read); then every file is checked against its
+SHA-256 in the manifest (a file whose digest differs is named) before it is parsed: the metadata is
+read once and parsed from the bytes that were hashed. Everything (the metadata, the random
+streams, the trainer states against the trainer, the parameters against the model) is checked
+before anything changes, so a failed load leaves model, trainer and random streams as they were.
+A damaged ``latest`` is named, with the complete checkpoints found; it does not stop later saves.
 
 Several processes (``dist_*`` kvstores): every rank calls ``save``/``load``; the ranks first
 check that they were given the same step and folder (else every rank raises a ValueError naming
@@ -36,7 +38,7 @@ the odd rank). Rank 0 writes the parameters and publishes, each rank writes its 
 states and metadata. Every step is agreed: when any rank fails (a file it cannot write, or
 read), every rank raises the same error, naming that rank and its message, so no rank goes on
 alone. The collectives honour ``MXLITE_COLLECTIVE_TIMEOUT``. The number of processes must match
-at load.
+at load (else every rank raises a ValueError naming both numbers).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ _MANIFEST_FORMAT = "mxlite.checkpoint.manifest"
 _WRITER = ".writer.json"
 _LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_META_FILE = re.compile(r"^meta-rank(\d+)\.json$")
 _STAGING = re.compile(r"^\.tmp-step-\d{8,}(-[0-9a-f]+)?$")
 _FOREIGN_HOST_AGE = 24 * 3600.0  # seconds before another host's staging folder counts as abandoned
 _UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, or an old mxlite's)
@@ -397,9 +400,9 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         FileNotFoundError: no checkpoint in ``directory`` (or none at ``step``), or ``latest``
             names a missing one (the message lists the complete checkpoints).
         ValueError: a damaged or foreign checkpoint (a file whose digest differs from the
-            manifest, a damaged ``latest``), another number of processes, a trainer given at
-            load but not at save (or the reverse), or files that do not fit the model or trainer;
-            the message names the file. With several processes, every rank raises the error of
+            manifest, a damaged ``latest``), another number of processes (both numbers named), a
+            trainer given at load but not at save (or the reverse), or files that do not fit the
+            model or trainer; the message names the file. With several processes, every rank raises the error of
             the first failing rank, naming it.
     """
     comm = _world()
@@ -429,11 +432,13 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
             raise FileNotFoundError(f"no checkpoint of step {wanted} in {folder_root!r}; "
                                     f"{_complete_note(folder_root)}")
         manifest = _read_manifest(folder, wanted)
-        mine = ["params.npz", f"meta-rank{rank}.json"] + ([f"trainer-rank{rank}.states"] if trainer is not None else [])
-        for name in mine:
-            _verify(folder, manifest, name)
+        saved_size = _saved_world_size(folder, manifest)
+        if saved_size != size:  # before any per-rank file: the other files' errors would only follow from it
+            raise ValueError(f"checkpoint {folder!r} was saved by {saved_size} process{'es' if saved_size != 1 else ''}"
+                             f" and this job has {size}: load it with {saved_size} (each rank restores its own "
+                             "trainer states and random streams)")
         meta_path = os.path.join(folder, f"meta-rank{rank}.json")
-        meta = _read_meta(meta_path, wanted, size)
+        meta = _read_meta(_read_listed(folder, manifest, f"meta-rank{rank}.json"), meta_path, wanted, size)
         try:
             _check_random_state(meta["random"])
         except ValueError as exc:
@@ -441,8 +446,12 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         if meta["trainer"] != (trainer is not None):
             raise ValueError(f"checkpoint {folder!r} was saved {'with' if meta['trainer'] else 'without'} a trainer, "
                              f"and load was given {'one' if trainer is not None else 'none'}")
+        # The parameter and trainer readers take a file name (they read it themselves), so these two
+        # files are hashed first and then read by their reader.
         if trainer is not None:
+            _verify(folder, manifest, f"trainer-rank{rank}.states")
             plan["trainer"] = trainer._read_states(os.path.join(folder, f"trainer-rank{rank}.states"))
+        _verify(folder, manifest, "params.npz")
         plan["params"] = net._plan_load(os.path.join(folder, "params.npz"))  # checks, changes nothing
         plan["random"] = meta["random"]
         return wanted
@@ -492,23 +501,64 @@ def _self_digest(step: int, files: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _verify(folder: str, files: dict[str, Any], name: str) -> None:
+def _saved_world_size(folder: str, files: dict[str, Any]) -> int:
+    """The number of processes that saved a checkpoint: how many ``meta-rank<r>.json`` its manifest lists."""
+    ranks = sorted(int(m.group(1)) for name in files if (m := _META_FILE.match(name)))
+    if not ranks or ranks != list(range(len(ranks))):
+        raise ValueError(f"checkpoint file {os.path.join(folder, _MANIFEST)!r} is damaged: it lists the metadata of "
+                         f"ranks {ranks}, not of ranks 0 to N-1")
+    return len(ranks)
+
+
+def _check_listed(folder: str, files: dict[str, Any], name: str) -> str:
+    """The path of ``name`` in ``folder``; FileNotFoundError when the manifest does not list it."""
     path = os.path.join(folder, name)
     if name not in files:
-        raise FileNotFoundError(f"checkpoint file {path!r} is not listed in its manifest (saved by another number "
-                                "of processes, or without a trainer?)")
-    digest, _ = file_sha256(path)
+        raise FileNotFoundError(f"checkpoint file {path!r} is not listed in its {_MANIFEST}, though its metadata "
+                                "asks for it (a damaged or hand-made checkpoint?)")
+    return path
+
+
+def _check_digest(path: str, files: dict[str, Any], name: str, digest: str) -> None:
     if digest != files[name]["sha256"]:
         raise ValueError(f"checkpoint file {path!r} is damaged (or its {_MANIFEST} is): its SHA-256 is {digest}, "
                          f"{_MANIFEST} says {files[name]['sha256']}")
 
 
-def _read_meta(path: str, step: int, size: int) -> dict[str, Any]:
+def _verify(folder: str, files: dict[str, Any], name: str) -> None:
+    """Check a listed file's SHA-256 against the manifest, reading it in chunks (for files read again by name)."""
+    path = _check_listed(folder, files, name)
+    digest, _ = file_sha256(path)
+    _check_digest(path, files, name, digest)
+
+
+def _read_listed(folder: str, files: dict[str, Any], name: str) -> bytes:
+    """The bytes of a file the manifest lists, read once and checked against its size and SHA-256.
+
+    The caller parses these same bytes, so what is parsed is what was checked.
+
+    Raises:
+        FileNotFoundError: the manifest does not list ``name``, or the file vanished since.
+        ValueError: its size or SHA-256 differs from the manifest's (the message names the file).
+    """
+    path = _check_listed(folder, files, name)
     try:
         with open(path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
+            data = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint file {path!r} is missing (saved by fewer processes?)") from None
+        raise FileNotFoundError(f"checkpoint file {path!r}, listed in its {_MANIFEST}, is missing (removed while "
+                                "loading?)") from None
+    if len(data) != files[name]["bytes"]:
+        raise ValueError(f"checkpoint file {path!r} is damaged (or its {_MANIFEST} is): {len(data)} bytes, "
+                         f"{_MANIFEST} says {files[name]['bytes']}")
+    _check_digest(path, files, name, hashlib.sha256(data).hexdigest())
+    return data
+
+
+def _read_meta(data: bytes, path: str, step: int, size: int) -> dict[str, Any]:
+    """Parse and check a ``meta-rank<r>.json`` from its (already verified) bytes; ``path`` names it in errors."""
+    try:
+        meta = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"checkpoint file {path!r} is not JSON ({exc})") from exc
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
