@@ -6,11 +6,16 @@ target, so a crash during a save leaves the previous file intact. Readers load e
 memory and report a damaged or foreign file as a :class:`ValueError` naming the file, before
 any caller has changed state. Readers tell the two formats apart by the file's first bytes (a zip
 archive starts with ``PK``; an MXNet file with its u64 list magic 0x112), not by its name.
+
+Readers also take the file's bytes (``data=``) in place of reading ``path``: a caller that has
+already read and verified a file (``mx.checkpoint.load`` against its SHA-256 manifest) parses
+exactly those bytes, and ``path`` only names the file in errors.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -93,14 +98,18 @@ def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> No
     atomic_write(path, write)
 
 
-def is_mxnet_file(path: str | os.PathLike) -> bool:
+def is_mxnet_file(path: str | os.PathLike, *, data: bytes | None = None) -> bool:
     """Whether the file at ``path`` starts as MXNet's NDArray-list format does (else: npz or foreign).
 
+    Args:
+        path: the file (only named, not read, when ``data`` is given).
+        data: the file's bytes, already read by the caller; None reads the first bytes of ``path``.
+
     Raises:
-        FileNotFoundError: no such file. (Other errors of opening it, a folder for one, give False: the
-            ``.npz`` reader then reports them as it always has.)
+        FileNotFoundError: no such file (``data`` None). (Other errors of opening it, a folder for one,
+            give False: the ``.npz`` reader then reports them as it always has.)
     """
-    return _mxnet_format.looks_like_mxnet(_head(path))
+    return _mxnet_format.looks_like_mxnet(_head(path) if data is None else data[:8])
 
 
 def _head(path: str | os.PathLike) -> bytes:
@@ -114,18 +123,24 @@ def _head(path: str | os.PathLike) -> bytes:
         return b""
 
 
-def load_mxnet_arrays(path: str | os.PathLike) -> tuple[list[str] | None, list[np.ndarray]]:
+def load_mxnet_arrays(path: str | os.PathLike, *,
+                      data: bytes | None = None) -> tuple[list[str] | None, list[np.ndarray]]:
     """Read an MXNet NDArray-list file: (names, or None for an unnamed list; arrays), dense arrays only.
 
+    Args:
+        path: the file (only named in errors when ``data`` is given).
+        data: the file's bytes, already read by the caller; None reads ``path``.
+
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (``data`` None).
         ValueError: a truncated or corrupt file, sparse storage, an unknown dtype, ... (the message
             names the file and what was found; see :mod:`mxlite._mxnet_format`).
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        buf = f.read()
-    return _mxnet_format.decode(buf, path)
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    return _mxnet_format.decode(data, path)
 
 
 def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: list[str] | None = None,
@@ -139,28 +154,33 @@ def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: 
     atomic_write(path, lambda f: f.write(data))
 
 
-def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def load_arrays(path: str | os.PathLike, *, data: bytes | None = None) -> dict[str, np.ndarray]:
     """Read every array of an ``.npz`` file written by :func:`save_arrays`, or of a named MXNet file.
 
     The format is told by the file's first bytes. MXNet names come back as saved (``arg:``/``aux:``
     prefixes included).
 
+    Args:
+        path: the file. With ``data`` it is not opened at all, only named in errors.
+        data: the file's whole content, already read (and verified) by the caller: these bytes are
+            parsed, so what is returned is exactly what the caller checked. None reads ``path``.
+
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (``data`` None).
         ValueError: the file is truncated, corrupt, not an npz archive (e.g. a zip holding
             other files than ``.npy`` arrays), holds pickled objects (never unpickled), or is an
             MXNet file that cannot be read (see :func:`load_mxnet_arrays`) or holds an unnamed list.
     """
     path = os.fspath(path)
-    head = _head(path)
+    head = _head(path) if data is None else data[:8]
     if _mxnet_format.looks_like_mxnet(head):
-        names, arrays = load_mxnet_arrays(path)
+        names, arrays = load_mxnet_arrays(path, data=data)
         if names is None and arrays:
             raise ValueError(f"cannot read {path!r} as named arrays: it is an MXNet NDArray file holding an unnamed "
                              f"list of {len(arrays)} arrays (mx.nd.save of a list); load it with mx.nd.load")
         return dict(zip(names or [], arrays))
     try:
-        loaded = np.load(path, allow_pickle=False)
+        loaded = np.load(path if data is None else io.BytesIO(data), allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
             raise ValueError(f"holds a single {type(loaded).__name__}, not an .npz archive of named arrays")
         with loaded as archive:

@@ -26,10 +26,12 @@ removal of old checkpoints beyond ``keep``) happens under an exclusive lock on t
 
 Loading reads the manifest first and checks the number of processes against it (a job of another
 size is told both sizes, before any other file is read); then every file is checked against its
-SHA-256 in the manifest (a file whose digest differs is named) before it is parsed: the metadata is
-read once and parsed from the bytes that were hashed. Everything (the metadata, the random
-streams, the trainer states against the trainer, the parameters against the model) is checked
-before anything changes, so a failed load leaves model, trainer and random streams as they were.
+SHA-256 in the manifest (a file whose digest differs is named) before it is parsed. Every file is
+read exactly once: the bytes hashed are the bytes parsed (the metadata, the trainer states and the
+parameters alike), so what is applied is what was verified, and a file changed or removed after
+its check changes nothing. Everything (the metadata, the random streams, the trainer states
+against the trainer, the parameters against the model) is checked before anything changes, so a
+failed load leaves model, trainer and random streams as they were.
 A damaged ``latest`` is named, with the complete checkpoints found; it does not stop later saves.
 
 Several processes (``dist_*`` kvstores): every rank calls ``save``/``load``; the ranks first
@@ -446,13 +448,13 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         if meta["trainer"] != (trainer is not None):
             raise ValueError(f"checkpoint {folder!r} was saved {'with' if meta['trainer'] else 'without'} a trainer, "
                              f"and load was given {'one' if trainer is not None else 'none'}")
-        # The parameter and trainer readers take a file name (they read it themselves), so these two
-        # files are hashed first and then read by their reader.
+        # Each file is read once: its readers parse the bytes that were hashed (the paths only name it).
         if trainer is not None:
-            _verify(folder, manifest, f"trainer-rank{rank}.states")
-            plan["trainer"] = trainer._read_states(os.path.join(folder, f"trainer-rank{rank}.states"))
-        _verify(folder, manifest, "params.npz")
-        plan["params"] = net._plan_load(os.path.join(folder, "params.npz"))  # checks, changes nothing
+            name = f"trainer-rank{rank}.states"
+            plan["trainer"] = trainer._read_states(os.path.join(folder, name),
+                                                   data=_read_listed(folder, manifest, name))
+        plan["params"] = net._plan_load(os.path.join(folder, "params.npz"),  # checks, changes nothing
+                                        data=_read_listed(folder, manifest, "params.npz"))
         plan["random"] = meta["random"]
         return wanted
 
@@ -523,13 +525,6 @@ def _check_digest(path: str, files: dict[str, Any], name: str, digest: str) -> N
     if digest != files[name]["sha256"]:
         raise ValueError(f"checkpoint file {path!r} is damaged (or its {_MANIFEST} is): its SHA-256 is {digest}, "
                          f"{_MANIFEST} says {files[name]['sha256']}")
-
-
-def _verify(folder: str, files: dict[str, Any], name: str) -> None:
-    """Check a listed file's SHA-256 against the manifest, reading it in chunks (for files read again by name)."""
-    path = _check_listed(folder, files, name)
-    digest, _ = file_sha256(path)
-    _check_digest(path, files, name, digest)
 
 
 def _read_listed(folder: str, files: dict[str, Any], name: str) -> bytes:

@@ -632,21 +632,33 @@ class Trainer:
             ValueError: a damaged or foreign file, or one that does not fit this Trainer
                 (the message names the file and what differs).
         """
-        self._init_kvstore()
-        if self._update_on_kvstore:
-            self._kvstore.load_optimizer_states(fname)
-            return
         self._apply_states(self._read_states(fname))
 
-    def _read_states(self, fname: str | os.PathLike) -> tuple[Any, ...]:
-        """Read and check a :meth:`save_states` file without changing anything (ValueError names the file)."""
+    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
+        """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
+
+        Args:
+            fname: the file; only named in errors when ``data`` is given.
+            data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
+                these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
+                None reads ``fname`` (once).
+
+        Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
+        no file (also with ``update_on_kvstore``, where the store's own parse is kept).
+
+        Raises:
+            FileNotFoundError: no such file (``data`` None).
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer.
+        """
         self._init_kvstore()
         fname = os.fspath(fname)
-        with open(fname, "rb") as f:
-            data = f.read()
         if self._update_on_kvstore:
-            self._kvstore._read_optimizer_states(data, fname)
-            return (fname,)
+            self._kvstore._states_updater("load_optimizer_states")  # RuntimeError before the file, as the store's
+        if data is None:
+            with open(fname, "rb") as f:
+                data = f.read()
+        if self._update_on_kvstore:
+            return ("kvstore", self._kvstore._read_optimizer_states(data, fname))
         try:
             states, optimizer_state, extra = unpack_states(data)
             if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
@@ -662,14 +674,15 @@ class Trainer:
         turn = extra.get("partial_turn", 0)
         if not isinstance(turn, int) or turn < 0:
             raise ValueError(f"cannot load trainer states from {fname!r}: bad partial_turn {turn!r}")
-        return states, optimizer_state, residuals, scaler_state, turn
+        return "trainer", (states, optimizer_state, residuals, scaler_state, turn)
 
-    def _apply_states(self, parsed: tuple[Any, ...]) -> None:
-        """Apply what :meth:`_read_states` checked (cannot fail)."""
-        if self._update_on_kvstore:
-            self._kvstore.load_optimizer_states(parsed[0])
+    def _apply_states(self, parsed: tuple[str, Any]) -> None:
+        """Apply what :meth:`_read_states` read and checked (cannot fail; reads no file)."""
+        kind, content = parsed
+        if kind == "kvstore":  # the store's own parse of the same bytes, installed as load_optimizer_states does
+            self._kvstore._apply_optimizer_states(content)
             return
-        states, optimizer_state, residuals, scaler_state, self._partial_turn = parsed
+        states, optimizer_state, residuals, scaler_state, self._partial_turn = content
         self._optimizer.load_state_dict(optimizer_state)
         if scaler_state is not None and self._amp_loss_scaler is not None:
             self._amp_loss_scaler.load_state_dict(scaler_state)

@@ -1,7 +1,7 @@
 """mx.checkpoint.load: what it reads, and the error a job of another size sees.
 
-* the metadata (and the manifest) are read once: the bytes hashed against the manifest are the
-  bytes parsed;
+* every file (the metadata, the manifest, the parameters, the trainer states) is read once: the
+  bytes hashed against the manifest are the bytes parsed;
 * a checkpoint saved by another number of processes is refused with that reason, naming both
   numbers, before any other file (a missing trainer file of a rank, ...) is complained about;
   hand-made in one process, and for real between ``mpiexec -n 2`` and one process.
@@ -68,9 +68,6 @@ def test_the_metadata_and_manifest_are_read_once_per_load(tmp_path, monkeypatch)
         np.testing.assert_array_equal(_params(net2)[k], v)
 
 
-@pytest.mark.xfail(strict=True, reason="Block._plan_load and Trainer._read_states take a file name and read it "
-                                       "themselves, so params.npz and trainer-rank<r>.states are read again after "
-                                       "being hashed, until they accept the verified bytes")
 def test_the_parameters_and_trainer_states_are_read_once_per_load(tmp_path, monkeypatch):
     net, trainer = _setup()
     mx.checkpoint.save(tmp_path, net, trainer, step=5)

@@ -659,19 +659,17 @@ class KVStore:
             ValueError: a damaged, truncated or foreign file, or one that does not fit this
                 store; the message names the file.
         """
-        updater = self._states_updater("load_optimizer_states")
+        self._states_updater("load_optimizer_states")
         fname = os.fspath(fname)
         with open(fname, "rb") as f:
             data = f.read()
-        states, optimizer_state, residuals = self._read_optimizer_states(data, fname)
-        if optimizer_state is not None:
-            updater.optimizer.load_state_dict(optimizer_state)  # checked by _read_optimizer_states
-        updater.states = states
-        updater.states_synced = dict.fromkeys(states, False)
-        self._residuals = {k: Tensor(r, cpu(0)) for k, r in residuals.items()}
+        self._apply_optimizer_states(self._read_optimizer_states(data, fname))
 
     def _read_optimizer_states(self, data: bytes, fname: str) -> tuple[Any, Any, Any]:
-        """Parse and check a states file's bytes against this store; changes nothing (ValueError names the file)."""
+        """Parse and check a states file's bytes against this store; changes nothing (ValueError names the file).
+
+        Returns ``(states, optimizer_state or None, residuals)``, for :meth:`_apply_optimizer_states`.
+        """
         updater = self._states_updater("load_optimizer_states")
         try:
             states, optimizer_state, residuals = _states.unpack(data)
@@ -684,6 +682,20 @@ class KVStore:
         except ValueError as exc:
             raise ValueError(f"cannot load KVStore optimizer states from {fname!r}: {exc}") from exc
         return states, optimizer_state, residuals
+
+    def _apply_optimizer_states(self, parsed: tuple[Any, Any, Any]) -> None:
+        """Install what :meth:`_read_optimizer_states` parsed and checked; reads no file (cannot fail).
+
+        The Trainer applies states it read and verified earlier (``mx.checkpoint.load``) through
+        this, so nothing is read again after the checks.
+        """
+        states, optimizer_state, residuals = parsed
+        updater = self._states_updater("load_optimizer_states")  # present: _read_optimizer_states checked it
+        if optimizer_state is not None:
+            updater.optimizer.load_state_dict(optimizer_state)  # checked by _read_optimizer_states
+        updater.states = states
+        updater.states_synced = dict.fromkeys(states, False)
+        self._residuals = {k: Tensor(r, cpu(0)) for k, r in residuals.items()}
 
     def _check_saved(self, key: Key, arrays: list[Any], what: str) -> None:
         (key,) = self._keys_kind([key], "load_optimizer_states")

@@ -302,14 +302,18 @@ class Block:
         self._apply_load(plan, device if ctx is None else ctx)
 
     def _plan_load(self, filename: str | os.PathLike, allow_missing: bool = False, ignore_extra: bool = False,
-                   cast_dtype: bool = False, dtype_source: str = "current") -> list[tuple[Parameter, np.ndarray]]:
+                   cast_dtype: bool = False, dtype_source: str = "current", *,
+                   data: bytes | None = None) -> list[tuple[Parameter, np.ndarray]]:
         """Read and check a :meth:`save_parameters` file, changing nothing: [(parameter, value)] to apply.
+
+        ``data``: the file's bytes, already read (and verified) by the caller, parsed in place of
+        reading ``filename``, which then only names the file in errors (``mx.checkpoint.load``).
 
         Raises the errors of :meth:`load_parameters`.
         """
         if dtype_source not in ("current", "saved"):
             raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
-        loaded = strip_arg_aux_prefixes(load_arrays(filename), filename)
+        loaded = strip_arg_aux_prefixes(load_arrays(filename, data=data), filename)
         params = self.collect_params()
         problems: list[str] = []
         missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once
