@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from . import data, loss, metric, nn, rnn
+from . import data, loss, metric, model_zoo, nn, rnn
 from ._copy import as_host
 from .autograd.tensor import Tensor
 from .nn import Block, Constant, HybridBlock, Parameter
@@ -77,8 +77,9 @@ utils = SimpleNamespace(split_and_load=split_and_load, split_data=split_data, cl
 for _name, _module in {"data": data, "data.vision": data.vision, "data.vision.transforms": data.vision.transforms,
                        "data.vision.datasets": data.vision.datasets, "data.batchify": data.batchify,
                        "data.sampler": data.sampler, "data.dataset": data.dataset, "data.dataloader": data.dataloader,
-                       "nn": nn, "loss": loss, "metric": metric, "utils": utils, "rnn": rnn}.items():
+                       "nn": nn, "loss": loss, "metric": metric, "utils": utils, "rnn": rnn,
+                       "model_zoo": model_zoo, "model_zoo.vision": model_zoo.vision}.items():
     sys.modules.setdefault(f"{__name__}.{_name}", _module)  # type: ignore[arg-type]
 
 __all__ = ["Block", "Constant", "HybridBlock", "Parameter", "Trainer", "clip_global_norm", "data", "loss", "metric",
-           "nn", "rnn", "utils"]
+           "model_zoo", "nn", "rnn", "utils"]
