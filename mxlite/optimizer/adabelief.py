@@ -15,9 +15,10 @@ gradient's deviation from its mean (the "belief") and adds ε inside the root ev
 unlike Adam, MXNet adds the weight decay *before* clipping here.
 
 Fused: ``adabelief_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights)
-runs this update over a whole arena in one launch on GPUs, reading ``(lr_t, wd)`` per parameter
-(``mxlite/optimizer/_fused_rules.py``); :meth:`AdaBelief.step` is its twin on CPUs, operation by
-operation, and the per-parameter path everywhere else (float64, subclasses).
+runs this update over a whole arena in one launch on GPUs and, built for the host, on CPU devices,
+reading ``(lr_t, wd)`` per parameter (``mxlite/optimizer/_fused_rules.py``); :meth:`AdaBelief.step` is
+its NumPy twin, operation by operation (the CPU update with ``MXLITE_CPU_KERNELS=numpy``), and the
+per-parameter path everywhere else (float64, subclasses).
 """
 
 from __future__ import annotations

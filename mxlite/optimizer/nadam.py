@@ -27,9 +27,10 @@ host computes in float64 (:meth:`Nadam._coefficients`), ``a = lr·μ_t/(1 − S_
 value as the equations above up to float rounding, with four per-parameter numbers instead of seven.
 
 Fused: ``nadam_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights) runs
-this update over a whole arena in one launch on GPUs, reading ``(a, wd, b, 1 − β2^t)`` per parameter
-(``mxlite/optimizer/_fused_rules.py``); :meth:`Nadam.step` is its twin on CPUs, operation by
-operation, and the per-parameter path everywhere else (float64, subclasses).
+this update over a whole arena in one launch on GPUs and, built for the host, on CPU devices, reading
+``(a, wd, b, 1 − β2^t)`` per parameter (``mxlite/optimizer/_fused_rules.py``); :meth:`Nadam.step` is its
+NumPy twin, operation by operation (the CPU update with ``MXLITE_CPU_KERNELS=numpy``), and the
+per-parameter path everywhere else (float64, subclasses).
 """
 
 from __future__ import annotations
