@@ -28,6 +28,7 @@ from . import (
     optimizer,
     random,
     sparse,
+    util,
 )
 from . import ndarray as nd  # noqa: E402,I001 - MXNet's mx.nd
 from . import numpy_api as np  # MXNet's mx.np
@@ -52,5 +53,5 @@ __all__ = [
     "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "kv", "kvstore", "loss",
     "lr_scheduler", "metric", "nn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
-    "split_data", "stack", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
+    "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
 ]

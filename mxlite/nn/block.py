@@ -31,6 +31,15 @@ from .parameter import Parameter, ParameterDict, _device_list, _missing_names
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
 
+def _shape_text(value: Any) -> str:
+    """A block's output (or the inputs) as summary() shows it: ``(2, 3)``, several joined by commas."""
+    if hasattr(value, "shape"):
+        return str(tuple(value.shape))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_shape_text(v) for v in value)
+    return type(value).__name__
+
+
 class Block:
     """Base class of layers and models.
 
@@ -116,50 +125,54 @@ class Block:
         return _HookHandle(self._forward_hooks, hook)
 
     def summary(self, *inputs: Any) -> None:
-        """Print each layer's output shape and parameter count for one forward pass on ``inputs``.
+        """Print each layer's output shape and parameter count for one forward pass on ``inputs``, as MXNet does.
 
-        Parameters must be initialised (deferred shapes are completed by this pass).
+        One row per block call, in the order the calls finish (``Dense-3``: the class and the row number),
+        containers (``Sequential``) left out; a row counts the block's own parameters. The totals add the
+        rows up, so a parameter shared by two layers counts twice ("duplicate included"); the shared
+        part and the unique count follow. Parameters must be initialised (deferred shapes are completed
+        by this pass).
         """
-        rows: list[tuple[str, str, int]] = []
+        rows: list[tuple[str, str, int]] = [("Input", _shape_text(inputs), 0)]
+        totals = {"params": 0, "trainable": 0, "shared": 0}
+        seen: set[int] = set()
         handles = []
 
-        def shapes(out: Any) -> str:
-            if hasattr(out, "shape"):
-                return str(tuple(out.shape))
-            if isinstance(out, (list, tuple)):
-                return ", ".join(shapes(o) for o in out)
-            return type(out).__name__
+        def hook(block: Block, args: Any, out: Any) -> None:
+            count = 0
+            for p in block._reg_params.values():
+                size = int(np.prod(p.shape)) if p.shape is not None else 0
+                count += size
+                totals["trainable"] += 0 if p.grad_req == "null" else size
+                if id(p) in seen:
+                    totals["shared"] += size
+                seen.add(id(p))
+            totals["params"] += count
+            rows.append((f"{type(block).__name__}-{len(rows)}", _shape_text(out), count))
 
-        def walk(block: Block, name: str) -> None:
-            def hook(b: Block, args: Any, out: Any) -> None:
-                count = sum(int(np.prod(p.shape)) for p in b._reg_params.values() if p.shape is not None)
-                rows.append((f"{name} ({type(b).__name__})", shapes(out), count))
+        def register(block: Block) -> None:
+            if not isinstance(block, Sequential):
+                handles.append(block.register_forward_hook(hook))
 
-            handles.append(block.register_forward_hook(hook))
-            for child_name, child in block._children.items():
-                walk(child, f"{name}.{child_name}" if name else child_name)
-
-        walk(self, "")
+        self.apply(register)
         try:
             self(*inputs)
         finally:
             for h in handles:
                 h.detach()
-        width = max([len(r[0]) for r in rows] + [20])
-        line = "-" * (width + 40)
-        print(line)
-        print(f"{'Layer (type)':<{width}}  {'Output Shape':<25}  {'Param #':>10}")
-        print("=" * (width + 40))
-        print(f"{'Input':<{width}}  {shapes(inputs[0] if len(inputs) == 1 else list(inputs)):<25}  {0:>10}")
-        for name, shape, count in rows[:-1]:
-            print(f"{name:<{width}}  {shape:<25}  {count:>10}")
-        total = {id(p): p for p in self.collect_params().values()}.values()
-        trainable = sum(int(np.prod(p.shape)) for p in total if p.grad_req != "null" and p.shape is not None)
-        n_all = sum(int(np.prod(p.shape)) for p in total if p.shape is not None)
-        print("=" * (width + 40))
-        print(f"Parameters in forward computation graph, duplicate included\n   Total params: {n_all}\n"
-              f"   Trainable params: {trainable}\n   Non-trainable params: {n_all - trainable}")
-        print(line)
+        row = "{:>20}  {:>42} {:>15}"
+        print("-" * 80)
+        print(row.format("Layer (type)", "Output Shape", "Param #"))
+        print("=" * 80)
+        for name, shape, count in rows:
+            print(row.format(name, shape, count))
+        print("=" * 80)
+        print(f"Parameters in forward computation graph, duplicate included\n   Total params: {totals['params']}\n"
+              f"   Trainable params: {totals['trainable']}\n"
+              f"   Non-trainable params: {totals['params'] - totals['trainable']}\n"
+              f"Shared params in forward computation graph: {totals['shared']}\n"
+              f"Unique parameters in model: {totals['params'] - totals['shared']}")
+        print("-" * 80)
 
     # -- parameters -----------------------------------------------------------------------
     def collect_params(self, select: str | None = None) -> ParameterDict:
