@@ -165,6 +165,6 @@ def cpu_kernels_status() -> str:
 
 @functools.cache
 def _warn_twins_once(reason: str) -> None:
-    warnings.warn(f"CPU devices run the NumPy twins of the fused optimizer kernels (slower): {reason}. The compiled "
-                  f"update needs g++ and pip install 'mxlite[cpu]'; {CPU_KERNELS_ENV}=numpy silences this warning.",
+    warnings.warn(f"CPU devices run the NumPy twins of the compiled kernels (slower): {reason}. The compiled "
+                  f"kernels need g++ and pip install 'mxlite[cpu]'; {CPU_KERNELS_ENV}=numpy silences this warning.",
                   RuntimeWarning, stacklevel=3)

@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import builtins
-import collections
 import os
 
 import numpy as np
@@ -21,6 +19,7 @@ import pytest
 
 import mxlite as mx
 from mxlite._serialization import is_mxnet_file, load_arrays, save_mxnet_arrays
+from tests.test_checkpoint_load_once import _count_opens
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 
@@ -53,20 +52,6 @@ def _train(net, trainer, steps, seed=1):
 
 def _params(net):
     return {k: p.data(DEVICES[0]).asnumpy().copy() for k, p in net.collect_params().items()}
-
-
-def _count_opens(monkeypatch):
-    """Count the files opened (by base name) through ``open`` from now on."""
-    opened: collections.Counter[str] = collections.Counter()
-    real_open = builtins.open
-
-    def counting_open(file, *args, **kwargs):
-        if isinstance(file, (str, os.PathLike)):
-            opened[os.path.basename(os.fspath(file))] += 1
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", counting_open)
-    return opened
 
 
 @pytest.fixture

@@ -1,0 +1,323 @@
+// Convolution and pooling data movement: im2col, col2im and the max-pool backward scatter.
+//
+// Templated on the element type T (float, double, __half); no arithmetic beyond the sums of
+// col2im and the gradient-times-hit products of max pooling, done as the NumPy twins do them.
+//
+//   im2col<T>             cols[n, c, k, o] = img[n, c, o*stride + k*dilation]   (a copy)
+//   col2im<T>             img[n, c, p] = the sum, in tap order, of cols[n, c, k, o] over every
+//                         (tap k, position o) with o*stride + k*dilation == p; 0 where none reaches p
+//   max_pool_backward<T>  col2im of grad[n, c, o] * (k is the first maximum of window o), the
+//                         first maximum in tap order found from the forward's tap columns
+//
+// The twins are in mxlite/autograd/nn_ops.py (_ConvGeom.im2col, _scatter_taps, _max_pool's
+// backward) and are what mxlite/autograd/_conv_kernels.py runs when a CPU device does not use the
+// compiled kernels; tests/test_conv_kernels.py holds the kernels to them bit for bit.
+//
+// Geometry: every kernel takes `geom`, 21 int64 values (see Geometry below): n samples
+// of c channels, each an image ("plane") of pd x ph x pw elements, already padded (contiguous,
+// (n, c, pd, ph, pw)); a kd x kh x kw kernel with strides sd/sh/sw and dilations dd/dh/dw; od x oh
+// x ow output positions; the column strides s_n, s_c, s_k; and `accumulate` (below). Fewer spatial
+// axes are the same geometry with leading axes of size 1 (extent, kernel, output, stride and
+// dilation 1). Taps k count in row-major order over (kd, kh, kw), positions o in row-major order
+// over (od, oh, ow). The columns put element (n, c, k, o) at n*s_n + c*s_c + k*s_k + o, positions
+// contiguous; the strides give every layout the host uses: per sample (n, c, k, o), merged
+// (c, k, n, o) and taps first (k, n, c, o). One array instead of 21 arguments: a launch packs three
+// or six pointers (the host keeps one array per geometry; a GPU gets a 168-byte copy per launch).
+//
+// Order of the sums (col2im, max_pool_backward): the twin starts from zeros and adds one tap at a
+// time over the whole batch, tap by tap in row-major order (`out[tap slices] += cols[tap]`), so an
+// element's value is ((0 + v_first) + v_second) + ... over the taps that reach it, in tap order.
+// The kernels add the same values in the same order, without atomics: each element is summed by
+// one thread. When no two (tap, position) pairs reach the same element (`accumulate` == 0; the
+// host's conservative test `_overlapping`), the twin assigns instead of adding to zero, which keeps
+// a -0.0, and so do the kernels. Float16 sums round to half after every addition, as NumPy's do
+// (the float32 sum of two halves rounded once to half is the correctly rounded half sum). Float32
+// sums and products go through add.rn / mul.rn, so CuPy's -ftz=true keeps subnormals as NumPy does.
+// What IEEE leaves open stays open: where two different NaNs meet in a sum (NaN + NaN, inf*0's
+// default NaN + a data NaN), which one comes out depends on the operand order a compiler picks, and
+// a GPU makes every NaN its canonical one; tests compare NaNs as NaNs there.
+//
+// Work split: block b handles planes b, b + gridDim.x, ... A block of one thread (blockDim.x == 1:
+// the serial host build CPU devices run, mxlite/_hostcuda) walks the plane in the twin's order: a
+// tap at a time, a line of ow positions at a time, so the inner loops are unit-stride (or strided)
+// copies and adds over a plane that stays in cache, and g++ vectorises them. A block of several
+// threads gives each thread whole elements instead: im2col one output element per thread, col2im a
+// gather per image element over the taps that reach it, in tap order. Both forms give the same
+// bits; any block size is correct. max_pool_backward first finds each window's first maximum (a
+// thread per window, into the `first` scratch), then, after a barrier, sums as col2im does.
+//
+// Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
+// instantiation, by `nvcc --ptx -arch=sm_80` in the test suite, and by g++ for the host
+// (mxlite/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
+
+#include <cuda_fp16.h>
+
+namespace {
+
+// Values in the precision of the twin's arithmetic: half goes through float (as NumPy's float16
+// ufuncs do), float and double stay themselves. A half NaN keeps its sign and payload as in
+// NumPy's conversion (0x7e00 -> 0x7fc00000), where __half2float makes every NaN 0x7fffffff.
+__device__ __forceinline__ float arith(__half x) {
+    const unsigned h = __half_as_ushort(x);
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0u)
+        return __uint_as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x03ffu) << 13));
+    return __half2float(x);
+}
+__device__ __forceinline__ float arith(float x) { return x; }
+__device__ __forceinline__ double arith(double x) { return x; }
+
+template <typename T> __device__ __forceinline__ T store_as(float x);
+template <> __device__ __forceinline__ float store_as<float>(float x) { return x; }
+// float -> half rounded to nearest even; a NaN keeps its sign and top payload bits as NumPy's
+// conversion does (0x7fc00000 -> 0x7e00), where __float2half_rn makes every NaN 0x7fff.
+template <> __device__ __forceinline__ __half store_as<__half>(float x) {
+    if (x == x) return __float2half_rn(x);
+    const unsigned u = __float_as_uint(x);
+    const unsigned short h = (unsigned short)(0x7c00u | ((u & 0x007fffffu) >> 13));
+    return __ushort_as_half((unsigned short)(((u >> 16) & 0x8000u) | (h == 0x7c00u ? 0x7c01u : h)));
+}
+template <typename T> __device__ __forceinline__ T store_as(double x);
+template <> __device__ __forceinline__ double store_as<double>(double x) { return x; }
+
+// IEEE float32 sum and product that keep subnormals (PTX add.rn / mul.rn): CuPy compiles every
+// RawModule with -ftz=true, which would flush them where NumPy keeps them. float64 never flushes.
+__device__ __forceinline__ float add_ieee(float a, float b) {
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ double add_ieee(double a, double b) { return a + b; }
+__device__ __forceinline__ float mul_ieee(float a, float b) {
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ double mul_ieee(double a, double b) { return a * b; }
+
+// a == b as NumPy compares (NaN unequal to everything, -0.0 == +0.0), without the flush to zero
+// that would make two different float32 subnormals equal under -ftz=true.
+__device__ __forceinline__ bool same_value(float a, float b) {
+    const unsigned ua = __float_as_uint(a), ub = __float_as_uint(b);
+    return a == a && (ua == ub || ((ua | ub) & 0x7fffffffu) == 0u);
+}
+__device__ __forceinline__ bool same_value(double a, double b) { return a == b; }
+
+template <typename T> __device__ __forceinline__ T zero() { return store_as<T>(decltype(arith(T()))(0)); }
+
+// a + b rounded to T (NumPy's `+` for T).
+template <typename T> __device__ __forceinline__ T add(T a, T b) { return store_as<T>(add_ieee(arith(a), arith(b))); }
+
+// g * hit, hit as 1 or 0 in T (NumPy's multiply of a T array by a boolean one): keeps -0.0 for a
+// negative gradient and NaN for a NaN or infinite one where hit is 0, as the twin does.
+template <typename T> __device__ __forceinline__ T times_hit(T g, bool hit) {
+    using A = decltype(arith(T()));
+    return store_as<T>(mul_ieee(arith(g), hit ? A(1) : A(0)));
+}
+
+// The geometry array, in this order (mxlite/autograd/_conv_kernels.py: geometry): n, c, pd, ph, pw,
+// kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw, s_n, s_c, s_k, accumulate.
+struct Geometry {
+    int n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw;
+    long long s_n, s_c, s_k;
+    int accumulate;
+
+    __device__ explicit Geometry(const long long *__restrict__ v)
+        : n((int)v[0]), c((int)v[1]), pd((int)v[2]), ph((int)v[3]), pw((int)v[4]), kd((int)v[5]), kh((int)v[6]),
+          kw((int)v[7]), od((int)v[8]), oh((int)v[9]), ow((int)v[10]), sd((int)v[11]), sh((int)v[12]),
+          sw((int)v[13]), dd((int)v[14]), dh((int)v[15]), dw((int)v[16]), s_n(v[17]), s_c(v[18]), s_k(v[19]),
+          accumulate((int)v[20]) {}
+
+    __device__ long long planes() const { return (long long)n * c; }
+    __device__ long long plane_size() const { return (long long)pd * ph * pw; }
+    __device__ int taps() const { return kd * kh * kw; }
+    __device__ long long positions() const { return (long long)od * oh * ow; }
+    // Offset of plane (sample, channel) = plane in the columns.
+    __device__ long long cols_offset(long long plane) const { return plane / c * s_n + plane % c * s_c; }
+    // Offset in a plane of the image element tap (a, b, e) reads at output position (0, 0, 0).
+    __device__ long long tap_offset(int a, int b, int e) const {
+        return ((long long)a * dd * ph + (long long)b * dh) * pw + (long long)e * dw;
+    }
+    // Offset in a plane of the image element tap (a, b, e) reads at output position (x, y, z).
+    __device__ long long at(int a, int b, int e, int x, int y, int z) const {
+        return ((long long)(x * sd + a * dd) * ph + (y * sh + b * dh)) * pw + ((long long)z * sw + (long long)e * dw);
+    }
+};
+
+// The output coordinate reached along one axis by tap t from image coordinate p, or -1 if none.
+__device__ __forceinline__ int position_of(int p, int t, int stride, int dilation, int out) {
+    const int r = p - t * dilation;
+    if (r < 0 || r % stride) return -1;
+    const int x = r / stride;
+    return x < out ? x : -1;
+}
+
+// The one-thread form of sum_taps_into_plane: tap by tap in order, an output line (x, y) of ow
+// positions at a time, with the store (assign or add) and the unit stride compile-time constants
+// and the line pointers stepped, not recomputed, so that the short line loops run vectorised.
+template <bool kAccumulate, bool kUnitStride, typename T, typename Value>
+__device__ __forceinline__ void sum_taps_serially(T *__restrict__ out, const Geometry &g, Value value) {
+    const long long step_x = (long long)g.sd * g.ph * g.pw, step_y = (long long)g.sh * g.pw;
+    const long long sw = kUnitStride ? 1 : g.sw;
+    const int od = g.od, oh = g.oh, ow = g.ow;
+    int k = 0;
+    for (int a = 0; a < g.kd; ++a)
+        for (int b = 0; b < g.kh; ++b)
+            for (int e = 0; e < g.kw; ++e, ++k) {
+                T *__restrict__ tap = out + g.tap_offset(a, b, e);
+                long long o = 0;
+                for (int x = 0; x < od; ++x) {
+                    T *__restrict__ line = tap + x * step_x;
+                    for (int y = 0; y < oh; ++y, line += step_y, o += ow) {
+                        for (int z = 0; z < ow; ++z) {
+                            if constexpr (kAccumulate) line[z * sw] = add(line[z * sw], value(k, o + z));
+                            else line[z * sw] = value(k, o + z);
+                        }
+                    }
+                }
+            }
+}
+
+// Writes one plane of the image, `out` (plane_size() elements): element p gets the sum, in tap
+// order, of value(k, o) over the (tap k, position o) pairs that reach it (0 where none does; with
+// g.accumulate == 0, the one value assigned). value(k, o) returns a T.
+template <typename T, typename Value>
+__device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const Geometry &g, Value value) {
+    const int accumulate = g.accumulate;
+    if (blockDim.x == 1) {
+        // One thread: tap by tap, as the twin, over a plane that stays in cache.
+        const long long size = g.plane_size();
+        for (long long p = 0; p < size; ++p) out[p] = zero<T>();
+        if (accumulate) {
+            if (g.sw == 1) sum_taps_serially<true, true>(out, g, value);
+            else sum_taps_serially<true, false>(out, g, value);
+        } else {
+            if (g.sw == 1) sum_taps_serially<false, true>(out, g, value);
+            else sum_taps_serially<false, false>(out, g, value);
+        }
+        return;
+    }
+    // Several threads: each element of the plane is a gather over the taps that reach it, in tap order.
+    const long long size = g.plane_size();
+    for (long long p = threadIdx.x; p < size; p += blockDim.x) {
+        const int i = (int)(p / ((long long)g.ph * g.pw)), j = (int)(p / g.pw % g.ph), m = (int)(p % g.pw);
+        T acc = zero<T>();
+        for (int a = 0; a < g.kd; ++a) {
+            const int x = position_of(i, a, g.sd, g.dd, g.od);
+            if (x < 0) continue;
+            for (int b = 0; b < g.kh; ++b) {
+                const int y = position_of(j, b, g.sh, g.dh, g.oh);
+                if (y < 0) continue;
+                for (int e = 0; e < g.kw; ++e) {
+                    const int z = position_of(m, e, g.sw, g.dw, g.ow);
+                    if (z < 0) continue;
+                    const T v = value((a * g.kh + b) * g.kw + e, ((long long)x * g.oh + y) * g.ow + z);
+                    acc = accumulate ? add(acc, v) : v;
+                }
+            }
+        }
+        out[p] = acc;
+    }
+}
+
+}  // namespace
+
+// The one-thread form of im2col for one plane: tap by tap, an output line (x, y) of ow positions at
+// a time (a unit-stride copy when the stride along w is 1), line pointers stepped, not recomputed.
+template <bool kUnitStride, typename T>
+__device__ __forceinline__ void copy_lines_serially(const T *__restrict__ src, T *__restrict__ dst,
+                                                    const Geometry &g) {
+    const long long step_x = (long long)g.sd * g.ph * g.pw, step_y = (long long)g.sh * g.pw;
+    const long long sw = kUnitStride ? 1 : g.sw, positions = g.positions();
+    const int od = g.od, oh = g.oh, ow = g.ow;
+    for (int a = 0; a < g.kd; ++a)
+        for (int b = 0; b < g.kh; ++b)
+            for (int e = 0; e < g.kw; ++e, dst += g.s_k - positions) {
+                const T *__restrict__ tap = src + g.tap_offset(a, b, e);
+                for (int x = 0; x < od; ++x) {
+                    const T *__restrict__ line = tap + x * step_x;
+                    for (int y = 0; y < oh; ++y, line += step_y, dst += ow)
+                        for (int z = 0; z < ow; ++z) dst[z] = line[z * sw];
+                }
+            }
+}
+
+// cols[n, c, k, o] = img[n, c, o*stride + k*dilation], the columns at n*s_n + c*s_c + k*s_k + o.
+template <typename T>
+__global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, const long long *__restrict__ geom) {
+    const Geometry g(geom);
+    const long long s_k = g.s_k;
+    const long long positions = g.positions();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const T *__restrict__ src = img + plane * g.plane_size();
+        T *__restrict__ dst = cols + g.cols_offset(plane);
+        if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
+            if (g.sw == 1) copy_lines_serially<true>(src, dst, g);
+            else copy_lines_serially<false>(src, dst, g);
+            continue;
+        }
+        const long long count = positions * g.taps();
+        for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+            const int k = (int)(i / positions);
+            const long long o = i % positions;
+            const int a = k / (g.kh * g.kw), b = k / g.kw % g.kh, e = k % g.kw;
+            const int x = (int)(o / ((long long)g.oh * g.ow)), y = (int)(o / g.ow % g.oh), z = (int)(o % g.ow);
+            dst[k * s_k + o] = src[g.at(a, b, e, x, y, z)];
+        }
+    }
+}
+
+// img[n, c, p] = sum, in tap order, of cols[n, c, k, o] over o*stride + k*dilation == p (every
+// element of img is written; see the header for accumulate).
+template <typename T>
+__global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, const long long *__restrict__ geom) {
+    const Geometry g(geom);
+    const long long s_k = g.s_k;
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const T *__restrict__ src = cols + g.cols_offset(plane);
+        sum_taps_into_plane(img + plane * g.plane_size(), g, [&](int k, long long o) { return src[k * s_k + o]; });
+    }
+}
+
+// The input gradient of max pooling (dilation 1): window o's gradient goes to its first maximum in
+// tap order. taps: the forward's (taps, m) window values (taps first, m = n*c*positions; the
+// column strides of geom are not used), maxima their maxima (m), grad the output gradient (m);
+// first (m ints) is scratch. img (n, c, planes) is written whole: col2im of grad[w] * (k == the
+// first maximum of w).
+template <typename T>
+__global__ void max_pool_backward(const T *__restrict__ taps, const T *__restrict__ maxima,
+                                  const T *__restrict__ grad, int *__restrict__ first, T *__restrict__ img,
+                                  const long long *__restrict__ geom) {
+    const Geometry g(geom);
+    const long long positions = g.positions();
+    const long long m = g.planes() * positions;
+    const int count = g.taps();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const long long base = plane * positions;
+        // Each thread finds the first maximum of its own windows (no sharing within this phase).
+        for (long long o = threadIdx.x; o < positions; o += blockDim.x) first[base + o] = count;
+        for (int k = 0; k < count; ++k) {
+            const T *__restrict__ row = taps + k * m + base;
+            for (long long o = threadIdx.x; o < positions; o += blockDim.x) {
+                const int f = first[base + o];
+                first[base + o] = (f == count && same_value(arith(row[o]), arith(maxima[base + o]))) ? k : f;
+            }
+        }
+        __syncthreads();  // the gather below reads windows other threads resolved
+        const int *__restrict__ hit = first + base;
+        const T *__restrict__ gw = grad + base;
+        sum_taps_into_plane(img + plane * g.plane_size(), g,
+                            [&](int k, long long o) { return times_hit(gw[o], hit[o] == k); });
+        // no barrier before the next plane: its windows, scratch and image are disjoint from these
+    }
+}
+
+// Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
+#define CONV_INSTANTIATE(T)                                                                                   \
+    template __global__ void im2col<T>(const T *__restrict__, T *__restrict__, const long long *__restrict__); \
+    template __global__ void col2im<T>(const T *__restrict__, T *__restrict__, const long long *__restrict__); \
+    template __global__ void max_pool_backward<T>(const T *__restrict__, const T *__restrict__,               \
+                                                  const T *__restrict__, int *__restrict__, T *__restrict__,   \
+                                                  const long long *__restrict__);
+CONV_INSTANTIATE(float)
+CONV_INSTANTIATE(double)
+CONV_INSTANTIATE(__half)

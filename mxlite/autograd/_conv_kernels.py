@@ -1,0 +1,179 @@
+"""Launching ``kernels/conv.cu``: im2col, col2im and the max-pool backward, on CPU devices and GPUs.
+
+Purpose: :mod:`.nn_ops` moves convolution and pooling data with these kernels where they apply
+(:func:`enabled`) and with its NumPy code otherwise; that NumPy code (``_ConvGeom.im2col``,
+``_scatter_taps``, ``_max_pool``'s backward) is each kernel's twin, and the kernels give its
+results bit for bit. A CPU device runs the serial host build (one thread per block, a plane of one
+sample and channel per block, vectorised) when :func:`mxlite._kernels.cpu_kernels_enabled` allows
+it; a GPU runs the same source through CuPy instead of the composed CuPy operations.
+
+Geometry: :func:`geometry` packs ``(n, c, padded, kernel, stride, dilation, out_sp)`` into 17 ints,
+1-D and 2-D problems as 3-D ones with leading axes of size 1; a launch passes them, with the column
+strides and the accumulate flag, as one int64 array (kept per geometry on the host).
+Column layouts (``layout``): ``'per_sample'`` (N, C, *K, *O), ``'merged'`` (C, *K, N, *O) and
+``'taps_first'`` (*K, N, C, *O), as ``_ConvGeom`` and max pooling use them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from .._kernels import cpu_kernels_enabled, get_kernel
+from ..device import device_of
+
+__all__ = ["KERNEL_FILE", "col2im", "enabled", "geometry", "im2col", "max_pool_backward"]
+
+KERNEL_FILE = "conv.cu"
+_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
+_ALL_NAMES = tuple(f"{k}<{t}>" for k in ("im2col", "col2im", "max_pool_backward") for t in _TYPE_NAMES.values())
+_MAX_ND = 3  # spatial axes the kernels take; more go to the NumPy code
+_MAX_BLOCKS = 65535  # blocks loop over planes past it
+_MAX_THREADS = 256  # threads per block on a GPU (fewer for small planes)
+_LAYOUTS = ("per_sample", "merged", "taps_first")
+
+Geometry = tuple[int, ...]  # n, c, then (d, h, w) of padded, kernel, output, stride, dilation: 17 ints
+
+
+def enabled(xp: Any, dtype: Any, nd: int) -> bool:
+    """Whether the kernels handle ``dtype`` data with ``nd`` spatial axes under ``xp`` (NumPy or CuPy).
+
+    On a CPU device only when the serial host build is allowed and ready
+    (:func:`~mxlite._kernels.cpu_kernels_enabled`; ``MXLITE_CPU_KERNELS=numpy`` keeps the NumPy code).
+
+    Raises:
+        ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
+        mxlite._hostcuda.HostCudaError: ``MXLITE_CPU_KERNELS=compiled`` and the host build is impossible.
+    """
+    if nd > _MAX_ND or np.dtype(dtype).name not in _TYPE_NAMES:
+        return False
+    return xp is not np or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+
+
+def geometry(n: int, c: int, padded: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+             dilation: tuple[int, ...], out_sp: tuple[int, ...]) -> Geometry:
+    """n, c, then padded, kernel, output, stride and dilation as (d, h, w) each (leading axes of size 1).
+
+    Raises:
+        ValueError: more than 3 spatial axes, or fields of different lengths.
+    """
+    lead = (1,) * (_MAX_ND - len(kernel))
+    fields = (padded, kernel, out_sp, stride, dilation)
+    if any(len(f) != len(kernel) for f in fields) or len(kernel) > _MAX_ND:
+        raise ValueError(f"geometry needs 1 to {_MAX_ND} spatial axes, the same number in every field, got {fields}")
+    return (int(n), int(c), *(int(v) for f in fields for v in lead + tuple(f)))
+
+
+def _split(geom: Geometry) -> tuple[int, int, int, int, int]:
+    """n, c, elements per plane, taps, positions per plane."""
+    n, c = geom[:2]
+    return n, c, math.prod(geom[2:5]), math.prod(geom[5:8]), math.prod(geom[8:11])
+
+
+def _strides(geom: Geometry, layout: str) -> tuple[int, int, int]:
+    """Element strides (s_n, s_c, s_k) of the columns; positions are contiguous."""
+    n, c, _, taps, positions = _split(geom)
+    if layout == "per_sample":
+        return c * taps * positions, taps * positions, positions
+    if layout == "merged":
+        return positions, taps * n * positions, n * positions
+    if layout == "taps_first":
+        return c * positions, positions, n * c * positions
+    raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+
+
+def _cols_shape(geom: Geometry, layout: str) -> tuple[int, ...]:
+    n, c, _, taps, positions = _split(geom)
+    return {"per_sample": (n, c, taps, positions), "merged": (c, taps, n, positions),
+            "taps_first": (taps, n, c, positions)}[layout]
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_geometry(values: tuple[int, ...]) -> np.ndarray:
+    """The kernels' geometry array (int64, kernels/conv.cu: Geometry), made once per geometry; read-only."""
+    host = np.array(values, dtype=np.int64)
+    host.flags.writeable = False
+    return host
+
+
+def _check_size(array: Any, shape: tuple[int, ...], name: str) -> None:
+    if array.size != math.prod(shape):
+        raise ValueError(f"{name} has {array.size} elements ({array.shape}); the geometry needs {shape}")
+
+
+def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: tuple[Any, ...],
+            threads: int | None) -> None:
+    """Run ``name<T>`` (T: the first buffer's dtype) on ``(*buffers, geometry array)`` over the planes of ``geom``."""
+    n, c, size, taps, positions = _split(geom)
+    if n * c == 0:
+        return
+    device = device_of(buffers[0])
+    function = get_kernel(KERNEL_FILE, f"{name}<{_TYPE_NAMES[buffers[0].dtype.name]}>", device, _ALL_NAMES)
+    if threads is None:  # a GPU block per plane, sized to its work; CPU devices: one thread per block
+        work = taps * positions if name == "im2col" else size
+        threads = 1 if not device.is_gpu else min(_MAX_THREADS, max(32, -(-work // 32) * 32))
+    values = _host_geometry((*geom, *_strides(geom, layout), int(bool(accumulate))))
+    with device.use():
+        # a GPU gets its own copy per launch (168 bytes, ordered on the launch's stream)
+        values = device.xp.asarray(values) if device.is_gpu else values
+        function((min(n * c, _MAX_BLOCKS),), (threads,), (*buffers, values))
+
+
+def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None = None) -> Any:
+    """The columns of ``img`` (N, C, *padded), in ``layout``: shape (N, C, taps, positions) for per_sample,
+    (C, taps, N, positions) for merged, (taps, N, C, positions) for taps_first. Kernel ``im2col``.
+
+    ``threads``: block size (tests; default 1 on a CPU device, up to 256 on a GPU).
+    """
+    img = xp.ascontiguousarray(img)
+    _check_size(img, (geom[0], geom[1], *geom[2:5]), "img")
+    with device_of(img).use():
+        cols = xp.empty(_cols_shape(geom, layout), dtype=img.dtype)
+    _launch("im2col", geom, layout, False, (img, cols), threads)
+    return cols
+
+
+def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, out: Any = None,
+           threads: int | None = None) -> Any:
+    """The image (N, C, pd, ph, pw) summing ``cols`` (in ``layout``) tap by tap. Kernel ``col2im``.
+
+    ``accumulate``: whether two (tap, position) pairs may reach one element (``_overlapping``); when
+    not, values are assigned, as the twin does. ``out``: a C-contiguous array of the image's size to
+    write instead of a new one (every element is written; it need not be zeroed).
+
+    Raises:
+        ValueError: ``cols`` or ``out`` do not fit the geometry.
+    """
+    cols = xp.ascontiguousarray(cols)
+    _check_size(cols, _cols_shape(geom, layout), "cols")
+    shape = (geom[0], geom[1], *geom[2:5])
+    if out is None:
+        with device_of(cols).use():
+            out = xp.empty(shape, dtype=cols.dtype)
+    elif out.dtype != cols.dtype or not out.flags.c_contiguous or math.prod(out.shape) != math.prod(shape):
+        raise ValueError(f"out must be a C-contiguous {cols.dtype} array of {math.prod(shape)} elements, got "
+                         f"{out.dtype} {out.shape}")
+    _launch("col2im", geom, layout, accumulate, (cols, out), threads)
+    return out.reshape(shape)
+
+
+def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry, accumulate: bool,
+                      threads: int | None = None) -> Any:
+    """Max pooling's padded input gradient (N, C, pd, ph, pw): each window's gradient to its first maximum.
+
+    ``taps``: the forward's window values, (taps, N*C*positions) taps first; ``maxima``: their
+    maxima; ``grad``: the output gradient (N*C*positions elements); all of one dtype; ``geom`` with
+    dilation 1. Kernel ``max_pool_backward``.
+    """
+    taps, maxima, grad = (xp.ascontiguousarray(a) for a in (taps, maxima, grad))
+    _check_size(taps, _cols_shape(geom, "taps_first"), "taps")
+    for array, name in ((maxima, "maxima"), (grad, "grad")):
+        _check_size(array, _cols_shape(geom, "taps_first")[1:], name)
+    with device_of(taps).use():
+        out = xp.empty((geom[0], geom[1], *geom[2:5]), dtype=grad.dtype)
+        first = xp.empty(maxima.size, dtype=np.int32)
+    _launch("max_pool_backward", geom, "taps_first", accumulate, (taps, maxima, grad, first, out), threads)
+    return out
