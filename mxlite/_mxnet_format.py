@@ -27,7 +27,8 @@ and ``mshadow_sizeof`` in ``3rdparty/mshadow/mshadow/base.h``::
 
 "none" is an uninitialised NDArray, written with no context, dtype or data: ``ndim == 0`` in V2 (1.x
 shapes have no 0-d arrays), ``ndim == -1`` or a dimension of -1 in V3 (NumPy semantics: ``ndim == 0``
-is a scalar), ``ndim == 0`` or zero elements in V1 and legacy arrays. Data is C-ordered, raw.
+is a scalar), ``ndim == 0`` in V1 and legacy arrays (their writers ended only a storage-less array
+after its shape: a zero-size array of known shape has its context and dtype). Data is C-ordered, raw.
 
 Dtype flags (mshadow ``TypeFlag``): 0 float32, 1 float64, 2 float16, 3 uint8, 4 int32, 5 int8,
 6 int64, 7 bool, 8 int16, 9 uint16, 10 uint32, 11 uint64, 12 bfloat16. NumPy has no bfloat16, so
@@ -200,10 +201,10 @@ def _decode_array(r: _Reader, what: str) -> tuple[np.ndarray | None, str]:
         none = shape is None or (-1 in shape if np_shape else len(shape) == 0)
     elif magic == V1_MAGIC:
         shape = r.shape(f"{what}: its shape")
-        none = len(shape) == 0 or _size(shape) == 0
+        none = len(shape) == 0  # a zero-size array of known shape was written whole (context, dtype, no data)
     elif magic <= _LEGACY_MAX_NDIM:
         shape = r.shape(f"{what}: its shape", legacy_ndim=magic)
-        none = len(shape) == 0 or _size(shape) == 0
+        none = len(shape) == 0
     else:
         raise MXNetFormatError(f"{what} starts with {magic:#010x}, not an NDArray magic "
                                f"(V1 {V1_MAGIC:#x}, V2 {V2_MAGIC:#x}, V3 {V3_MAGIC:#x}, or a legacy ndim)")
@@ -239,7 +240,10 @@ def _decode_array(r: _Reader, what: str) -> tuple[np.ndarray | None, str]:
         value = flat != 0
     else:
         value = flat.astype(stored.newbyteorder("="))  # a native-order copy, independent of the file's buffer
-    return value.reshape(shape), ""
+    try:
+        return value.reshape(shape), ""
+    except ValueError:  # zero elements, but a dimension beyond NumPy's size limit: (0, 2**62)
+        raise MXNetFormatError(f"{what} has shape {tuple(shape)}, which NumPy cannot hold") from None
 
 
 def encode(arrays: Sequence[np.ndarray], names: Sequence[str] | None = None, np_shape: bool = False) -> bytes:

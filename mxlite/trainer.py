@@ -658,7 +658,12 @@ class Trainer:
             with open(fname, "rb") as f:
                 data = f.read()
         if self._update_on_kvstore:
-            return ("kvstore", self._kvstore._read_optimizer_states(data, fname))
+            parsed = self._kvstore._read_optimizer_states(data, fname)
+            try:  # the store checks shapes only against values it holds: none before the first step
+                self._check_store_states(parsed)
+            except ValueError as exc:
+                raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+            return ("kvstore", parsed)
         try:
             states, optimizer_state, extra = unpack_states(data)
             if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
@@ -757,6 +762,30 @@ class Trainer:
         arena, slot = param._arena_slots()[0]
         updater = self._arena_updaters.get((id(arena), 0))
         return updater.get_state(slot) if updater is not None else None
+
+    def _check_store_states(self, parsed: tuple[Any, Any, Any]) -> None:
+        """States and residuals of a store file (``update_on_kvstore``) against this Trainer's parameters.
+
+        The store's keys are the parameter indices; every state and residual must have its
+        parameter's shape (when known).
+
+        Raises:
+            ValueError: a key that is not a parameter index, or an array of another shape.
+        """
+        states, _, residuals = parsed
+        entries = [(key, _state_arrays(state), "state") for key, state in states.items()]
+        entries += [(key, [value], f"residual (position {pos})") for (key, pos), value in residuals.items()]
+        for key, leaves, what in entries:
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(self._params):
+                raise ValueError(f"{what} key {key!r} is not a parameter index of this Trainer "
+                                 f"({len(self._params)} parameters)")
+            param = self._params[key]
+            if not param._shape_known():
+                continue
+            for leaf in leaves:
+                if tuple(leaf.shape) != tuple(param.shape):
+                    raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {tuple(param.shape)}")
 
     def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
         names = [p.label for p in self._params]

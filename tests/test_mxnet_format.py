@@ -137,6 +137,17 @@ def test_legacy_u32_shape(tmp_path):
     assert isinstance(back, list) and _same(back[0].asnumpy(), value) and _same(back[1].asnumpy(), SAMPLES["uint8"])
 
 
+def test_v1_and_legacy_zero_size_arrays_carry_their_context_and_dtype():
+    """Only ndim 0 is an uninitialised array in V1/legacy files: MXNet's writers of that era ended an
+    array after its shape only when it was none (no storage), so a zero-size array of known shape was
+    written whole (context, dtype flag, no data bytes); MXNet's readers, old (``ndim() == 0``) and new
+    (``shape_is_none``: an unknown shape), read it back as a zero-size array."""
+    empty, after = np.zeros((0, 3), np.float32), np.arange(4, dtype=np.int32)
+    for build in (dense_v1, dense_legacy):
+        names, arrays = fmt.decode(listing([build(empty), build(after)], ["empty", "after"]))
+        assert names == ["empty", "after"] and _same(arrays[0], empty) and _same(arrays[1], after)
+
+
 def test_gpu_context_and_mixed_variants_in_one_file():
     a, b, c, d = (np.arange(3, dtype=np.float32) + k for k in range(4))
     names, arrays = fmt.decode(listing([dense_v2(a, ctx=GPU), dense_v2(b, V3, ctx=(3, 0)), dense_v1(c),
@@ -380,6 +391,18 @@ def test_every_truncation_is_a_value_error(tmp_path):
     for cut in range(1, len(good)):
         with pytest.raises(ValueError, match=r"cannot read '<cut>' as an MXNet NDArray file: truncated"):
             fmt.decode(good[:cut], "<cut>")
+
+
+@pytest.mark.parametrize("magic", [V2, V3, V1])
+def test_zero_size_array_with_a_dimension_numpy_cannot_hold(magic):
+    """(0, 2**62): no data bytes to be missing, but NumPy cannot make the array: still the file's error."""
+    dims = (0, 2**62)
+    head = struct.pack("<I", magic) if magic == V1 else struct.pack("<Ii", magic, 0)  # V1: no storage type
+    array = head + struct.pack("<iqq", 2, *dims) + struct.pack("<ii", *CPU) + struct.pack("<i", 0)
+    with pytest.raises(fmt.MXNetFormatError,
+                       match=r"^cannot read '<zero>' as an MXNet NDArray file: array #0 \(of 1\) has shape "
+                             r"\(0, 4611686018427387904\), which NumPy cannot hold"):
+        fmt.decode(listing([array], ["x"]), "<zero>")
 
 
 def test_damaged_bytes_never_escape_as_other_errors(tmp_path):

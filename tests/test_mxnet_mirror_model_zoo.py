@@ -338,6 +338,29 @@ def test_summary_under_util_scopes():
     assert "Sequential" not in text  # containers get no row
 
 
+def test_summary_of_a_parameter_still_deferred_raises_as_mxnet():
+    """A parameter of a called block that the pass did not use keeps its unknown shape: MXNet's summary
+    reads ``p.data()`` and raises DeferredInitializationError; no row with a negative count."""
+
+    class Net(nn.Block):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Dense(3)
+            self.extra = gluon.Parameter("extra", shape=(4, 0), allow_deferred_init=True)  # never used
+
+        def forward(self, x):
+            return self.dense(x)
+
+    net = Net()
+    net.initialize()
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(mx.nn.DeferredInitializationError, match="'extra'"):
+        net.summary(mx.np.ones((2, 4)))
+    assert "-4" not in out.getvalue()
+    assert not net._forward_hooks and not net.dense._forward_hooks  # the summary's hooks are gone
+    assert net(mx.np.ones((2, 4))).shape == (2, 3)
+
+
 @pytest.mark.xfail(strict=True, reason="hybridize() does nothing in mxlite, so summary() of a hybridized block "
                                        "runs and prints; MXNet raises AssertionError (a summary needs the "
                                        "imperative graph)")

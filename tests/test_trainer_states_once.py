@@ -128,6 +128,25 @@ def test_load_states_of_a_missing_or_foreign_file_on_the_store(saved):
         trainer.load_states(str(tmp_path / "params.npz"))
 
 
+def test_store_states_of_other_shapes_are_refused_before_anything_changes(saved):
+    """The store has no values yet when a run resumes (its keys are set at the first step), so the
+    store's own shape checks pass anything: the Trainer checks the states against its parameters,
+    as it does without update_on_kvstore, instead of failing in the middle of the next step."""
+    tmp_path, _ = saved
+    mx.random.seed(0)
+    wide = mx.nn.Sequential(mx.nn.Dense(7, activation="relu"), mx.nn.Dense(3))  # 7 hidden units, not 6
+    wide.initialize(mx.init.Xavier(), device=DEVICES)
+    wide(mx.zeros((1, 5), device=DEVICES[0]))
+    trainer = _trainer(wide)
+    before = _params(wide)
+    with pytest.raises(ValueError, match=r"cannot load trainer states from '.*run\.states': the state of parameter "
+                                         r"'0\.(weight|bias)' has shape \(6,.*\), the parameter has shape \(7,"):
+        trainer.load_states(str(tmp_path / "run.states"))
+    _train(wide, trainer, 1)  # the trainer is untouched: it trains from fresh states
+    assert all(np.all(np.isfinite(v)) for v in _params(wide).values())
+    assert any(not np.array_equal(v, before[k]) for k, v in _params(wide).items())
+
+
 def test_checkpoint_load_on_the_store_reads_each_file_once_and_applies_the_verified_states(saved, monkeypatch):
     tmp_path, expected = saved
     net = _net(seed=3)

@@ -141,7 +141,9 @@ class Block:
         def hook(block: Block, args: Any, out: Any) -> None:
             count = 0
             for p in block._reg_params.values():
-                size = int(np.prod(p.shape)) if p.shape is not None else 0
+                if not p.is_initialized:  # unused by the pass, shape unknown (or never initialised)
+                    p.data()  # raises as MXNet's summary (which reads p.data()) does: no row with a bogus count
+                size = int(np.prod(p.shape))
                 count += size
                 totals["trainable"] += 0 if p.grad_req == "null" else size
                 if id(p) in seen:
