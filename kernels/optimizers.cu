@@ -104,7 +104,9 @@ __device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) {
     return x != x ? x : (x < lo ? lo : (x > hi ? hi : x));
 }
 
-// max(a, b), NaN when either is NaN, a when they compare equal (np.maximum); selects only, as above.
+// max(a, b), NaN when either is NaN (np.maximum); selects only, as above. Between +0 and -0 it returns a,
+// np.maximum either one; no result here depends on it (a is |z| - lamda1 or a norm, never -0, and FTRL's b
+// is +0; LAMB only asks whether r1 > 0).
 __device__ __forceinline__ float max_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : (a >= b ? a : b)); }
 
 // min(a, b), NaN when either is NaN (np.minimum).

@@ -140,8 +140,24 @@ def cpu_kernels_enabled(filename: str, all_names: tuple[str, ...]) -> bool:
         return True
     if mode == "compiled":
         raise failure
-    _warn_twins_once(str(failure).splitlines()[0])
+    _warn_twins_once(*_why(failure))
     return False
+
+
+def _why(failure: Exception) -> tuple[str, str]:
+    """(reason, advice) for the fallback warning: the failure's first line, and g++'s first error under it."""
+    from . import _hostcuda  # noqa: PLC0415
+
+    lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
+    reason = lines[0].rstrip(":") if lines else type(failure).__name__
+    error = next((line for line in lines[1:] if "error:" in line), None)  # g++'s diagnostics follow a build error
+    if error is not None:
+        reason = f"{reason}: {error}"
+    if isinstance(failure, _hostcuda.HostCudaSetupError):
+        advice = "The compiled kernels need g++ and pip install 'mxlite[cpu]'"
+    else:
+        advice = f"{CPU_KERNELS_ENV}=compiled raises the whole error"
+    return reason, advice
 
 
 def cpu_kernels_status() -> str:
@@ -164,7 +180,6 @@ def cpu_kernels_status() -> str:
 
 
 @functools.cache
-def _warn_twins_once(reason: str) -> None:
-    warnings.warn(f"CPU devices run the NumPy twins of the compiled kernels (slower): {reason}. The compiled "
-                  f"kernels need g++ and pip install 'mxlite[cpu]'; {CPU_KERNELS_ENV}=numpy silences this warning.",
-                  RuntimeWarning, stacklevel=3)
+def _warn_twins_once(reason: str, advice: str) -> None:
+    warnings.warn(f"CPU devices run the NumPy twins of the compiled kernels (slower): {reason}. {advice}; "
+                  f"{CPU_KERNELS_ENV}=numpy silences this warning.", RuntimeWarning, stacklevel=3)

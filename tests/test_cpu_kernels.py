@@ -149,6 +149,34 @@ def test_auto_mode_falls_back_to_the_twins_with_one_warning(monkeypatch, fresh_b
         _one_adam_step(monkeypatch, "auto")
 
 
+@pytest.mark.parametrize("failure, expected", [
+    (_hostcuda.HostCudaBuildError("g++ failed to compile optimizers.cu for the host (hostcuda):\n"
+                                  "optimizers.cu:12:3: note: in expansion of macro\n"
+                                  "optimizers.cu:12:5: error: 'x' was not declared in this scope\n"
+                                  "optimizers.cu:13:1: error: a later error"),
+     r"g\+\+ failed to compile optimizers.cu for the host \(hostcuda\): optimizers.cu:12:5: error: 'x' was not "
+     r"declared in this scope\. MXLITE_CPU_KERNELS=compiled raises the whole error;"),
+    (_hostcuda.HostCudaError("cannot build optimizers.cu in the host build cache /x: [Errno 13] Permission denied"),
+     r"host build cache /x: \[Errno 13\] Permission denied\. MXLITE_CPU_KERNELS=compiled raises the whole error;"),
+    (_hostcuda.HostCudaSetupError("the host CUDA build needs the C++ compiler 'g++'"),
+     r"needs the C\+\+ compiler 'g\+\+'\. The compiled kernels need g\+\+ and pip install 'mxlite\[cpu\]';"),
+    (OSError(), r"slower\): OSError\. MXLITE_CPU_KERNELS=compiled raises the whole error;"),
+], ids=["build-error", "cache", "setup", "no-message"])
+def test_auto_mode_warning_says_why_the_build_failed(failure, expected, monkeypatch, fresh_build_state):
+    """The fallback warning names the build's own error (g++'s first error, not just "g++ failed"), and
+    suggests g++ and the cpu extra only when one of them is what is missing."""
+    class Broken:
+        def compile(self):
+            raise failure
+
+    monkeypatch.setattr(_kernels, "_host_module", lambda *args: Broken())
+    with pytest.warns(RuntimeWarning, match=expected):
+        w = _one_adam_step(monkeypatch, "auto")
+    np.testing.assert_allclose(w, 0.9, rtol=1e-6)
+    with pytest.raises(type(failure)):
+        _one_adam_step(monkeypatch, "compiled")
+
+
 def test_bad_mode_is_named(monkeypatch):
     with pytest.raises(ValueError, match="MXLITE_CPU_KERNELS must be one of auto, compiled, numpy, got 'fast'"):
         _one_adam_step(monkeypatch, "fast")

@@ -10,7 +10,11 @@ file with NumPy.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 import uuid
+import warnings
 
 import numpy as np
 import pytest
@@ -623,6 +627,19 @@ __global__ void lone_lane(int *out, int pred) {
 }
 __global__ void full_warp(float *out) { out[0] = __shfl_down_sync(0xffffffffu, out[0], 1); }
 __global__ void trapping(int *out) { if (out[0] == 0) __trap(); }
+// Arguments of every kind: arrays (a const one), scalars, a 24-byte struct by value, a null pointer.
+struct Wide { double a, b, c; };
+__global__ void gather(double *out, const float *x, const int *y, float s, long long n, Wide w, const float *none) {
+    double total = (double)s + w.a + 10.0 * w.b + 100.0 * w.c + (none ? 1e9 : 0.0);
+    for (long long i = 0; i < n; ++i) total += (double)x[i] * (double)y[i];
+    out[0] = total;
+}
+// Waits until flag[0] is set (flag[1] = 1 says it is waiting): a launch that lasts as long as the caller wants.
+__global__ void wait_for(volatile int *flag) {
+    flag[1] = 1;
+    while (flag[0] == 0) {}
+}
+__global__ void add_one(int *x) { x[0] += 1; }
 """
 
 
@@ -672,3 +689,149 @@ def test_serial_and_fiber_builds_are_cached_apart(tmp_path: os.PathLike, monkeyp
     HostModule(source, name="a.cu").compile()
     libraries = [f for f in os.listdir(tmp_path) if f.endswith(".so")]
     assert len(libraries) == 2
+
+
+WIDE = np.dtype([("a", "<f8"), ("b", "<f8"), ("c", "<f8")])
+
+
+def _gather(kernel, x, y, s, wide):
+    out = np.full(1, np.nan)
+    kernel((1,), (1,), (out, x, y, np.float32(s), len(y), np.array(wide, WIDE)[()], np.uint64(0)))
+    return out[0]
+
+
+def test_serial_launch_packs_every_kind_of_argument(serial_module: HostModule) -> None:
+    """Launch arguments take fast paths for NumPy arrays and scalars: the same addresses, bytes and checks."""
+    gather = serial_module.get_function("gather")
+    base = np.arange(20, dtype=np.float32)
+    y = np.array([1, 2, 3], np.int32)
+    assert _gather(gather, base, y, 0.5, (1, 2, 3)) == 0.5 + 321 + (0 + 2 + 6)
+    strided = base[4::2]  # not contiguous: the address of its first element (4.0), as before
+    assert _gather(gather, strided, y, 0.25, (0, 0, 0)) == 0.25 + (4 + 10 + 18)
+    frozen = base[1:].copy()
+    frozen.flags.writeable = False  # read-only: fine for `const float *`
+    assert _gather(gather, frozen, y, 0, (2, 0, 1)) == 102 + (1 + 4 + 9)
+    assert _gather(gather, base, np.zeros(0, np.int32), 1.5, (0, 0, 0)) == 1.5  # an empty array
+    out = np.zeros(1)
+    out.flags.writeable = False
+    with pytest.raises(TypeError, match=r"args\[0\].*read-only"):
+        gather((1,), (1,), (out, base, y, np.float32(0), 3, np.zeros((), WIDE)[()], np.uint64(0)))
+    with pytest.raises(TypeError, match=r"args\[1\].*`float const\*`.*float64 array"):
+        _gather(gather, base.astype(np.float64), y, 0, (0, 0, 0))
+    with pytest.raises(TypeError, match=r"args\[3\].*`float`.*float64 scalar"):
+        gather((1,), (1,), (np.zeros(1), base, y, np.float64(0), 3, np.zeros((), WIDE)[()], np.uint64(0)))
+    assert _gather(gather, base, y, 2.0, (5, 6, 7)) == 2 + 765 + 8  # after the errors, still right
+
+
+def test_serial_launches_from_two_threads_keep_their_arguments_apart(serial_module: HostModule) -> None:
+    """Each thread packs its launch arguments in its own buffers: concurrent launches never mix them."""
+    gather = serial_module.get_function("gather")
+    results: dict[int, list[float]] = {}
+
+    def work(k: int) -> None:
+        x = np.full(50, k, np.float32)
+        y = np.ones(50, np.int32)
+        results[k] = [_gather(gather, x, y, k, (k, 0, 0)) - 52 * k for _ in range(500)]  # s + w.a + 50 k
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {k: set(v) for k, v in results.items()} == {1: {0.0}, 2: {0.0}, 3: {0.0}}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_serial_launch_works_in_a_child_forked_during_another_threads_launch(serial_module: HostModule) -> None:
+    """A child forked while another thread is inside a launch must not inherit the launch lock held."""
+    wait_for, add_one = serial_module.get_function("wait_for"), serial_module.get_function("add_one")
+    flag = np.zeros(2, np.int32)
+    thread = threading.Thread(target=wait_for, args=((1,), (1,), (flag,)))
+    thread.start()
+    try:
+        while flag[1] == 0:
+            time.sleep(0.001)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # forking a process with threads
+            pid = os.fork()
+        if pid == 0:  # the child: one launch, then leave without running anything of pytest's
+            code = 1
+            try:
+                x = np.zeros(1, np.int32)
+                add_one((1,), (1,), (x,))
+                code = 0 if x[0] == 1 else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 15
+        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if status[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on its first launch (the launch lock stayed held)")
+        assert os.waitstatus_to_exitcode(status[1]) == 0
+    finally:
+        flag[0] = 1
+        thread.join()
+
+
+def test_an_unwritable_build_cache_is_a_clear_error(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder that cannot be made is a HostCudaError naming it and MXLITE_HOSTCUDA_CACHE, not a bare OSError."""
+    not_a_folder = os.path.join(tmp_path, "file")
+    with open(not_a_folder, "w") as f:
+        f.write("x")
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", os.path.join(not_a_folder, "cache"))
+    source = SERIAL + f"\n// {uuid.uuid4()}\n"
+    with pytest.raises(hostcuda.HostCudaError, match=r"host build cache .*file/cache.*MXLITE_HOSTCUDA_CACHE") as err:
+        HostModule(source, name="a.cu", serial=True).compile()
+    assert isinstance(err.value.__cause__, OSError)
+
+
+def test_a_compiler_that_cannot_run_is_a_setup_error(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    not_a_program = os.path.join(tmp_path, "g++")
+    with open(not_a_program, "wb") as f:
+        f.write(b"\x7fELF not really")
+    os.chmod(not_a_program, 0o755)
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CXX", not_a_program)
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(hostcuda, "_compiler_version", lambda cxx: "fake")
+    monkeypatch.setattr(hostcuda, "_native_target", lambda cxx: "fake")
+    with pytest.raises(HostCudaSetupError, match="cannot run the C\\+\\+ compiler"):
+        HostModule(SERIAL + f"\n// {uuid.uuid4()}\n", name="a.cu", serial=True).compile()
+
+
+def test_serial_builds_do_not_read_the_scheduling_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MXLITE_HOSTCUDA_SEED seeds the fiber build's schedules; a serial build has none, so a bad value is no error."""
+    monkeypatch.setenv("MXLITE_HOSTCUDA_SEED", "not a number")
+    with pytest.raises(ValueError, match="MXLITE_HOSTCUDA_SEED must be an integer"):
+        HostModule(SERIAL, name="serial.cu")
+    HostModule(SERIAL, name="serial.cu", serial=True).get_function("add_one")((1,), (1,), (np.zeros(1, np.int32),))
+
+
+def _fake_compiler(folder: str, name: str, version: str) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\necho {version}\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_cache_keys_name_the_compiler_that_builds(tmp_path: os.PathLike) -> None:
+    """Each compiler's own version goes into the key, not the first one a process happened to use."""
+    old = _fake_compiler(str(tmp_path), "old-g++", "g++ 11.1")
+    new = _fake_compiler(str(tmp_path), "new-g++", "g++ 14.2")
+    assert "g++ 11.1" in hostcuda._compiler_version(old)
+    assert "g++ 14.2" in hostcuda._compiler_version(new)
+
+
+def test_serial_cache_key_follows_what_march_native_means(tmp_path: os.PathLike,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache shared by two machines: the same source and flags (-march=native), but what -march=native
+    means differs, so each machine gets its own library; the same meaning shares one."""
+    monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", str(tmp_path))
+    source = SERIAL + f"\n// {uuid.uuid4()}\n"
+    for target in ("-march= znver3\n-mavx512f [enabled]", "-march= znver3\n-mavx512f [enabled]",
+                   "-march= znver3\n-mavx512f [disabled]"):
+        monkeypatch.setattr(hostcuda, "_native_target", lambda cxx, t=target: t)
+        HostModule(source, name="a.cu", serial=True).compile()
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 2

@@ -500,7 +500,7 @@ def _map_options(options: Sequence[str]) -> tuple[str, list[str]]:
 _build_count = 0
 _build_lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL] = {}
-_compiler_id: str | None = None
+_compiler_ids: dict[str, str] = {}
 
 
 def build_count() -> int:
@@ -523,12 +523,13 @@ def _compiler() -> str:
 
 
 def _compiler_version(cxx: str) -> str:
-    global _compiler_id
-    if _compiler_id is None:
+    """``cxx``'s path, version and target machine (part of every cache key), asked once per compiler."""
+    found = _compiler_ids.get(cxx)
+    if found is None:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
         machine = subprocess.run([cxx, "-dumpmachine"], capture_output=True, text=True, check=False).stdout
-        _compiler_id = f"{cxx}\n{out}\n{machine}"
-    return _compiler_id
+        found = _compiler_ids[cxx] = f"{cxx}\n{out}\n{machine}"
+    return found
 
 
 def _file_digest(path: str) -> bytes:
@@ -539,7 +540,10 @@ def _file_digest(path: str) -> bytes:
 def _run_compiler(command: list[str], what: str) -> None:
     global _build_count
     _build_count += 1
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise HostCudaSetupError(f"cannot run the C++ compiler {command[0]!r} for the host build: {exc}") from exc
     if result.returncode != 0:
         lines = (result.stderr + result.stdout).splitlines()
         shown = "\n".join(lines[:_COMPILE_LINES])
@@ -622,16 +626,21 @@ def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = F
         folder = cache_dir()
         target = os.path.join(folder, f"{digest[:40]}.so")
         if not os.path.isfile(target):
-            header, runtime_object = _support(base, digests, runtime)
-            os.makedirs(folder, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-                source = os.path.join(tmp, "unit.cpp")
-                with open(source, "w") as f:
-                    f.write(unit)
-                output = os.path.join(tmp, "module.so")
-                _run_compiler([*base, "-include", header, "-shared", source, runtime_object, "-o", output], filename)
-                os.replace(source, target[:-3] + ".cpp")  # the translation unit, for reading errors later
-                os.replace(output, target)  # atomic: a concurrent builder sees no file or the whole new one
+            try:
+                header, runtime_object = _support(base, digests, runtime)
+                os.makedirs(folder, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+                    source = os.path.join(tmp, "unit.cpp")
+                    with open(source, "w") as f:
+                        f.write(unit)
+                    output = os.path.join(tmp, "module.so")
+                    _run_compiler([*base, "-include", header, "-shared", source, runtime_object, "-o", output],
+                                  filename)
+                    os.replace(source, target[:-3] + ".cpp")  # the translation unit, for reading errors later
+                    os.replace(output, target)  # atomic: a concurrent builder sees no file or the whole new one
+            except OSError as exc:  # g++ ran (or _run_compiler said why not): the cache folder is the problem
+                raise HostCudaError(f"cannot build {filename} in the host build cache {folder}: {exc}. "
+                                    "MXLITE_HOSTCUDA_CACHE names another folder") from exc
         lib = ctypes.CDLL(target)
         _libraries[digest] = lib
         return lib
@@ -668,9 +677,10 @@ class HostModule:
         serial: build for CPU devices (module docstring): one thread per block, blocks in order.
 
     Raises (at compile time, i.e. on :meth:`compile` or the first :meth:`get_function`):
-        HostCudaSetupError: no g++ or no CUDA header package.
+        HostCudaSetupError: no g++ (or it cannot be run) or no CUDA header package.
         HostCudaBuildError: g++ failed (its first 40 lines of output and the file name are
             quoted) or the source has inline PTX the host build does not know.
+        HostCudaError: the build cache folder cannot be written (the message names it).
         ValueError: an NVRTC option without a host meaning.
     """
 
@@ -682,8 +692,10 @@ class HostModule:
         self.options = tuple(options)
         self.name_expressions = None if name_expressions is None else tuple(name_expressions)
         self.name = name
-        self.seed = _default_seed() if seed is None else int(seed)
         self.serial = bool(serial)
+        if seed is None:  # a serial build has no schedule to seed: MXLITE_HOSTCUDA_SEED is not its business
+            seed = DEFAULT_SEED if self.serial else _default_seed()
+        self.seed = int(seed)
         self._std, self._flags = _map_options(self.options)
         self._lib: ctypes.CDLL | None = None
         self._index: dict[str, int] = {}
@@ -714,7 +726,7 @@ class HostModule:
         """Build (or load from the cache) the shared library now; ``log_stream`` is accepted and unused.
 
         Raises:
-            HostCudaSetupError, HostCudaBuildError, ValueError: see the class docstring.
+            HostCudaError (HostCudaSetupError, HostCudaBuildError), ValueError: see the class docstring.
         """
         with self._lock:
             if self._lib is None:
@@ -725,7 +737,8 @@ class HostModule:
 
         Raises:
             KeyError: ``name`` is not among the module's name expressions (or plain kernels).
-            HostCudaSetupError, HostCudaBuildError, ValueError: from compiling, see the class docstring.
+            HostCudaError (HostCudaSetupError, HostCudaBuildError), ValueError: from compiling, see the class
+                docstring.
         """
         kernel = self._kernels.get(name)
         if kernel is not None:
@@ -740,6 +753,8 @@ class HostModule:
 
 
 def _normalise_dims(value: Any, what: str, limits: tuple[int, int, int]) -> tuple[int, int, int]:
+    if type(value) is tuple and len(value) == 1 and type(value[0]) is int and 1 <= value[0] <= limits[0]:
+        return value[0], 1, 1  # the common (n,): what the checks below give, faster
     dims = value if isinstance(value, (tuple, list)) else (value,)
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
@@ -753,6 +768,12 @@ def _normalise_dims(value: Any, what: str, limits: tuple[int, int, int]) -> tupl
     while len(out) < 3:
         out.append(1)
     return out[0], out[1], out[2]
+
+
+_addressof = ctypes.addressof
+_from_buffer = ctypes.c_char.from_buffer  # a writeable buffer's first byte: where a NumPy array's data starts
+_NUMBER_SCALARS = frozenset((np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                             np.uint16, np.uint32, np.uint64))
 
 
 def _array_info(arg: Any) -> tuple[int, np.dtype, bool] | None:
@@ -873,6 +894,10 @@ class HostKernel:
             types.append(cxx)
         self.signature: tuple[Param, ...] = tuple(params)
         self.param_types: tuple[str, ...] = tuple(types)
+        # Launch-time caches (a launch of a tiny update is mostly Python): per parameter, the dtypes
+        # seen and whether they fit; per thread, the argument slots and buffers, reused by every launch.
+        self._fits: tuple[dict[np.dtype, bool], ...] = tuple({} for _ in params)
+        self._tls = threading.local()
 
     def __repr__(self) -> str:
         return f"<HostKernel {self.name}({', '.join(self.param_types)}) of {self.module.name}>"
@@ -881,6 +906,23 @@ class HostKernel:
         return TypeError(f"kernel {self.name!r} args[{i}]: the parameter is `{self.param_types[i]}`, got "
                          f"{_describe(arg)}{detail}")
 
+    def _buffers(self) -> tuple[Any, Any, memoryview, Any, Any]:
+        """This thread's (slots, pointers, slot bytes, dims, error buffer): made once, reused by every launch.
+
+        Slot i (16 bytes) holds argument i's value or address, and pointers[i] points at it; a value
+        wider than 16 bytes gets its own buffer per launch instead (:meth:`_pack`).
+        """
+        buffers = getattr(self._tls, "buffers", None)
+        if buffers is None:
+            n = max(len(self.signature), 1)
+            slots = (ctypes.c_uint64 * (2 * n))()
+            base = ctypes.addressof(slots)
+            pointers = (ctypes.c_void_p * n)(*range(base, base + 16 * n, 16))
+            buffers = (slots, pointers, memoryview(slots).cast("B"), (ctypes.c_uint * 6)(),
+                       ctypes.create_string_buffer(_ERR_LEN))
+            self._tls.buffers = buffers
+        return buffers
+
     def _pack(self, args: Sequence[Any]) -> tuple[Any, Any, list[Any]]:
         n = len(self.signature)
         if not isinstance(args, (tuple, list)):
@@ -888,37 +930,59 @@ class HostKernel:
         if len(args) != n:
             raise TypeError(f"kernel {self.name!r} takes {n} arguments ({', '.join(self.param_types)}), "
                             f"got {len(args)}")
-        slots = (ctypes.c_uint64 * (2 * max(n, 1)))()
-        pointers = (ctypes.c_void_p * max(n, 1))()
+        slots, pointers, raw, _, _ = self._buffers()
         keep: list[Any] = []
-        base = ctypes.addressof(slots)
         for i, (param, arg) in enumerate(zip(self.signature, args)):
-            address = base + 16 * i
-            info = _array_info(arg)
-            if param.kind == "ptr":
-                if info is not None:
-                    if not _pointee_accepts(param, info[1]):
-                        raise self._mismatch(i, arg)
-                    if not info[2] and not param.is_const:
-                        raise self._mismatch(i, arg, " that is read-only (the kernel may write through it)")
-                    slots[2 * i] = info[0]
-                elif isinstance(arg, (int, np.integer)) and not isinstance(arg, (bool, np.bool_)) and (
-                        isinstance(arg, int) or arg.dtype.itemsize == 8):
-                    slots[2 * i] = int(arg) & (2**64 - 1)  # an 8-byte integer is a raw address; 0 is null
-                else:
+            if param.kind == "ptr" and type(arg) is np.ndarray:  # the common case, checked as below, faster
+                dtype = arg.dtype
+                fits = self._fits[i].get(dtype)
+                if fits is None:
+                    fits = self._fits[i][dtype] = _pointee_accepts(param, dtype)
+                if not fits:
                     raise self._mismatch(i, arg)
+                try:  # a writeable, C-contiguous, non-empty array: its buffer starts at its data
+                    slots[2 * i] = _addressof(_from_buffer(arg))
+                except (TypeError, ValueError, BufferError):  # any other array: its interface says where
+                    if not param.is_const and not arg.flags.writeable:
+                        raise self._mismatch(i, arg, " that is read-only (the kernel may write through it)") from None
+                    slots[2 * i] = arg.__array_interface__["data"][0]
+                continue
+            if param.kind == "value" and type(arg) in _NUMBER_SCALARS:
+                dtype = arg.dtype  # a NumPy number: exactly its type and width (as _value_bytes checks)
+                fits = self._fits[i].get(dtype)
+                if fits is None:
+                    fits = self._fits[i][dtype] = _scalar_fits(param.code, param.width, dtype)
+                if not fits:
+                    raise self._mismatch(i, arg)
+                data = arg.data.cast("B")  # its bytes (at most 8), as tobytes() gives them
             else:
+                info = _array_info(arg)
+                if param.kind == "ptr":
+                    if info is not None:
+                        if not _pointee_accepts(param, info[1]):
+                            raise self._mismatch(i, arg)
+                        if not info[2] and not param.is_const:
+                            raise self._mismatch(i, arg, " that is read-only (the kernel may write through it)")
+                        slots[2 * i] = info[0]
+                    elif isinstance(arg, (int, np.integer)) and not isinstance(arg, (bool, np.bool_)) and (
+                            isinstance(arg, int) or arg.dtype.itemsize == 8):
+                        slots[2 * i] = int(arg) & (2**64 - 1)  # an 8-byte integer is a raw address; 0 is null
+                    else:
+                        raise self._mismatch(i, arg)
+                    continue
                 if info is not None:
                     raise self._mismatch(i, arg, ": an array where a value is expected")
                 data = _value_bytes(param, arg)
                 if data is None:
                     raise self._mismatch(i, arg)
-                if len(data) > 16:
-                    holder = ctypes.create_string_buffer(data, len(data) + 16)
-                    keep.append(holder)
-                    address = (ctypes.addressof(holder) + 15) & ~15
+            if len(data) > 16:  # only ever for this parameter (its width): pointers[i] is always set here
+                holder = ctypes.create_string_buffer(data, len(data) + 16)
+                keep.append(holder)
+                address = (ctypes.addressof(holder) + 15) & ~15
                 ctypes.memmove(address, data, len(data))
-            pointers[i] = address
+                pointers[i] = address
+            else:
+                raw[16 * i: 16 * i + len(data)] = data
         return slots, pointers, keep
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, stream: Any = None, *,
@@ -959,11 +1023,11 @@ class HostKernel:
                 0 <= shared_mem <= _MAX_SHARED):
             raise ValueError(f"shared_mem must be an int in 0..{_MAX_SHARED} bytes, got {shared_mem!r}")
         slots, pointers, keep = self._pack(args)
-        dims = (ctypes.c_uint * 6)(*g, *b)
-        err = ctypes.create_string_buffer(_ERR_LEN)
+        _, _, _, dims, err = self._buffers()
+        dims[0], dims[1], dims[2], dims[3], dims[4], dims[5] = *g, *b
         launch_seed = (self.module.seed if seed is None else int(seed)) & (2**64 - 1)
-        rc = self._launch(ctypes.addressof(pointers), ctypes.addressof(dims), ctypes.addressof(dims) + 12,
-                          int(shared_mem), launch_seed, err, _ERR_LEN)
+        rc = self._launch(_addressof(pointers), _addressof(dims), _addressof(dims) + 12, int(shared_mem),
+                          launch_seed, err, _ERR_LEN)
         del slots, keep
         if rc != 0:
             raise HostCudaLaunchError(err.value.decode(errors="replace"), rc)

@@ -12,6 +12,7 @@
 // lane 0 return what CUDA returns for a lone lane (a shuffle gives back the lane's own value), any
 // other mask names lanes that do not exist and fails the launch. __trap() and C++ exceptions fail
 // the launch with a message; a bad pointer is an ordinary crash, as for any native code.
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
@@ -44,9 +45,18 @@ struct LaunchFailure {
     std::string message;
 };
 
-std::mutex g_launch_mutex;  // one launch at a time per module: the block index is module state
+// One launch at a time per module: the block index is module state. A pointer, so that a child
+// forked while another thread was inside a launch (the mutex held by a thread the child does not
+// have) starts with a fresh one instead of hanging on its first launch; the old one is left alone.
+std::mutex *g_launch_mutex = new std::mutex;
 const char *g_kernel = "";
 bool g_in_launch = false;
+
+void reset_in_child() {
+    g_launch_mutex = new std::mutex;
+    g_in_launch = false;
+}
+const int g_atfork = pthread_atfork(nullptr, nullptr, reset_in_child);
 
 std::string where() {
     char buf[256];
@@ -109,7 +119,7 @@ void trap(const char *what, const char *file, int line) {
 
 int run_launch(const char *kernel, Invoke invoke, void (*fn)(), void **args, const unsigned *grid,
                const unsigned *block, unsigned long long shared_mem, unsigned long long, char *err, size_t err_len) {
-    std::lock_guard<std::mutex> lock(g_launch_mutex);
+    std::lock_guard<std::mutex> lock(*g_launch_mutex);
     char buf[256];
     if (block[0] != 1 || block[1] != 1 || block[2] != 1) {
         snprintf(buf, sizeof buf, "kernel '%s': a serial host build runs one thread per block; launched with "

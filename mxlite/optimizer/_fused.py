@@ -135,6 +135,12 @@ class ArenaPlan:
         return found
 
 
+@cache  # np.dtype(...).name costs microseconds, a noticeable part of a small model's update
+def _dtype_name(dtype: Any) -> str:
+    """The name of a dtype, or the name itself ('bfloat16' comes as a name: NumPy and CuPy have no such dtype)."""
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+
+
 class Launcher:
     """Launches kernels of ``optimizers.cu`` over one plan with one per-parameter table (GPU, or a
     CPU device through the host build).
@@ -157,13 +163,12 @@ class Launcher:
                  grad_scale: float = 1.0) -> None:
         self.device, self.plan = device, plan
         # 'bfloat16' may come as a name: NumPy and CuPy have no bfloat16 dtype of their own.
-        name = weight_dtype if isinstance(weight_dtype, str) else np.dtype(weight_dtype).name
+        name = _dtype_name(weight_dtype)
         self.type_name = _TYPE_NAMES.get(name)
         if self.type_name is None:
             raise TypeError(f"no fused optimizer kernel for weights of dtype {name} "
                             f"(there are kernels for {', '.join(_TYPE_NAMES)})")
-        grad_name = name if grad_dtype is None else (
-            grad_dtype if isinstance(grad_dtype, str) else np.dtype(grad_dtype).name)
+        grad_name = name if grad_dtype is None else _dtype_name(grad_dtype)
         if grad_name != name and grad_name not in GRAD_TYPES.get(name, ()):
             raise TypeError(f"no fused optimizer kernel for {name} weights reading a {grad_name} gradient "
                             f"(gradient types: {name}, {', '.join(GRAD_TYPES.get(name, ()))})")
