@@ -113,7 +113,8 @@ class Arena:
         slot = Slot(key, tuple(int(n) for n in shape), with_grad)
         need = self._used + slot.span
         need_grad = self._grad_used + (slot.span if with_grad else 0)
-        if need > self._capacity or need_grad > self._grad_capacity:
+        # (the first slot allocates even when it is empty: every slot's views need a buffer)
+        if self._data_buf is None or need > self._capacity or need_grad > self._grad_capacity:
             self._reallocate(max(need, 2 * self._capacity, _MIN_CAPACITY),
                              max(need_grad, 2 * self._grad_capacity, _MIN_CAPACITY))
         slot.offset = self._used

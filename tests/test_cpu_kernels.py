@@ -216,3 +216,19 @@ def test_info_says_how_cpu_devices_update(monkeypatch, capsys):
     assert _kernels.cpu_kernels_status().startswith("NumPy twins: the host CUDA build needs the C++ compiler")
     monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
     assert _kernels.cpu_kernels_status().startswith("unavailable (MXLITE_CPU_KERNELS=compiled)")
+
+
+@pytest.mark.parametrize("mode", ["compiled", "numpy"])
+def test_empty_parameters_first_or_alone_in_an_arena(monkeypatch, mode):
+    """A zero-size parameter as an arena's first (or only) slot gets views and survives a fused step."""
+    monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, mode)
+    arena = Arena(mx.cpu(0), np.float32)
+    empty = arena.add(0, (0, 4))
+    assert empty.data._data.shape == (0, 4) and empty.grad._data.shape == (0, 4)
+    updater = ArenaUpdater(mx.optimizer.create("adam", learning_rate=0.1), arena, 0)
+    updater.step([(0, empty)])  # an arena holding only an empty parameter
+    full = arena.add(1, (3,))
+    full.data._data[...] = 1.0
+    full.grad._data[...] = 0.5
+    updater.step([(0, empty), (1, full)])
+    np.testing.assert_allclose(full.data._data, 0.9, rtol=1e-6)
