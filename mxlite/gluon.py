@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from . import data, loss, metric, model_zoo, nn, rnn
+from . import data, loss, metric, model_zoo, nn, rnn, trainer
 from ._copy import as_host
 from .autograd.tensor import Tensor
-from .nn import Block, Constant, HybridBlock, Parameter
+from .nn import Block, Constant, HybridBlock, Parameter, block, parameter  # and MXNet's gluon.block/.parameter
 from .parallel import split_and_load, split_data
 from .trainer import Trainer
 
@@ -78,8 +78,9 @@ for _name, _module in {"data": data, "data.vision": data.vision, "data.vision.tr
                        "data.vision.datasets": data.vision.datasets, "data.batchify": data.batchify,
                        "data.sampler": data.sampler, "data.dataset": data.dataset, "data.dataloader": data.dataloader,
                        "nn": nn, "loss": loss, "metric": metric, "utils": utils, "rnn": rnn,
-                       "model_zoo": model_zoo, "model_zoo.vision": model_zoo.vision}.items():
+                       "model_zoo": model_zoo, "model_zoo.vision": model_zoo.vision, "block": block,
+                       "parameter": parameter, "trainer": trainer}.items():
     sys.modules.setdefault(f"{__name__}.{_name}", _module)  # type: ignore[arg-type]
 
-__all__ = ["Block", "Constant", "HybridBlock", "Parameter", "Trainer", "clip_global_norm", "data", "loss", "metric",
-           "model_zoo", "nn", "rnn", "utils"]
+__all__ = ["Block", "Constant", "HybridBlock", "Parameter", "Trainer", "block", "clip_global_norm", "data", "loss",
+           "metric", "model_zoo", "nn", "parameter", "rnn", "trainer", "utils"]

@@ -12,10 +12,15 @@ from typing import Any, TypeVar
 from .npx import is_np_array, is_np_shape, reset_np, set_np
 from .numpy_api import np_shape
 
-__all__ = ["is_np_array", "is_np_shape", "np_array", "np_shape", "reset_np", "set_np", "use_np", "use_np_array",
-           "use_np_shape"]
+__all__ = ["is_np_array", "is_np_shape", "np_array", "np_shape", "reset_np", "set_np", "set_np_shape", "use_np",
+           "use_np_array", "use_np_shape"]
 
 T = TypeVar("T")
+
+
+def set_np_shape(active: bool) -> bool:
+    """MXNet's global switch of NumPy shape semantics: they are always on, so this returns True (the previous state)."""
+    return True
 
 
 def np_array(active: bool = True) -> Any:

@@ -23,3 +23,13 @@ def test_util_scopes_decorators_and_queries_are_accepted():
     mx.util.set_np()
     mx.util.reset_np()
     assert mx.util.is_np_array()
+
+
+def test_gluon_submodules_import_as_in_mxnet():
+    from mxlite.gluon.block import HybridBlock
+    from mxlite.gluon.parameter import DeferredInitializationError, Parameter
+    from mxlite.gluon.trainer import Trainer
+
+    assert HybridBlock is mx.gluon.HybridBlock and Parameter is mx.gluon.Parameter and Trainer is mx.gluon.Trainer
+    assert DeferredInitializationError is mx.gluon.parameter.DeferredInitializationError
+    assert mx.util.set_np_shape(True) is True
