@@ -182,6 +182,21 @@ __device__ __forceinline__ void for_each_element(T *weight, const G *grad, float
     for_each_weight(weight, master, c, [&](float &w, long long i) { update(w, to_f32(grad[i + c.gshift]), i); });
 }
 
+// Adam's moments of element i, stored back and returned: m = b1*m + (1-b1)*G, v = b2*v + (1-b2)*G^2
+// (Adam, AdamW, Nadam and LAMB's first phase).
+struct Moments {
+    float m, v;
+};
+
+__device__ __forceinline__ Moments adam_moments(float *mean, float *var, long long i, float g, float beta1,
+                                                float one_minus_beta1, float beta2, float one_minus_beta2) {
+    const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
+    const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*G^2
+    mean[i] = m;
+    var[i] = v;
+    return Moments{m, v};
+}
+
 // Two float sums, for the per-parameter norms of LAMB and LARS.
 struct SumPair {
     float a, b;
@@ -287,10 +302,7 @@ __global__ void adam_update(T *__restrict__ weight, const G *__restrict__ grad, 
     const float lr_t = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
-        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*G^2
-        mean[i] = m;
-        var[i] = v;
+        const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
         w -= lr_t * m / (sqrtf(v) + epsilon);                     // w -= lr_t*m/(sqrt(v)+eps)
     });
 }
@@ -305,10 +317,7 @@ __global__ void adamw_update(T *__restrict__ weight, const G *__restrict__ grad,
     const float eta = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, 0.0f);
-        const float m = beta1 * mean[i] + one_minus_beta1 * g;
-        const float v = beta2 * var[i] + one_minus_beta2 * g * g;
-        mean[i] = m;
-        var[i] = v;
+        const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
         w -= eta * (m / (sqrtf(v) + epsilon) + wd * w);  // w -= eta*(m/(sqrt(v)+eps) + wd*w)
     });
 }
@@ -326,10 +335,7 @@ __global__ void nadam_update(T *__restrict__ weight, const G *__restrict__ grad,
     const float b = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, wd);
-        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*G
-        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*G^2
-        mean[i] = m;
-        var[i] = v;
+        const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
         w -= (a * m + b * g) / (sqrtf(v / c2) + epsilon);         // w -= (a*m + b*G)/(sqrt(v/c2)+eps)
     });
 }
@@ -470,10 +476,7 @@ __global__ void lamb_phase1(const T *__restrict__ weight, const G *__restrict__ 
     const float wd = seg_hp[HP * c.seg + 1], c1 = seg_hp[HP * c.seg + 2], c2 = seg_hp[HP * c.seg + 3];
     sum_norms_into(&seg_sums[2 * c.seg], weight, master, c, [&](float w, long long i) {
         const float g = effective_grad(to_f32(grad[i + c.gshift]), w, rescale, clip, 0.0f);
-        const float m = beta1 * mean[i] + one_minus_beta1 * g;     // m = b1*m + (1-b1)*g
-        const float v = beta2 * var[i] + one_minus_beta2 * g * g;  // v = b2*v + (1-b2)*g^2
-        mean[i] = m;
-        var[i] = v;
+        const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
         const float u = (m / c1) / (sqrtf(v / c2) + epsilon) + wd * w;
         return SumPair{w * w, u * u};                              // ||w||^2, ||u||^2
     });

@@ -23,6 +23,7 @@ from mxlite.optimizer import _fused
 from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment
 from mxlite.optimizer._fused_rules import fused_rule
 from tests.test_fused_update import FUSED, _bf16_bits, _bf16_value, _optimizer
+from tests.training_helpers import random_backward
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(mx.num_gpus() < 2, reason="needs 2 GPUs (or the emulation)")]
 
@@ -43,13 +44,7 @@ def _net(devices):
 
 
 def _backward(net, devices, rng):
-    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
-    x = rng.standard_normal((16, 20)).astype(np.float32)
-    y = rng.integers(0, 10, 16).astype(np.float32)
-    xs, ys = mx.split_and_load(x, devices), mx.split_and_load(y, devices)
-    with mx.autograd.record():
-        losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
-    mx.autograd.backward(losses)
+    random_backward(net, devices, rng, 16, 20, 10)
 
 
 def _step_counts(kvstore, compression, optimizer="adam"):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from tests.training_helpers import random_backward
 
 pytestmark = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
@@ -83,15 +84,9 @@ def _train(devices, kvstore, compression=None, steps=4):
     net.initialize(mx.init.Xavier(), device=devices)
     trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01}, kvstore=kvstore,
                          compression_params=compression, bucket_bytes=4096)
-    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
     rng = np.random.default_rng(1)
     for _ in range(steps):
-        x = rng.standard_normal((16, 20)).astype(np.float32)
-        y = rng.integers(0, 10, 16).astype(np.float32)
-        xs, ys = mx.split_and_load(x, devices), mx.split_and_load(y, devices)
-        with mx.autograd.record():
-            losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
-        mx.autograd.backward(losses)
+        random_backward(net, devices, rng, 16, 20, 10)
         trainer.step(16)
     return {k: [d.asnumpy() for d in p.list_data()] for k, p in net.collect_params().items()}
 

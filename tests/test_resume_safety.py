@@ -26,6 +26,7 @@ import pytest
 import mxlite as mx
 from mxlite.optimizer.updater import pack_states, unpack_states
 from tests.mpi_helpers import ROOT, mpirun, needs_mpi
+from tests.training_helpers import random_backward
 
 WORKER = os.path.join(ROOT, "tests", "resume_worker.py")
 ONE, TWO = [mx.cpu(0)], [mx.cpu(0), mx.cpu(1)]
@@ -39,15 +40,8 @@ def _net(devices, seed=0):
 
 
 def _train(net, trainer, devices, steps):
-    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
     for k in steps:
-        rng = np.random.default_rng(k)
-        x = rng.standard_normal((4, 5)).astype(np.float32)
-        y = rng.integers(0, 3, 4).astype(np.float32)
-        xs, ys = mx.split_and_load(x, devices), mx.split_and_load(y, devices)
-        with mx.autograd.record():
-            losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
-        mx.autograd.backward(losses)
+        random_backward(net, devices, np.random.default_rng(k), 4, 5, 3)
         trainer.step(4)
 
 

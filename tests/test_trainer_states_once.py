@@ -20,6 +20,7 @@ import pytest
 import mxlite as mx
 from mxlite._serialization import is_mxnet_file, load_arrays, save_mxnet_arrays
 from tests.test_checkpoint_load_once import _count_opens
+from tests.training_helpers import random_backward
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 
@@ -39,15 +40,9 @@ def _trainer(net, on_kvstore=True):
 
 def _train(net, trainer, steps, seed=1):
     rng = np.random.default_rng(seed)
-    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
     for _ in range(steps):
-        x = rng.standard_normal((8, 5)).astype(np.float32)
-        y = rng.integers(0, 3, 8).astype(np.float32)
-        xs, ys = mx.split_and_load(x, DEVICES), mx.split_and_load(y, DEVICES)
-        with mx.autograd.record():
-            losses = [loss_fn(net(a), b) for a, b in zip(xs, ys)]
-        mx.autograd.backward(losses)
-        trainer.step(len(x))
+        random_backward(net, DEVICES, rng, 8, 5, 3)
+        trainer.step(8)
 
 
 def _params(net):

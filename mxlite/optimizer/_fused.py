@@ -411,6 +411,14 @@ def _nag_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs:
     w += tmp
 
 
+def _decay_add_square(acc: np.ndarray, x: np.ndarray, rho: float, tmp: np.ndarray) -> None:
+    """``acc = rho*acc + ((1-rho)*x)*x`` in place (RMSProp's and AdaDelta's running squares), ``tmp`` scratch."""
+    acc *= _f(rho)
+    np.multiply(x, _f(1.0 - rho), out=tmp)
+    tmp *= x
+    acc += tmp
+
+
 def _descend_by_root(w: np.ndarray, G: np.ndarray, acc: np.ndarray, lr: float, eps: float, tmp: np.ndarray,
                      step: np.ndarray) -> None:
     """``w -= (lr*G)/(sqrt(acc) + eps)`` in the kernels' operation order, through the scratch ``tmp``, ``step``."""
@@ -436,10 +444,7 @@ def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarr
     lr, wd, rho, eps, clip_w = p
     G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
     tmp, step = bufs[1], bufs[2]
-    n *= _f(rho)                                                         # n = rho*n + ((1-rho)*G)*G
-    np.multiply(G, _f(1.0 - rho), out=tmp)
-    tmp *= G
-    n += tmp
+    _decay_add_square(n, G, rho, tmp)                                    # n = rho*n + ((1-rho)*G)*G
     _descend_by_root(w, G, n, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(n) + eps)
     if clip_w is not None:
         np.clip(w, -_f(clip_w), _f(clip_w), out=w)                       # w = clip(w, +-c_w)
@@ -451,20 +456,14 @@ def _adadelta_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any
     acc_g, acc_delta = state
     G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
     tmp, d = bufs[1], bufs[2]
-    acc_g *= _f(rho)                                                     # Eg = rho*Eg + ((1-rho)*G)*G
-    np.multiply(G, _f(1.0 - rho), out=tmp)
-    tmp *= G
-    acc_g += tmp
+    _decay_add_square(acc_g, G, rho, tmp)                                # Eg = rho*Eg + ((1-rho)*G)*G
     np.add(acc_delta, _f(eps), out=d)                                    # d = (sqrt(Ed + eps)/sqrt(Eg + eps))*G
     np.sqrt(d, out=d)
     np.add(acc_g, _f(eps), out=tmp)
     np.sqrt(tmp, out=tmp)
     d /= tmp
     d *= G
-    acc_delta *= _f(rho)                                                 # Ed = rho*Ed + ((1-rho)*d)*d
-    np.multiply(d, _f(1.0 - rho), out=tmp)
-    tmp *= d
-    acc_delta += tmp
+    _decay_add_square(acc_delta, d, rho, tmp)                            # Ed = rho*Ed + ((1-rho)*d)*d
     d *= _f(lr)                                                          # w -= lr*d
     w -= d
 
