@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import mxlite as mx
-from mxlite._kernels import CPU_KERNELS_ENV
+from mxlite.device.kernels import CPU_KERNELS_ENV
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import ParameterStore

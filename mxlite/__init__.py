@@ -14,7 +14,6 @@ from . import (
     amp,
     autograd,
     checkpoint,
-    context,
     data,
     datasets,
     gluon,  # noqa: E402,I001 - gluon re-exports the modules above
@@ -36,8 +35,8 @@ from ._creation import arange, array, empty, from_dlpack, from_numpy, full, ones
 from .autograd import nn_ops, ops
 from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
-from .context import Context, current_context
-from .device import Device, DeviceUnavailableError, cpu, current_device, gpu, gpu_devices, num_gpus
+from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
+from .device.context import Context, current_context
 from .numpy_api import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
 from .parallel import DataParallelExecutor, split_and_load, split_data
 from .trainer import Trainer

@@ -37,7 +37,7 @@ def tensors(*xs: Any) -> list[Tensor]:
 
 def device_arg(device: Any, ctx: Any, where: str) -> Device:
     """The device from ``device=``/``ctx=`` (the current device when neither)."""
-    from .context import pick_device  # noqa: PLC0415
+    from .device.context import pick_device  # noqa: PLC0415
 
     return as_device(pick_device(device, ctx, where=where))
 

@@ -24,7 +24,7 @@ from typing import IO
 import numpy as np
 
 from . import _mxnet_format
-from ._copy import as_host  # re-exported: device-to-host reads live in the device layer
+from .device.copy import as_host  # re-exported: device-to-host reads live in the device layer
 
 __all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host",
            "is_mxnet_file", "load_mxnet_arrays", "save_mxnet_arrays"]

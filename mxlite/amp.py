@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._copy import as_host
+from .device.copy import as_host
 
 __all__ = ["LossScaler", "all_gradients_finite", "gradients_finite", "init", "init_trainer", "scale_loss", "unscale"]
 

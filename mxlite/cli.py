@@ -19,11 +19,11 @@ def _version(module: str) -> str:
 def info() -> None:
     """Print versions and what this machine offers: devices, CUDA, NCCL, MPI."""
     import mxlite  # noqa: PLC0415
-    from mxlite import device  # noqa: PLC0415
+    from mxlite.device import cuda_status  # noqa: PLC0415
 
     print(f"mxlite {mxlite.__version__}  (python {platform.python_version()}, {platform.platform()})")
     print(f"numpy  {_version('numpy')}")
-    cupy, count, reason = device._cupy_status()
+    cupy, count, reason = cuda_status()
     print(f"cupy   {_version('cupy') if cupy else 'not installed'}")
     if cupy is not None and count:
         rt = cupy.cuda.runtime
@@ -41,7 +41,7 @@ def info() -> None:
     else:
         print(f"GPUs   none: {reason}")
     print(f"mpi4py {_version('mpi4py')}")
-    from mxlite._kernels import cpu_kernels_status  # noqa: PLC0415
+    from mxlite.device.kernels import cpu_kernels_status  # noqa: PLC0415
 
     print(f"CPU optimizer update: {cpu_kernels_status()}")
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import data, loss, metric, model_zoo, nn, rnn, trainer
-from ._copy import as_host
 from .autograd.tensor import Tensor
+from .device.copy import as_host
 from .nn import Block, Constant, HybridBlock, Parameter, block, parameter  # and MXNet's gluon.block/.parameter
 from .parallel import split_and_load, split_data
 from .trainer import Trainer

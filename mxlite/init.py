@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._copy import as_host
+from .device.copy import as_host
 from .random import host_generator
 
 __all__ = ["Initializer", "Zero", "One", "Constant", "Uniform", "Normal", "Xavier", "create", "register"]

@@ -11,8 +11,8 @@ from ._array_common import reshape_npx, shape_arg, tensor, tensors, waitall
 from .autograd import nn_ops as _nn
 from .autograd import ops as _ops
 from .autograd.tensor import Tensor
-from .context import current_context
 from .device import cpu, current_device, gpu, num_gpus
+from .device.context import current_context
 
 __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
            "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from . import autograd
-from ._copy import as_host
 from ._creation import array
 from .autograd.tensor import Tensor
-from .context import pick_devices
 from .device import Device, as_device
+from .device.context import pick_devices
+from .device.copy import as_host
 
 __all__ = ["split_data", "split_and_load", "slice_sizes", "DataParallelExecutor"]
 

@@ -19,13 +19,13 @@ import sys
 import numpy as np
 
 import mxlite as mx
-import mxlite.comm.mpi as mpi_comm
+import mxlite.device.topology as topology
 
 
 def main(out: str) -> None:
     per_node = int(os.environ.get("MXLITE_TEST_RANKS_PER_NODE", "0"))
     if per_node:
-        mpi_comm.node_communicator = lambda world: world.Split(color=world.Get_rank() // per_node,
+        topology.node_communicator = lambda world: world.Split(color=world.Get_rank() // per_node,
                                                               key=world.Get_rank())
     devices = mx.gpu_devices()
     kv = mx.kv.create("dist_sync")
@@ -46,7 +46,7 @@ def main(out: str) -> None:
     comm_devices = [str(d) for comm, _ in trainer._syncs.values() for d in comm.devices]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "size": kv.num_workers, "local_rank": kv.local_rank,
-                   "local": list(mpi_comm.local_rank_and_size()), "devices": [str(d) for d in devices],
+                   "local": list(topology.local_rank_and_size()), "devices": [str(d) for d in devices],
                    "comm_devices": comm_devices, "num_workers": trainer.num_workers}, f)
     np.savez(os.path.join(out, f"rank{rank}.npz"),
              **{k: p.data(devices[0]).asnumpy() for k, p in net.collect_params().items()})

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mxlite as mx
-from mxlite import device as mx_device
 from mxlite import lr_scheduler as lrs
 from mxlite.autograd import nn_ops, ops
+from mxlite.device import devices as mx_device
 from mxlite.nn.parameter import DeferredInitializationError
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]

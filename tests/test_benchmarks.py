@@ -164,7 +164,7 @@ def test_bench_gpu_model_counts_every_configuration(tmp_path, capsys):
     """bench_gpu_model.py on the emulated GPUs at toy sizes: the promised keys, the structural targets."""
     import mxlite as mx  # noqa: PLC0415
 
-    if mx.device._emulated_gpus() < 2:
+    if mx.device.devices._emulated_gpus() < 2:
         pytest.skip("counts come from the GPU emulation (MXLITE_EMULATE_GPUS >= 2)")
     bench = _load("bench_gpu_model")
     out = tmp_path / "gpu_model.json"

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _kernels
 from mxlite.autograd import _conv_kernels as ck
 from mxlite.autograd import nn_ops
+from mxlite.device import kernels as _kernels
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]

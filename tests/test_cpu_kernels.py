@@ -1,7 +1,7 @@
 """CPU devices run the fused optimizer kernels compiled for the host: the same results as the NumPy twins.
 
 ``kernels/optimizers.cu`` built by g++ with one thread per block (the serial build of
-``mxlite._hostcuda``) is what a CPU device's :class:`~mxlite.optimizer._arena.ArenaUpdater` runs by
+``mxlite.device._hostcuda``) is what a CPU device's :class:`~mxlite.optimizer._arena.ArenaUpdater` runs by
 default. Every elementwise rule must give the NumPy twin's weights and states bit for bit (same
 float32 operations in the same order, vectorised), in float32 and in float16 with and without
 float32 master weights, with NaN and infinite gradients too. LAMB and LARS sum their norms in
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _hostcuda, _kernels
+from mxlite.device import _hostcuda
+from mxlite.device import kernels as _kernels
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import Arena

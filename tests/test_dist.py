@@ -77,9 +77,9 @@ def test_two_ranks_train_like_one_process(tmp_path, variant):
 def test_two_ranks_on_one_gpu_each_train_like_one_process(tmp_path, variant):
     """One GPU per rank, GPU buffers over NCCL (the emulated GPUs' NCCL double over MPI where no GPU is
     present): the parameters of one process on two devices, as on the CPU path."""
-    if mx.device._emulated_gpus() == 0 and mx.num_gpus() < 1:
+    if mx.device.devices._emulated_gpus() == 0 and mx.num_gpus() < 1:
         pytest.skip("needs a GPU per rank (real, or MXLITE_EMULATE_GPUS)")
-    gpus_per_rank = {"MXLITE_EMULATE_GPUS": "1"} if mx.device._emulated_gpus() else {}
+    gpus_per_rank = {"MXLITE_EMULATE_GPUS": "1"} if mx.device.devices._emulated_gpus() else {}
     result = _mpirun(2, WORKER, "train", str(tmp_path), variant, "gpu", **gpus_per_rank)
     ranks = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)]
     two_devices = _single_process([mx.cpu(0), mx.cpu(1)], variant)

@@ -234,8 +234,8 @@ def test_rawmodule_launch_rules(cp, stub_hostcuda):
 
 
 def test_rawmodule_with_the_real_host_build(cp):
-    """A kernel compiled by mxlite._hostcuda (g++) runs through the double's launch checks."""
-    hostcuda = pytest.importorskip("mxlite._hostcuda")
+    """A kernel compiled by mxlite.device._hostcuda (g++) runs through the double's launch checks."""
+    hostcuda = pytest.importorskip("mxlite.device._hostcuda")
     src = ('extern "C" __global__ void twice(const float* x, float* y, int n) {'
            " int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }")
     try:

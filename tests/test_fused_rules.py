@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _kernels
+from mxlite.device import kernels as _kernels
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.optimizer._fused_rules import fused_rule
 from mxlite.store import Arena

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _kernels
+from mxlite.device import kernels as _kernels
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment

@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _copy, _creation, _kernels
-from mxlite import device as device_module
+from mxlite import _creation
 from mxlite.data.dataloader import default_batchify_fn
+from mxlite.device import copy as _copy
+from mxlite.device import devices as device_module
+from mxlite.device import kernels as _kernels
 from mxlite.optimizer import _fused
 from mxlite.optimizer._fused import HP, ArenaPlan, Segment, one_minus
 from mxlite.optimizer._fused_rules import fused_rule

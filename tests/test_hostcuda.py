@@ -1,4 +1,4 @@
-"""The host CUDA build (mxlite._hostcuda): g++-compiled kernels launched like CuPy's RawKernel.
+"""The host CUDA build (mxlite.device._hostcuda): g++-compiled kernels launched like CuPy's RawKernel.
 
 Small kernels written here check the emulated built-ins (barriers, shuffles, shared memory,
 atomics, indices, half types, inline PTX), the scheduler (seeded interleaving, deadlock
@@ -19,8 +19,8 @@ import warnings
 import numpy as np
 import pytest
 
-from mxlite import _hostcuda as hostcuda
-from mxlite._hostcuda import (
+from mxlite.device import _hostcuda as hostcuda
+from mxlite.device._hostcuda import (
     HostCudaBuildError,
     HostCudaLaunchError,
     HostCudaSetupError,
@@ -548,7 +548,7 @@ def test_ucontext_fallback_scheduler(reduce_module: HostModule) -> None:
 
 # -- the project's kernels -------------------------------------------------------------------------------
 def _project_module(filename: str, names: tuple[str, ...]) -> HostModule:
-    from mxlite._kernels import _NVRTC_OPTIONS, kernel_source
+    from mxlite.device.kernels import _NVRTC_OPTIONS, kernel_source
 
     return HostModule(kernel_source(filename), _NVRTC_OPTIONS, names, name=f"kernels/{filename}")
 

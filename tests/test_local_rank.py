@@ -27,7 +27,7 @@ WORKER = os.path.join(ROOT, "tests", "local_rank_worker.py")
 
 
 def _gpu_env() -> dict[str, str]:
-    if mx.device._emulated_gpus() == 0:
+    if mx.device.devices._emulated_gpus() == 0:
         pytest.skip("runs on emulated GPUs (MXLITE_EMULATE_GPUS)")
     return {"MXLITE_EMULATE_GPUS": "2"}
 

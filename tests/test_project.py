@@ -18,7 +18,7 @@ KERNELS = sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu")))
 def test_kernel_compiles_to_ptx(source, tmp_path):
     """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left), and keeps
     its per-thread arrays in registers (no local memory: e.g. the optimizers' partial norm sums)."""
-    from mxlite._kernels import _NVRTC_OPTIONS
+    from mxlite.device.kernels import _NVRTC_OPTIONS
 
     ptx = tmp_path / "k.ptx"
     result = subprocess.run(["nvcc", "--ptx", *_NVRTC_OPTIONS, "-arch=sm_80", source, "-o", str(ptx)],

@@ -167,7 +167,7 @@ def test_a_rank_hanging_before_a_checkpoint_collective_ends_the_job_after_the_ti
     if mode == "hang_nccl_id":
         if mx.num_gpus() == 0:
             pytest.skip("needs a GPU per rank (real, or MXLITE_EMULATE_GPUS)")
-        gpus = {"MXLITE_EMULATE_GPUS": "1"} if mx.device._emulated_gpus() else {}
+        gpus = {"MXLITE_EMULATE_GPUS": "1"} if mx.device.devices._emulated_gpus() else {}
     start = time.monotonic()
     result = mpirun(2, WORKER, mode, str(tmp_path), timeout=60, MXLITE_COLLECTIVE_TIMEOUT="2", **gpus)
     elapsed = time.monotonic() - start

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _kernels
+from mxlite.device import kernels as _kernels
 from mxlite.optimizer import _fused
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._kernels import cpu_kernels_enabled, get_kernel
 from ..device import device_of
+from ..device.kernels import cpu_kernels_enabled, get_kernel
 
 __all__ = ["KERNEL_FILE", "col2im", "enabled", "geometry", "im2col", "max_pool_backward"]
 
@@ -46,7 +46,7 @@ def enabled(xp: Any, dtype: Any, nd: int) -> bool:
 
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
-        mxlite._hostcuda.HostCudaError: ``MXLITE_CPU_KERNELS=compiled`` and the host build is impossible.
+        mxlite.device._hostcuda.HostCudaError: ``MXLITE_CPU_KERNELS=compiled`` and the host build is impossible.
     """
     if nd > _MAX_ND or np.dtype(dtype).name not in _TYPE_NAMES:
         return False

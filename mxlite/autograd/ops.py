@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
-from .._copy import copy_between
+from ..device.copy import copy_between
 from .tensor import Tensor, _describe, _index_key, _result, _unbroadcast
 
 __all__ = [

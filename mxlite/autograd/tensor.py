@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
-from .._copy import copy_between
+from ..device.copy import copy_between
 from . import _state
 
 Array = Any  # numpy.ndarray or cupy.ndarray

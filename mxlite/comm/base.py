@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import copy_between
 from ..device import Device
+from ..device.copy import copy_between
 
 __all__ = ["Communicator", "Work"]
 

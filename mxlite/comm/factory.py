@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from ..device import Device
+from ..device.topology import launched_by_mpi
 from . import faults
 from .base import Communicator
 from .local import LocalCommunicator
@@ -16,14 +16,6 @@ __all__ = ["create", "launched_by_mpi", "DIST_TYPES", "LOCAL_TYPES"]
 
 LOCAL_TYPES = ("local", "device", "nccl")
 DIST_TYPES = ("dist_sync", "dist_sync_device", "dist_device_sync", "dist_async")
-
-# Environment variables that MPI launchers set in every rank (MPICH/Hydra, Open MPI, Slurm's PMI).
-_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")
-
-
-def launched_by_mpi() -> bool:
-    """Whether this process was started by an MPI launcher (mpiexec, mxlite launch, srun)."""
-    return any(v in os.environ for v in _RANK_VARIABLES)
 
 
 def create(kind: str, devices: Sequence[Device]) -> Communicator:

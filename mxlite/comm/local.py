@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import as_host
+from ..device.copy import as_host
 from .base import DONE, Communicator, Work
 
 __all__ = ["LocalCommunicator"]

@@ -18,61 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import as_host
 from ..device import Device
+from ..device.copy import as_host
+from ..device.topology import local_rank_and_size, mpi_module, node_communicator
 from . import faults
 from .base import DONE, Communicator, Work
 
 __all__ = ["MpiCommunicator", "local_rank_and_size", "mpi_module", "node_communicator", "timed_barrier",
            "timed_bcast_bytes"]
-
-
-def mpi_module() -> Any:
-    """``mpi4py.MPI``; RuntimeError saying how to install it when it is missing."""
-    try:
-        from mpi4py import MPI  # noqa: PLC0415 - optional dependency, loaded on first use
-    except ImportError as exc:
-        raise RuntimeError("multi-process training needs mpi4py and an MPI library: "
-                           "pip install 'mxlite[mpi]' (mpi4py and the mpich wheel)") from exc
-    return MPI
-
-
-def node_communicator(world: Any) -> Any:
-    """The processes of ``world`` that share this node's memory: ``Split_type(COMM_TYPE_SHARED)``.
-
-    Ranks keep their order (``key`` = world rank), so local rank 0 is the node's lowest world rank.
-    A collective over ``world``.
-    """
-    mpi = mpi_module()
-    return world.Split_type(mpi.COMM_TYPE_SHARED, key=world.Get_rank())
-
-
-_local: tuple[int, int] | None = None
-
-
-def local_rank_and_size() -> tuple[int, int]:
-    """(local rank, processes on this node) of this process within ``COMM_WORLD``, from an MPI split.
-
-    The node's processes are those :func:`node_communicator` groups (MPI's shared-memory split, not
-    launcher variables, which differ between MPICH, Open MPI and Slurm). Computed once per process:
-    the first call is a collective over ``COMM_WORLD``, so every rank must make it (``mx.gpu_devices()``
-    and creating a 'dist_*' KVStore make it; call them on every rank alike).
-
-    Raises:
-        RuntimeError: mpi4py is not installed.
-    """
-    global _local
-    if _local is None:
-        world = mpi_module().COMM_WORLD
-        if world.Get_size() == 1:
-            _local = (0, 1)
-        else:
-            node = node_communicator(world)
-            try:
-                _local = (node.Get_rank(), node.Get_size())
-            finally:
-                node.Free()
-    return _local
 
 
 def timed_barrier(comm: Any, what: str = "barrier") -> None:

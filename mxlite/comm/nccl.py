@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import as_host
 from ..device import Device
+from ..device.copy import as_host
 from .base import Communicator, Work
 from .mpi import timed_barrier, timed_bcast_bytes
 

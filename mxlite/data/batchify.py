@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import as_host
 from ..autograd.tensor import Tensor
 from ..device import cpu
+from ..device.copy import as_host
 
 __all__ = ["Append", "AsList", "Group", "Pad", "Stack", "Tuple"]
 

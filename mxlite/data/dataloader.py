@@ -63,9 +63,9 @@ from typing import Any
 import numpy as np
 
 from .. import random as _mxrandom
-from .._copy import as_host
 from ..autograd.tensor import Tensor
 from ..device import Device, as_device, cpu
+from ..device.copy import as_host
 from . import sampler as _sampler
 from .dataset import Dataset
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .._copy import as_host
 from ..autograd.tensor import Tensor
+from ..device.copy import as_host
 
 __all__ = ["ArrayDataset", "Dataset", "SimpleDataset"]
 

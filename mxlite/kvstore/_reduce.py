@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from .. import sparse
-from .._copy import as_host, copy_between
 from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..device import Device
+from ..device.copy import as_host, copy_between
 
 __all__ = ["dense_sum", "row_sparse_sum", "allgather_row_sparse", "host"]
 

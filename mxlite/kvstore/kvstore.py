@@ -65,12 +65,12 @@ import numpy as np
 
 from .. import comm as _comm
 from .. import sparse
-from .._copy import copy_between
 from .._serialization import atomic_write
 from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..comm.mpi import mpi_module
 from ..device import Device, cpu
+from ..device.copy import copy_between
 from ..optimizer.optimizer import Optimizer
 from ..optimizer.updater import Updater, get_updater
 from . import _reduce, _states

@@ -9,7 +9,7 @@ the per-parameter values (learning rate, weight decay, ...) from a small table, 
 per parameter, that the host refreshes before each launch (:class:`Launcher`).
 
 On a CPU device the same kernels run compiled for the host (the serial build of
-:mod:`mxlite._hostcuda`: one thread per block, the block loop vectorised by g++) when
+:mod:`mxlite.device._hostcuda`: one thread per block, the block loop vectorised by g++) when
 :func:`mxlite._kernels.cpu_kernels_enabled` says they can. Otherwise, and always with
 ``MXLITE_CPU_KERNELS=numpy``, the NumPy twins do the same math: the reference the kernels are
 tested against. The twin of most kernels is the rule's own
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .._kernels import cpu_kernels_enabled, get_kernel
 from ..device import Device
+from ..device.kernels import cpu_kernels_enabled, get_kernel
 
 __all__ = ["CHUNK", "GRAD_TYPES", "HP", "KERNELS", "TWIN_CHUNK", "ArenaPlan", "Launcher", "Segment", "adam_twin",
            "one_minus", "sgd_twin", "step_segments"]

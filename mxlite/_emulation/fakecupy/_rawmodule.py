@@ -1,5 +1,5 @@
 """``cupy.RawModule`` / ``cupy.RawKernel``: CUDA C++ compiled for the host by
-:mod:`mxlite._hostcuda`, launched under the emulation's rules.
+:mod:`mxlite.device._hostcuda`, launched under the emulation's rules.
 
 A launch checks every device-array argument: it must live on the current device (rule 1), a ``const T*``
 parameter is a read and any other pointer a write, on the launch stream (``stream=`` or the current
@@ -19,7 +19,7 @@ __all__ = ["RawModule", "RawKernel"]
 
 
 def _host_module(code: str, options: tuple, name_expressions: Any) -> Any:
-    from mxlite import _hostcuda as hostcuda  # noqa: PLC0415 - built by g++ on first use
+    from mxlite.device import _hostcuda as hostcuda  # noqa: PLC0415 - built by g++ on first use
 
     return hostcuda.HostModule(code, tuple(options), None if name_expressions is None else tuple(name_expressions))
 

@@ -71,7 +71,7 @@ Warnings:
 
 from __future__ import annotations
 
-from ..._copy import copy_between  # noqa: F401 - the exchange's copies go through the device layer (codecs)
+from ...device.copy import copy_between  # noqa: F401 - the exchange's copies go through the device layer (codecs)
 from .codecs import Codec
 from .kernels import (
                       _ALL_NAMES,

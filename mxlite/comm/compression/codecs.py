@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._copy import as_host, copy_between
 from ...device import Device, device_of
+from ...device.copy import as_host, copy_between
 from ..base import Communicator
 from .kernels import (
     _check_residual,

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._kernels import get_kernel
 from ...device import Device, device_of
+from ...device.kernels import get_kernel
 
 __all__ = ["quantize_2bit", "dequantize_2bit", "topk_count", "topk_select", "threshold_select", "to_wire",
            "from_wire", "scatter_add_message", "threshold_select_on_device"]

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ... import random as _random
-from ..._copy import as_host
 from ...autograd.tensor import Tensor
 from ...device import cpu
+from ...device.copy import as_host
 
 __all__ = ["CenterCrop", "Cast", "Compose", "HybridCompose", "Normalize", "RandomBrightness", "RandomContrast",
            "RandomFlipLeftRight", "RandomFlipTopBottom", "RandomResizedCrop", "Resize", "ToTensor", "imresize"]

@@ -6,7 +6,7 @@ reads the text and compiles it with NVRTC, naming every template instantiation i
 (``name_expressions``) so that mangled names resolve.
 
 CPU devices run the same source compiled by g++ with one thread per block (the serial build of
-:mod:`mxlite._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed. That needs
+:mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed. That needs
 g++ and CUDA's half-precision headers (the ``cpu`` extra); :func:`cpu_kernels_enabled` decides,
 from ``MXLITE_CPU_KERNELS``, whether a CPU device uses it or the kernels' NumPy twins.
 
@@ -24,14 +24,15 @@ import os
 import warnings
 from typing import Any
 
-from .device import Device
+from .devices import Device
 
 __all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
 
-_REPO_KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPO_KERNELS = os.path.join(_REPO_ROOT, "kernels")
 # C++17 for the kernels' templates and lambdas; --fmad=false: no a*b + c contraction (module docstring).
 _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
@@ -84,13 +85,13 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
     """The kernel ``name_expression`` (e.g. ``'adam_update<float>'``) of ``filename`` on ``device``.
 
     On a GPU a CuPy RawKernel; on a CPU device the serial host build's kernel
-    (:class:`mxlite._hostcuda.HostKernel`, launched with ``block=1``). ``all_names`` lists every
+    (:class:`mxlite.device._hostcuda.HostKernel`, launched with ``block=1``). ``all_names`` lists every
     instantiation the file is compiled for, so one compilation per (file, device) serves them all.
     The kernel object is made once per (file, name, device) and reused by every launch.
 
     Raises:
         ValueError: ``name_expression`` is not in ``all_names``.
-        mxlite._hostcuda.HostCudaError: on a CPU device, the host build is not possible (no g++,
+        mxlite.device._hostcuda.HostCudaError: on a CPU device, the host build is not possible (no g++,
             no CUDA headers) or failed; :func:`cpu_kernels_enabled` checks this first.
     """
     all_names = tuple(all_names)
@@ -126,11 +127,11 @@ def cpu_kernels_enabled(filename: str, all_names: tuple[str, ...]) -> bool:
     ``MXLITE_CPU_KERNELS`` decides: ``auto`` (the default) compiles when it can and otherwise falls
     back to the twins with one warning per process naming the reason; ``compiled`` requires the
     compiled kernels; ``numpy`` always runs the twins (the reference the kernels are tested against).
-    The first call per file builds it (a few seconds; cached on disk by :mod:`mxlite._hostcuda`).
+    The first call per file builds it (a few seconds; cached on disk by :mod:`mxlite.device._hostcuda`).
 
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has another value.
-        mxlite._hostcuda.HostCudaError: mode ``compiled`` and the build is not possible or failed.
+        mxlite.device._hostcuda.HostCudaError: mode ``compiled`` and the build is not possible or failed.
     """
     mode = _cpu_mode()
     if mode == "numpy":

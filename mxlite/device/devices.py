@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .topology import launched_by_mpi, local_rank_and_size
+
 __all__ = [
     "Device",
     "DeviceUnavailableError",
@@ -36,6 +38,7 @@ __all__ = [
     "current_device",
     "device_of",
     "EMULATE_GPUS_ENV",
+    "cuda_status",
 ]
 
 EMULATE_GPUS_ENV = "MXLITE_EMULATE_GPUS"
@@ -50,7 +53,7 @@ def _cupy_status() -> tuple[ModuleType | None, int, str]:
     """Return ``(cupy or None, number of visible GPUs, reason when 0)``; probed once."""
     emulated = _emulated_gpus()
     if emulated:
-        from ._emulation.install import install  # noqa: PLC0415 - only when asked for
+        from .._emulation.install import install  # noqa: PLC0415 - only when asked for
 
         install(emulated)
         import cupy  # noqa: PLC0415 - the double, just installed as `cupy`
@@ -90,6 +93,14 @@ def _emulated_gpus() -> int:
     if not 0 <= count <= 16:
         raise ValueError(f"{EMULATE_GPUS_ENV} must be an integer from 0 (off) to 16 emulated GPUs, got {text!r}")
     return count
+
+
+def cuda_status() -> tuple[ModuleType | None, int, str]:
+    """``(cupy module or None, number of visible GPUs, why there are none)``, probed once per process.
+
+    The reason is empty when GPUs are visible; ``mxlite info`` prints it.
+    """
+    return _cupy_status()
 
 
 def num_gpus() -> int:
@@ -215,7 +226,7 @@ def gpu_devices() -> list[Device]:
 
     One process: every visible GPU. Under an MPI launcher (``mpiexec``, ``mxlite launch``, ``srun``)
     with several processes on this node: ``[gpu(local_rank)]``, one GPU per process, the local rank
-    coming from MPI's shared-memory split (:func:`mxlite.comm.mpi.local_rank_and_size`; a collective
+    coming from MPI's shared-memory split (:func:`mxlite.device.topology.local_rank_and_size`; a collective
     the first time, so call it on every rank). With one process per node under MPI: every GPU.
 
     Raises:
@@ -223,8 +234,6 @@ def gpu_devices() -> list[Device]:
     """
     count = num_gpus()
     if count and _several_processes_per_node():
-        from .comm.mpi import local_rank_and_size  # noqa: PLC0415 - the device layer needs MPI only here
-
         local_rank, local_size = local_rank_and_size()
         if local_rank >= count:
             raise DeviceUnavailableError(f"{local_size} processes run on this node but it has {count} visible "
@@ -236,13 +245,9 @@ def gpu_devices() -> list[Device]:
 
 def _several_processes_per_node() -> bool:
     """Whether an MPI launcher started this process among others on its node (mpi4py importable)."""
-    from .comm.factory import launched_by_mpi  # noqa: PLC0415
-
     if not launched_by_mpi():
         return False
     try:
-        from .comm.mpi import local_rank_and_size  # noqa: PLC0415
-
         return local_rank_and_size()[1] > 1
     except RuntimeError:  # no mpi4py: no multi-process training either
         return False

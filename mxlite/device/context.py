@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .device import Device, cpu, current_device, gpu, num_gpus
+from .devices import Device, cpu, current_device, gpu, num_gpus
 
 __all__ = ["Context", "cpu", "cpu_pinned", "current_context", "gpu", "num_gpus", "pick_device", "pick_devices"]
 

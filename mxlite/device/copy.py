@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device, device_of
+from .devices import Device, device_of
 
 __all__ = ["copy_between", "as_host"]
 
