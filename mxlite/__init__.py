@@ -16,8 +16,7 @@ from . import (
     checkpoint,
     data,
     datasets,
-    gluon,  # noqa: E402,I001 - gluon re-exports the modules above
-    init,
+    gluon,
     kvstore,
     loss,
     lr_scheduler,
@@ -25,14 +24,13 @@ from . import (
     nn,
     npx,
     optimizer,
-    random,
-    sparse,
     util,
 )
+from . import initializer as init
 from . import ndarray as nd  # noqa: E402,I001 - MXNet's mx.nd
 from . import numpy_api as np  # MXNet's mx.np
-from ._creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
-from .autograd import nn_ops, ops
+from .autograd import nn_ops, ops, random, sparse
+from .autograd.creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
 from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus

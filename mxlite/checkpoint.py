@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from . import random as _random
-from ._serialization import atomic_write, file_sha256, fsync_dir
+from .autograd import random as _random
+from .formats.archive import atomic_write, file_sha256, fsync_dir
 
 __all__ = ["save", "load", "latest_step"]
 

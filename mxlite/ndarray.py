@@ -18,22 +18,22 @@ from typing import Any
 
 import numpy as np
 
-from . import random as _random
 from ._array_common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
 from ._array_common import load as _npz_load
 from ._array_common import save as _npz_save
-from ._creation import _dtype
-from ._creation import arange as _arange
-from ._creation import array as _array
-from ._creation import full as _full
-from ._serialization import is_mxnet_file as _is_mxnet_file
-from ._serialization import load_mxnet_arrays as _load_mxnet_arrays
-from ._serialization import save_mxnet_arrays as _save_mxnet_arrays
 from .autograd import nn_ops as _nn
 from .autograd import ops as _ops
+from .autograd import random as _random
+from .autograd.creation import _dtype
+from .autograd.creation import arange as _arange
+from .autograd.creation import array as _array
+from .autograd.creation import full as _full
 from .autograd.tensor import Tensor
 from .device import Device as _Device
 from .device import as_device as _as_device
+from .formats.archive import is_mxnet_file as _is_mxnet_file
+from .formats.archive import load_mxnet_arrays as _load_mxnet_arrays
+from .formats.archive import save_mxnet_arrays as _save_mxnet_arrays
 
 NDArray = Tensor
 

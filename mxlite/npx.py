@@ -145,7 +145,7 @@ def gamma(data: Any) -> Tensor:
 
     data = tensor(data)
     host = _onp.frompyfunc(math.gamma, 1, 1)(data.asnumpy()).astype(data.dtype)
-    from ._creation import array  # noqa: PLC0415
+    from .autograd.creation import array  # noqa: PLC0415
 
     return array(host, data.device)
 

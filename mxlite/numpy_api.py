@@ -15,12 +15,12 @@ from typing import Any
 import numpy as _onp
 
 from . import ndarray as _nd
-from . import random as _random
 from ._array_common import device_arg, shape_arg, tensor, tensors
-from ._creation import arange as _arange
-from ._creation import array as _array
-from ._creation import full as _full
 from .autograd import ops as _ops
+from .autograd import random as _random
+from .autograd.creation import arange as _arange
+from .autograd.creation import array as _array
+from .autograd.creation import full as _full
 from .autograd.tensor import Tensor
 
 ndarray = Tensor

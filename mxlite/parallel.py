@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import autograd
-from ._creation import array
+from .autograd.creation import array
 from .autograd.tensor import Tensor
 from .device import Device, as_device
 from .device.context import pick_devices

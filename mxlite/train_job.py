@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd, datasets, init, loss, metric, nn, random
+from . import autograd, datasets, loss, metric, nn
+from . import initializer as init
+from .autograd import random
 from .data import ArrayDataset, DataLoader
 from .device import Device, cpu, gpu, gpu_devices
 from .optimizer import registered as _registered_optimizers

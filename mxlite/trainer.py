@@ -43,11 +43,11 @@ import numpy as np
 
 from . import comm as _comm
 from . import optimizer as _opt
-from . import sparse
-from ._serialization import as_host, atomic_write
 from .amp import LossScaler, all_gradients_finite, gradients_finite
+from .autograd import sparse
 from .comm.base import Communicator
 from .comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
+from .formats.archive import as_host, atomic_write
 from .nn.parameter import Parameter
 from .optimizer._arena import ArenaUpdater, fused_rule
 from .optimizer._fused_rules import from_structure

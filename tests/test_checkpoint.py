@@ -115,7 +115,7 @@ def _reseal(folder):
     """Rewrite a checkpoint's manifest to match its files (as a hand-made checkpoint would)."""
     import json  # noqa: PLC0415
 
-    from mxlite._serialization import file_sha256  # noqa: PLC0415
+    from mxlite.formats.archive import file_sha256  # noqa: PLC0415
 
     path = os.path.join(folder, "manifest.json")
     with open(path) as f:

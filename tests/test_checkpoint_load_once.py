@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite._serialization import file_sha256
+from mxlite.formats.archive import file_sha256
 from tests.mpi_helpers import mpirun, needs_mpi
 
 

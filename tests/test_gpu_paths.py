@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _creation
+from mxlite.autograd import creation as _creation
 from mxlite.data.dataloader import default_batchify_fn
 from mxlite.device import copy as _copy
 from mxlite.device import devices as device_module
@@ -358,7 +358,7 @@ def test_comm_and_kvstore_copy_through_the_device_layer():
     assert not hasattr(tensor_module, "_transfer")
     for module in (base, compression, reduce_module, kvstore_module, tensor_module):
         assert module.copy_between is _copy.copy_between, module.__name__
-    from mxlite._serialization import as_host
+    from mxlite.formats.archive import as_host
 
     assert as_host is _copy.as_host
 
@@ -400,7 +400,7 @@ def test_default_batchify_reads_cupy_samples_to_the_host(fake_gpus):
 def test_split_and_load_slices_a_cupy_array_on_its_device(fake_gpus, monkeypatch):
     """A CuPy batch is not sent through np.asarray (a TypeError): each slice is copied from its GPU."""
     seen = []
-    monkeypatch.setattr("mxlite._creation.copy_between",
+    monkeypatch.setattr("mxlite.autograd.creation.copy_between",
                         lambda data, src, dst, copy: seen.append((type(data).__name__, src, dst)) or np.asarray(
                             data.values if isinstance(data, FakeArray) else data))
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from mxlite.autograd.sparse import RowSparseTensor, row_sparse_array
 from mxlite.lr_scheduler import FactorScheduler
-from mxlite.sparse import RowSparseTensor, row_sparse_array
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 
 SHAPE = (2, 3)

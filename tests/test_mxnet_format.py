@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _mxnet_format as fmt
+from mxlite.formats import mxnet_params as fmt
 
 LIST, V1, V2, V3 = 0x112, 0xF993FAC8, 0xF993FAC9, 0xF993FACA
 FLAGS = {"float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5, "int64": 6, "bool": 7,

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import sparse
 from mxlite.autograd import nn_ops as F
-from mxlite.autograd import ops
+from mxlite.autograd import ops, sparse
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(1234)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite._serialization import is_mxnet_file, load_arrays, save_mxnet_arrays
+from mxlite.formats.archive import is_mxnet_file, load_arrays, save_mxnet_arrays
 from tests.test_checkpoint_load_once import _count_opens
 from tests.training_helpers import random_backward
 

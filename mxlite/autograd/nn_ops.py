@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import random as _random
-from .. import sparse as _sparse
 from . import _conv_kernels as _ck
 from . import _state
+from . import random as _random
+from . import sparse as _sparse
 from .ops import _op, _scatter_add, mean
 from .ops import max as _max
 from .tensor import Tensor, _result, grad_out
@@ -814,7 +814,7 @@ def global_max_pool2d(x: Tensor) -> Tensor:
 def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bool | None = None) -> Tensor:
     """Inverted dropout: zero each element with probability ``rate``, scale survivors by ``1/(1-rate)``.
 
-    The mask is drawn from the device's stream (:mod:`mxlite.random`), so ``mx.random.seed``
+    The mask is drawn from the device's stream (:mod:`mxlite.autograd.random`), so ``mx.random.seed``
     makes it reproducible. Outside training, or with ``rate == 0``, ``x`` itself is returned.
 
     Args:
@@ -883,7 +883,7 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
             NumPy array).
         weight: ``(input_dim, output_dim)`` table (any trailing shape is allowed).
         sparse_grad: return the weight gradient as a
-            :class:`~mxlite.sparse.RowSparseTensor` holding only the looked-up rows (when
+            :class:`~mxlite.autograd.sparse.RowSparseTensor` holding only the looked-up rows (when
             ``weight`` is a leaf), instead of a dense ``weight``-shaped array.
 
     Returns:

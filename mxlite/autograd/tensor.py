@@ -163,7 +163,7 @@ class Tensor:
 
     def tostype(self, stype: str) -> Any:
         """Convert storage: ``'default'`` returns self, ``'row_sparse'`` keeps non-zero rows."""
-        from .. import sparse  # noqa: PLC0415 - sparse imports this module
+        from . import sparse  # noqa: PLC0415 - sparse imports this module
 
         return sparse.cast_storage(self, stype)
 
@@ -199,7 +199,7 @@ class Tensor:
         elif stype in (None, "default"):
             self._grad = Tensor(self._device.xp.zeros_like(self._data), self._device)
         elif stype == "row_sparse":
-            from .. import sparse  # noqa: PLC0415
+            from . import sparse  # noqa: PLC0415
 
             self._grad = sparse.zeros_row_sparse(self.shape, self.dtype, self._device)
         else:
@@ -469,7 +469,7 @@ def _accumulate(grads: dict[int, Array], t: Tensor, g: Any) -> None:
     if key in grads:
         prev = grads[key]
         if _is_sparse(prev) or _is_sparse(g):
-            from .. import sparse  # noqa: PLC0415
+            from . import sparse  # noqa: PLC0415
 
             grads[key] = sparse.add_any(prev, g, t.shape)
         else:
@@ -487,7 +487,7 @@ def _write_leaf_grad(t: Tensor, g: Any) -> None:
     req = t._grad_req
     if req == "null" or g is None:
         return
-    from .. import sparse  # noqa: PLC0415
+    from . import sparse  # noqa: PLC0415
 
     buf = t._grad
     if isinstance(buf, sparse.RowSparseTensor):

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from .._serialization import current_umask
+from ..formats.archive import current_umask
 
 __all__ = ["check_sha1", "download", "repo_file_url"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import random as _random
+from ..autograd import random as _random
 
 __all__ = ["LAST_BATCH_MODES", "BatchSampler", "FilterSampler", "IntervalSampler", "RandomSampler", "Sampler",
            "SequentialSampler"]
@@ -60,7 +60,7 @@ class RandomSampler(Sampler):
     Args:
         length: number of indices.
         generator: the NumPy generator drawing the permutations. ``None`` draws from
-            :func:`mxlite.random.host_generator` each epoch, so ``mxlite.random.seed`` makes
+            :func:`mxlite.autograd.random.host_generator` each epoch, so ``mx.random.seed`` makes
             the order reproducible (that stream is shared with parameter initialisers).
 
     Raises:
@@ -77,7 +77,7 @@ class RandomSampler(Sampler):
     def __iter__(self) -> Iterator[int]:
         if self._generator is not None:
             gen = self._generator
-        else:  # looked up each epoch, so a later mxlite.random.seed() applies
+        else:  # looked up each epoch, so a later mx.random.seed() applies
             gen = _random.host_generator()
         return iter(gen.permutation(self._length).tolist())
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import sparse
+from ..autograd import sparse
 from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..device import Device

@@ -33,7 +33,7 @@ Behaviour:
 * ``push`` of a list of values sums them in list order on the stored value's device, then (dist)
   over processes; the order is fixed, so repeated runs and every rank get the same bits.
   Without an updater the stored value becomes the sum; with one, the updater changes the stored
-  value in place. Row-sparse values (:class:`~mxlite.sparse.RowSparseTensor`) are summed as
+  value in place. Row-sparse values (:class:`~mxlite.autograd.sparse.RowSparseTensor`) are summed as
   row-sparse and exchanged across processes by gathering their rows.
 * ``init`` with a ``dist_*`` type keeps rank 0's value on every rank (MXNet's rule), and every
   rank applies the same update to its own copy of each value: with identical sums the copies
@@ -64,13 +64,13 @@ from typing import Any
 import numpy as np
 
 from .. import comm as _comm
-from .. import sparse
-from .._serialization import atomic_write
+from ..autograd import sparse
 from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..comm.mpi import mpi_module
 from ..device import Device, cpu
 from ..device.copy import copy_between
+from ..formats.archive import atomic_write
 from ..optimizer.optimizer import Optimizer
 from ..optimizer.updater import Updater, get_updater
 from . import _reduce, _states

@@ -95,7 +95,7 @@ class PReLU(Block):
 
     def __init__(self, alpha_initializer: Any = None, in_channels: int = 1) -> None:
         super().__init__()
-        from .. import init as _init  # noqa: PLC0415
+        from .. import initializer as _init  # noqa: PLC0415
 
         self.alpha = Parameter("alpha", shape=(in_channels,),
                                init=alpha_initializer if alpha_initializer is not None else _init.Constant(0.25))

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .._mxnet_format import strip_arg_aux_prefixes
-from .._serialization import load_arrays, save_arrays
 from ..device import current_device
+from ..formats.archive import load_arrays, save_arrays
+from ..formats.mxnet_params import strip_arg_aux_prefixes
 from ..store import ParameterStore
 from .parameter import Parameter, ParameterDict, _device_list, _missing_names
 
@@ -447,7 +447,7 @@ class _HookHandle:
 
 def _tensor_args(args: tuple) -> tuple:
     """NumPy arrays among ``args`` as Tensors on the device of the first Tensor argument (else the current one)."""
-    from .._creation import array  # noqa: PLC0415
+    from ..autograd.creation import array  # noqa: PLC0415
     from ..autograd.tensor import Tensor  # noqa: PLC0415
 
     like = next((a for a in args if isinstance(a, Tensor)), None)

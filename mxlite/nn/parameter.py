@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import init as _init
+from .. import initializer as _init
 from ..autograd.tensor import Tensor
 from ..device import Device, as_device, current_device
 from ..store import Arena, ParameterStore, Slot
@@ -404,7 +404,7 @@ class Parameter:
         """Set every mirror's gradient to zero (no-op for grad_req='null')."""
         if self._grad_req == "null":
             return
-        from .. import sparse  # noqa: PLC0415
+        from ..autograd import sparse  # noqa: PLC0415
 
         for _, slot in self._slots.values():
             g = slot.data._grad
@@ -591,7 +591,7 @@ class ParameterDict(dict):
         Raises:
             ValueError: a name that does not start with ``strip_prefix``.
         """
-        from .._serialization import save_arrays  # noqa: PLC0415
+        from ..formats.archive import save_arrays  # noqa: PLC0415
 
         arrays = {}
         for name, param in self.items():
@@ -613,8 +613,8 @@ class ParameterDict(dict):
             ValueError: names missing from the file (unless ``allow_missing``), names not in this dict
                 (unless ``ignore_extra``), shape or dtype mismatches (every problem listed at once).
         """
-        from .._mxnet_format import strip_arg_aux_prefixes  # noqa: PLC0415
-        from .._serialization import load_arrays  # noqa: PLC0415
+        from ..formats.archive import load_arrays  # noqa: PLC0415
+        from ..formats.mxnet_params import strip_arg_aux_prefixes  # noqa: PLC0415
 
         loaded = {restore_prefix + k: v for k, v in strip_arg_aux_prefixes(load_arrays(filename), filename).items()}
         missing = _missing_names(self, loaded)

@@ -61,8 +61,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..autograd.sparse import RowSparseTensor
 from ..autograd.tensor import Tensor
-from ..sparse import RowSparseTensor
 
 __all__ = ["Optimizer", "MultiPrecisionState", "register", "create", "registered"]
 
@@ -367,7 +367,7 @@ class Optimizer:
         (MXNet's NDArrays, e.g. from :meth:`create_state` of a Tensor), in any mix. Each index's
         count is incremented before its learning rate is read. A
         :class:`MultiPrecisionState` routes the step through the float32 master; a
-        :class:`~mxlite.sparse.RowSparseTensor` gradient updates only its rows when the rule
+        :class:`~mxlite.autograd.sparse.RowSparseTensor` gradient updates only its rows when the rule
         has ``lazy_update=True`` and is densified otherwise.
         """
         if not isinstance(indices, (list, tuple)):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ... import nn
 from ...autograd.tensor import Tensor
-from ...init import Xavier
+from ...initializer import Xavier
 from ._common import check_pretrained
 
 __all__ = ["VGG", "vgg11", "vgg13", "vgg16", "vgg19", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "get_vgg"]

@@ -1,5 +1,5 @@
 """Safe, atomic file formats: NumPy ``.npz`` archives read with ``allow_pickle=False``, and MXNet's
-binary NDArray-list files (what ``mx.nd.save`` and 1.x ``save_parameters`` write; :mod:`._mxnet_format`).
+binary NDArray-list files (what ``mx.nd.save`` and 1.x ``save_parameters`` write; :mod:`.mxnet_params`).
 
 Writers go to a temporary file in the destination folder, fsync it and rename it over the
 target, so a crash during a save leaves the previous file intact. Readers load everything into
@@ -23,8 +23,8 @@ from typing import IO
 
 import numpy as np
 
-from . import _mxnet_format
-from .device.copy import as_host  # re-exported: device-to-host reads live in the device layer
+from ..device.copy import as_host  # re-exported: device-to-host reads live in the device layer
+from . import mxnet_params
 
 __all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host",
            "is_mxnet_file", "load_mxnet_arrays", "save_mxnet_arrays"]
@@ -109,7 +109,7 @@ def is_mxnet_file(path: str | os.PathLike, *, data: bytes | None = None) -> bool
         FileNotFoundError: no such file (``data`` None). (Other errors of opening it, a folder for one,
             give False: the ``.npz`` reader then reports them as it always has.)
     """
-    return _mxnet_format.looks_like_mxnet(_head(path) if data is None else data[:8])
+    return mxnet_params.looks_like_mxnet(_head(path) if data is None else data[:8])
 
 
 def _head(path: str | os.PathLike) -> bytes:
@@ -134,13 +134,13 @@ def load_mxnet_arrays(path: str | os.PathLike, *,
     Raises:
         FileNotFoundError: no such file (``data`` None).
         ValueError: a truncated or corrupt file, sparse storage, an unknown dtype, ... (the message
-            names the file and what was found; see :mod:`mxlite._mxnet_format`).
+            names the file and what was found; see :mod:`mxlite.formats.mxnet_params`).
     """
     path = os.fspath(path)
     if data is None:
         with open(path, "rb") as f:
             data = f.read()
-    return _mxnet_format.decode(data, path)
+    return mxnet_params.decode(data, path)
 
 
 def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: list[str] | None = None,
@@ -148,9 +148,9 @@ def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: 
     """Atomically write ``arrays`` (named by ``names``, else an unnamed list) in MXNet's NDArray-list format.
 
     ``np_shape`` picks MXNet 2.x's NumPy-shape (V3) arrays instead of the 1.x (V2) ones; see
-    :func:`mxlite._mxnet_format.encode`, whose TypeError and ValueError this raises before touching ``path``.
+    :func:`mxlite.mxnet_params.encode`, whose TypeError and ValueError this raises before touching ``path``.
     """
-    data = _mxnet_format.encode(arrays, names, np_shape)
+    data = mxnet_params.encode(arrays, names, np_shape)
     atomic_write(path, lambda f: f.write(data))
 
 
@@ -173,7 +173,7 @@ def load_arrays(path: str | os.PathLike, *, data: bytes | None = None) -> dict[s
     """
     path = os.fspath(path)
     head = _head(path) if data is None else data[:8]
-    if _mxnet_format.looks_like_mxnet(head):
+    if mxnet_params.looks_like_mxnet(head):
         names, arrays = load_mxnet_arrays(path, data=data)
         if names is None and arrays:
             raise ValueError(f"cannot read {path!r} as named arrays: it is an MXNet NDArray file holding an unnamed "

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.tensor import Tensor
-from .device import Device, as_device
+from ..device import Device, as_device
+from .tensor import Tensor
 
 __all__ = ["RowSparseTensor", "row_sparse_array", "zeros", "cast_storage"]
 
@@ -171,7 +171,7 @@ def row_sparse_array(arg1: Any, shape: Any = None, device: Device | str | None =
     uniq, inverse = np.unique(ids, return_inverse=True)
     merged = np.zeros((uniq.size,) + vals.shape[1:], dtype=vals.dtype)
     np.add.at(merged, inverse, vals)
-    from ._creation import array  # noqa: PLC0415 - _creation imports autograd only
+    from .creation import array  # noqa: PLC0415 - _creation imports autograd only
 
     return RowSparseTensor(array(merged, dev, merged.dtype), array(uniq, dev, np.int64), shape)
 

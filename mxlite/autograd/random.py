@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.tensor import Tensor
-from .device import Device, as_device
+from ..device import Device, as_device
+from .tensor import Tensor
 
 __all__ = ["seed", "normal", "uniform", "randint", "shuffle", "get_state", "set_state"]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.tensor import Tensor
-from .device import Device, as_device, cpu, device_of
-from .device.copy import copy_between
+from ..device import Device, as_device, cpu, device_of
+from ..device.copy import copy_between
+from .tensor import Tensor
 
 __all__ = ["array", "zeros", "ones", "full", "empty", "arange", "from_dlpack", "from_numpy"]
 

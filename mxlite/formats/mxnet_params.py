@@ -1,6 +1,6 @@
 """MXNet's binary NDArray-list format: what ``mx.nd.save``, ``mx.npx.save`` and 1.x ``save_parameters`` write.
 
-A pure codec (bytes <-> NumPy arrays); :mod:`mxlite._serialization` does the file I/O. No pickle is
+A pure codec (bytes <-> NumPy arrays); :mod:`mxlite.formats.archive` does the file I/O. No pickle is
 involved anywhere: the format is a flat binary layout, read field by field with bounds checks.
 
 The layout, as MXNet writes it through ``dmlc::Stream`` (every integer little-endian), learnt from
