@@ -47,7 +47,7 @@ import numpy as np
 import mxlite as mx
 from mxlite.comm import launched_by_mpi
 from mxlite.comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
-from mxlite.nn.parameter import Parameter
+from mxlite.gluon.parameter import Parameter
 from mxlite.store import ParameterStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,24 +10,9 @@ Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gi
 objects under Gluon's spelling. See README.md and docs/design.md.
 """
 
-from . import (
-    amp,
-    autograd,
-    checkpoint,
-    data,
-    datasets,
-    gluon,
-    kvstore,
-    loss,
-    lr_scheduler,
-    metric,
-    nn,
-    npx,
-    optimizer,
-    util,
-)
+from . import amp, autograd, checkpoint, datasets, gluon, kvstore, lr_scheduler, npx, optimizer, util
 from . import initializer as init
-from . import ndarray as nd  # noqa: E402,I001 - MXNet's mx.nd
+from . import ndarray as nd  # MXNet's mx.nd
 from . import numpy_api as np  # MXNet's mx.np
 from .autograd import nn_ops, ops, random, sparse
 from .autograd.creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
@@ -35,9 +20,11 @@ from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
 from .device.context import Context, current_context
+from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as mx.nn, mx.loss, ...
+from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
+from .gluon.trainer import Trainer
+from .gluon.utils import DataParallelExecutor, split_and_load, split_data
 from .numpy_api import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
-from .parallel import DataParallelExecutor, split_and_load, split_data
-from .trainer import Trainer
 
 NDArray = Tensor  # MXNet's name for the array type
 kv = kvstore  # MXNet's mx.kv alias
@@ -48,7 +35,7 @@ __all__ = [
     "Device", "DeviceUnavailableError", "DataParallelExecutor", "NDArray", "Tensor", "Trainer",
     "amp", "arange", "array", "autograd", "checkpoint", "concat", "cpu", "current_device", "data", "datasets", "empty",
     "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "kv", "kvstore", "loss",
-    "lr_scheduler", "metric", "nn",
+    "lr_scheduler", "metric", "model_zoo", "nn", "rnn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
 ]

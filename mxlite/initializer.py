@@ -1,6 +1,6 @@
 """Parameter initializers (``mx.init``), with MXNet's formulas.
 
-An initializer fills a NumPy array on the host in place; :class:`~mxlite.nn.Parameter` then
+An initializer fills a NumPy array on the host in place; :class:`~mxlite.gluon.Parameter` then
 copies the same values to every device mirror, so mirrors start identical. Randomness comes
 from :func:`mxlite.autograd.random.host_generator`, so ``mx.random.seed(s)`` makes it reproducible.
 

@@ -610,7 +610,7 @@ def LeakyReLU(data: Any, gamma: Any = None, act_type: str = "leaky", slope: floa
     Raises:
         ValueError: unknown ``act_type``.
     """
-    from .nn import activations as _a  # noqa: PLC0415 - the layers hold the formulas
+    from .gluon.nn import activations as _a  # noqa: PLC0415 - the layers hold the formulas
 
     x = tensor(data)
     if act_type == "leaky":

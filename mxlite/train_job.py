@@ -17,14 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd, datasets, loss, metric, nn
+from . import autograd, datasets
 from . import initializer as init
 from .autograd import random
-from .data import ArrayDataset, DataLoader
 from .device import Device, cpu, gpu, gpu_devices
+from .gluon import loss, metric, nn
+from .gluon.data import ArrayDataset, DataLoader
+from .gluon.trainer import Trainer
+from .gluon.utils import split_and_load
 from .optimizer import registered as _registered_optimizers
-from .parallel import split_and_load
-from .trainer import Trainer
 
 DEFAULT_LR = {"adam": 3e-3, "sgd": 0.1}  # tuned on this dataset: >= 95% held-out in 20 epochs
 

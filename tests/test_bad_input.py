@@ -24,7 +24,7 @@ import mxlite as mx
 from mxlite import lr_scheduler as lrs
 from mxlite.autograd import nn_ops, ops
 from mxlite.device import devices as mx_device
-from mxlite.nn.parameter import DeferredInitializationError
+from mxlite.gluon.parameter import DeferredInitializationError
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 

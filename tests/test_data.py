@@ -1,4 +1,4 @@
-"""Tests of mxlite.data: datasets, samplers, DataLoader batching, shuffling and last_batch modes."""
+"""Tests of mxlite.gluon.data: datasets, samplers, DataLoader batching, shuffling and last_batch modes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.data import (
+from mxlite.gluon.data import (
     ArrayDataset,
     BatchSampler,
     DataLoader,

@@ -361,7 +361,7 @@ def test_stuck_worker_hits_the_timeout():
 
 _STUCK_SCRIPT = """
 import time
-from mxlite.data import DataLoader
+from mxlite.gluon.data import DataLoader
 
 class Stuck:
     def __len__(self):

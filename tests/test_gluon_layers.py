@@ -10,7 +10,7 @@ import pytest
 import mxlite as mx
 from mxlite import autograd, nd
 from mxlite.gluon import nn
-from mxlite.nn import activations as A
+from mxlite.gluon.nn import activations as A
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(3)

@@ -20,10 +20,10 @@ import pytest
 
 import mxlite as mx
 from mxlite.autograd import creation as _creation
-from mxlite.data.dataloader import default_batchify_fn
 from mxlite.device import copy as _copy
 from mxlite.device import devices as device_module
 from mxlite.device import kernels as _kernels
+from mxlite.gluon.data.dataloader import default_batchify_fn
 from mxlite.optimizer import _fused
 from mxlite.optimizer._fused import HP, ArenaPlan, Segment, one_minus
 from mxlite.optimizer._fused_rules import fused_rule

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import loss as L
+from mxlite.gluon import loss as L
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(99)

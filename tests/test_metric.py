@@ -1,4 +1,4 @@
-"""Tests of mxlite.metric: values against hand computations, list/single inputs, errors."""
+"""Tests of mxlite.gluon.metric: values against hand computations, list/single inputs, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import metric
+from mxlite.gluon import metric
 
 
 def test_accuracy_from_scores_over_devices() -> None:

@@ -22,8 +22,8 @@ import pytest
 
 import mxlite as mx
 from mxlite import autograd
-from mxlite.model_zoo import vision
-from mxlite.model_zoo.vision import PretrainedUnavailableError, densenet, resnet
+from mxlite.gluon.model_zoo import vision
+from mxlite.gluon.model_zoo.vision import PretrainedUnavailableError, densenet, resnet
 
 # name -> (total parameters incl. running stats, trainable parameters, number of parameters, fingerprint)
 REFERENCE: dict[str, tuple[int, int, int, str]] = {

@@ -37,7 +37,7 @@ import pytest
 import mxlite as mx
 from mxlite import gluon
 from mxlite.gluon import nn
-from mxlite.model_zoo.vision import PretrainedUnavailableError, get_model  # = mx.gluon.model_zoo.vision
+from mxlite.gluon.model_zoo.vision import PretrainedUnavailableError, get_model  # = mx.gluon.model_zoo.vision
 
 
 def _close(a, b, rtol=1e-5, atol=1e-6):

@@ -8,7 +8,7 @@ import pytest
 import mxlite as mx
 from mxlite import autograd
 from mxlite.gluon import nn
-from mxlite.nn.norm_layers import group_norm, instance_norm
+from mxlite.gluon.nn.norm_layers import group_norm, instance_norm
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(11)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.nn import Parameter
+from mxlite.gluon.nn import Parameter
 from mxlite.store import ALIGN, ParameterStore
 
 CPUS3 = [mx.cpu(0), mx.cpu(1), mx.cpu(2)]

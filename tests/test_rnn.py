@@ -8,7 +8,7 @@ import pytest
 import mxlite as mx
 from mxlite import autograd
 from mxlite.gluon import rnn
-from mxlite.rnn import _steps
+from mxlite.gluon.rnn import _steps
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(5)

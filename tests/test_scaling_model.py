@@ -22,7 +22,7 @@ import pytest
 
 import mxlite as mx
 from mxlite.comm.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
-from mxlite.nn.parameter import Parameter
+from mxlite.gluon.parameter import Parameter
 from mxlite.store import ParameterStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,152 @@
+"""Convolution and pooling layers (NCHW layout), Gluon 2.x arguments and defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...autograd import nn_ops
+from ...autograd.tensor import Tensor
+from ..block import Block
+from ..parameter import Parameter
+from .basic_layers import _activation, _int_arg, _ready
+
+__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D"]
+
+
+def _pair(value: int | tuple[int, int], layer: str = "layer", name: str = "size", low: int = 1) -> tuple[int, int]:
+    """An int or a pair of ints, each >= ``low``, as a pair; errors name the layer, the argument and the value."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{layer}: {name} must be an int or a pair of ints (height, width), got {value!r}")
+    return (_int_arg(layer, name, value[0], low), _int_arg(layer, name, value[1], low))
+
+
+def _check_layout(layout: str) -> None:
+    if layout != "NCHW":
+        raise ValueError(f"only layout='NCHW' is supported, got {layout!r}")
+
+
+class Conv2D(Block):
+    """2-D convolution over NCHW input: ``y = activation(conv(x, W) + b)``.
+
+    Args:
+        channels: output channels.
+        kernel_size, strides, padding, dilation: ints or pairs.
+        groups: grouped convolution (in_channels and channels divisible by it).
+        in_channels: 0 infers it from the first batch.
+
+    Parameters: ``weight`` (channels, in_channels/groups, kh, kw), ``bias`` (channels,).
+
+    Raises:
+        ValueError: bad ``channels``/``groups`` or layout (at construction); an input that is
+            not 4-D, or whose channel count differs from the weight's (at the call, naming the
+            weight Parameter and both shapes).
+    """
+
+    def __init__(self, channels: int, kernel_size: int | tuple[int, int], strides: Any = (1, 1),
+                 padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1, layout: str = "NCHW",
+                 activation: str | None = None, use_bias: bool = True, weight_initializer: Any = None,
+                 bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
+        super().__init__()
+        _check_layout(layout)
+        for name, value in (("channels", channels), ("groups", groups)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"Conv2D: {name} must be a positive integer, got {type(value).__name__}: {value!r}")
+        if channels <= 0 or groups <= 0 or channels % groups:
+            raise ValueError(f"Conv2D: channels ({channels}) must be a positive multiple of groups ({groups})")
+        _int_arg("Conv2D", "in_channels", in_channels, low=0)
+        self._channels, self._groups = channels, groups
+        self._kernel, self._strides = _pair(kernel_size, "Conv2D", "kernel_size"), _pair(strides, "Conv2D", "strides")
+        self._padding = _pair(padding, "Conv2D", "padding", low=0)
+        self._dilation = _pair(dilation, "Conv2D", "dilation")
+        self._act = _activation(activation)
+        in_per_group = in_channels // groups if in_channels else 0
+        self.weight = Parameter("weight", shape=(channels, in_per_group) + self._kernel, init=weight_initializer,
+                                allow_deferred_init=True)
+        self.bias = (Parameter("bias", shape=(channels,), init=bias_initializer, allow_deferred_init=True)
+                     if use_bias else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"Conv2D expects NCHW input with 4 dimensions, got shape {x.shape}")
+        if not self.weight.is_initialized:
+            if x.shape[1] % self._groups:
+                raise ValueError(f"Conv2D: input channels {x.shape[1]} not divisible by groups {self._groups}")
+            self.weight.shape = (self._channels, x.shape[1] // self._groups) + self._kernel
+        elif self.weight.shape[1] * self._groups != x.shape[1]:
+            raise ValueError(f"Conv2D: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the layer "
+                             f"expects {self.weight.shape[1] * self._groups} input channels, but x has {x.shape[1]} "
+                             f"(x shape {x.shape})")
+        w = _ready(self.weight, x)
+        b = _ready(self.bias, x) if self.bias is not None else None
+        y = nn_ops.conv2d(x, w, b, stride=self._strides, padding=self._padding, dilation=self._dilation,
+                          groups=self._groups)
+        return self._act(y) if self._act else y
+
+    def _extra_repr(self) -> str:
+        return f"{self._channels}, kernel_size={self._kernel}, stride={self._strides}"
+
+
+class _Pool(Block):
+    def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str) -> None:
+        super().__init__()
+        _check_layout(layout)
+        layer = type(self).__name__
+        self._pool = _pair(pool_size, layer, "pool_size")
+        self._strides = _pair(strides, layer, "strides") if strides is not None else self._pool
+        self._padding, self._ceil = _pair(padding, layer, "padding", low=0), ceil_mode
+        if any(2 * p > k for p, k in zip(self._padding, self._pool)):
+            raise ValueError(f"{layer}: padding {self._padding} must be at most half of pool_size {self._pool} (a "
+                             "window lying wholly in the padding has no input to pool)")
+
+    def _extra_repr(self) -> str:
+        return f"size={self._pool}, stride={self._strides}, padding={self._padding}"
+
+
+class MaxPool2D(_Pool):
+    """Max pooling over NCHW input (strides default to pool_size)."""
+
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
+                 ceil_mode: bool = False) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.max_pool2d(x, self._pool, self._strides, self._padding, ceil_mode=self._ceil)
+
+
+class AvgPool2D(_Pool):
+    """Average pooling over NCHW input; ``count_include_pad`` counts padding in the divisor."""
+
+    def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
+                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+        self._count_include_pad = count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.avg_pool2d(x, self._pool, self._strides, self._padding, ceil_mode=self._ceil,
+                                 count_include_pad=self._count_include_pad)
+
+
+class GlobalAvgPool2D(Block):
+    """Mean over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
+
+    def __init__(self, layout: str = "NCHW") -> None:
+        super().__init__()
+        _check_layout(layout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.global_avg_pool2d(x)
+
+
+class GlobalMaxPool2D(Block):
+    """Maximum over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
+
+    def __init__(self, layout: str = "NCHW") -> None:
+        super().__init__()
+        _check_layout(layout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn_ops.global_max_pool2d(x)

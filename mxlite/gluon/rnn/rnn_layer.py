@@ -1,0 +1,191 @@
+"""Recurrent layers over whole sequences (Gluon's ``gluon.rnn.RNN``, ``LSTM``, ``GRU``).
+
+``layer(inputs)`` returns the output sequence; ``layer(inputs, states)`` returns
+``(output, new_states)``. Inputs are ``(T, N, C)`` with ``layout='TNC'`` (the default) or
+``(N, T, C)`` with ``'NTC'``; states are always ``(num_layers * D, N, H)`` (``D`` = 2 when
+bidirectional). Parameters are named as MXNet 1.x's: ``l0_i2h_weight``, ``l0_h2h_weight``,
+``l0_i2h_bias``, ``l0_h2h_bias`` for layer 0's forward direction, ``r0_...`` for its backward
+direction, with the gates stacked in MXNet's order (LSTM ``i, f, c, o``; GRU ``r, z, n``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ... import autograd
+from ... import ndarray as _nd
+from ...autograd import ops
+from ...autograd.tensor import Tensor
+from ..block import Block
+from ..nn.basic_layers import _int_arg, _ready, _real_arg
+from ..parameter import Parameter
+from . import _steps
+from .rnn_cell import _make_states
+
+__all__ = ["RNN", "LSTM", "GRU"]
+
+
+class _RNNLayer(Block):
+    """The shared implementation: a stack of ``num_layers`` recurrences, each one or two directions."""
+
+    def __init__(self, hidden_size: int, num_layers: int, layout: str, dropout: float, bidirectional: bool,
+                 input_size: int, i2h_weight_initializer: Any, h2h_weight_initializer: Any,
+                 i2h_bias_initializer: Any, h2h_bias_initializer: Any, mode: str, dtype: Any,
+                 use_sequence_length: bool = False, clip: tuple[float | None, float | None] | None = None) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if layout not in ("TNC", "NTC"):
+            raise ValueError(f"{name}: layout must be 'TNC' or 'NTC', got {layout!r}")
+        if use_sequence_length:
+            raise NotImplementedError(f"{name}: use_sequence_length is not supported; use a cell's "
+                                      "unroll(..., valid_length=) instead")
+        self._hidden_size = _int_arg(name, "hidden_size", hidden_size)
+        self._num_layers = _int_arg(name, "num_layers", num_layers)
+        self._input_size = _int_arg(name, "input_size", input_size, low=0)
+        self._dropout = _real_arg(name, "dropout", dropout, low=0, high=1)
+        self._layout, self._bidirectional, self._mode, self._clip = layout, bool(bidirectional), mode, clip
+        self._dir = 2 if bidirectional else 1
+        gates = _steps.GATES[mode] * self._hidden_size
+        self._names: list[tuple[str, str, str, str]] = []
+        for layer in range(self._num_layers):
+            in_size = self._input_size if layer == 0 else self._dir * self._hidden_size
+            for prefix in ("l", "r")[:self._dir]:
+                names = tuple(f"{prefix}{layer}_{kind}" for kind in ("i2h_weight", "h2h_weight", "i2h_bias",
+                                                                      "h2h_bias"))
+                shapes = ((gates, in_size), (gates, self._hidden_size), (gates,), (gates,))
+                inits = (i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer)
+                for pname, shape, init in zip(names, shapes, inits):
+                    setattr(self, pname, Parameter(pname, shape=shape, init=init, dtype=dtype,
+                                                   allow_deferred_init=True))
+                self._names.append(names)  # type: ignore[arg-type]
+
+    def state_info(self, batch_size: int = 0) -> list[dict[str, Any]]:
+        """Shape and layout of each state: ``(num_layers * D, batch_size, H)``, layout 'LNC'."""
+        shape = (self._num_layers * self._dir, batch_size, self._hidden_size)
+        return [{"shape": shape, "__layout__": "LNC"} for _ in range(_steps.NUM_STATES[self._mode])]
+
+    def begin_state(self, batch_size: int = 0, func: Callable[..., Tensor] | None = None, **kwargs: Any
+                    ) -> list[Tensor]:
+        """Initial states, ``func(shape=..., **kwargs)`` each (default ``mx.nd.zeros``; ``ctx=``, ``dtype=``)."""
+        return _make_states(self.state_info(batch_size), func, kwargs)
+
+    def forward(self, inputs: Tensor, states: Any = None, sequence_length: Any = None) -> Any:
+        name = type(self).__name__
+        if isinstance(inputs, np.ndarray):
+            inputs = _nd.array(inputs)
+        if sequence_length is not None:
+            raise NotImplementedError(f"{name}: sequence_length is not supported")
+        if inputs.ndim != 3:
+            raise ValueError(f"{name}: inputs must be 3-D ({self._layout}), got shape {inputs.shape}")
+        x = ops.swapaxes(inputs, 0, 1) if self._layout == "NTC" else inputs
+        batch = x.shape[1]
+        skip_states = states is None
+        if skip_states:
+            states = self.begin_state(batch, device=x.device, dtype=x.dtype)
+        states = _steps.as_state_list(states)
+        expected = self.state_info(batch)
+        if len(states) != len(expected):
+            raise ValueError(f"{name} takes {len(expected)} state array(s), got {len(states)}")
+        for s, info in zip(states, expected):
+            if tuple(s.shape) != info["shape"]:
+                raise ValueError(f"{name}: a state has shape {s.shape}, expected {info['shape']} "
+                                 "(num_layers * directions, batch, hidden_size)")
+        first = getattr(self, self._names[0][0])
+        if not first.is_initialized:
+            for names in self._names[:self._dir]:
+                getattr(self, names[0]).shape = (_steps.GATES[self._mode] * self._hidden_size, x.shape[2])
+        elif first.shape[1] != x.shape[2]:
+            raise ValueError(f"{name}: Parameter '{first.label}' expects {first.shape[1]} input features, "
+                             f"but the inputs have {x.shape[2]} (shape {inputs.shape}, layout {self._layout})")
+        weights = [tuple(_ready(getattr(self, n), x) for n in names) for names in self._names]
+        out, new_states = _steps.rnn_sequence(self._mode, x, states, weights, self._num_layers, self._bidirectional,
+                                              self._dropout, autograd.is_training(), self._clip)
+        if self._layout == "NTC":
+            out = ops.swapaxes(out, 0, 1)
+        return out if skip_states else (out, new_states)
+
+    def _extra_repr(self) -> str:
+        shape = getattr(self, self._names[0][0]).shape
+        in_size = shape[1] if shape and shape[1] > 0 else None
+        return (f"{in_size} -> {self._hidden_size}, {self._layout}, num_layers={self._num_layers}"
+                + (", bidirectional" if self._bidirectional else "")
+                + (f", dropout={self._dropout}" if self._dropout else ""))
+
+
+class RNN(_RNNLayer):
+    """Multi-layer Elman RNN: ``h_t = activation(W_i x_t + b_i + W_h h_{t-1} + b_h)`` (MXNet Gluon's ``rnn.RNN``).
+
+    Args:
+        hidden_size: units of the hidden state.
+        num_layers: stacked layers (default 1).
+        activation: 'relu' (default, as MXNet) or 'tanh'.
+        layout: 'TNC' (default) or 'NTC'.
+        dropout: drop probability on each layer's input but the first, in training.
+        bidirectional: run a backward direction too and concatenate both outputs.
+        i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer:
+            initializers (weights default to the global one, biases to zeros).
+        input_size: input features; 0 infers them from the first batch.
+        dtype: parameter dtype.
+
+    Inputs: ``inputs`` (see ``layout``) and optional ``states`` (list of one
+    ``(num_layers * D, N, H)`` array). Outputs: ``(T, N, D * H)`` (in ``layout``), and the new
+    states when ``states`` was given.
+
+    Raises:
+        ValueError / TypeError: bad arguments (at construction); inputs or states of the wrong shape.
+    """
+
+    def __init__(self, hidden_size: int, num_layers: int = 1, activation: str = "relu", layout: str = "TNC",
+                 dropout: float = 0, bidirectional: bool = False, i2h_weight_initializer: Any = None,
+                 h2h_weight_initializer: Any = None, i2h_bias_initializer: Any = "zeros",
+                 h2h_bias_initializer: Any = "zeros", input_size: int = 0, dtype: Any = np.float32,
+                 use_sequence_length: bool = False, prefix: str | None = None, params: Any = None) -> None:
+        if activation not in ("relu", "tanh"):
+            raise ValueError(f"RNN: activation must be 'relu' or 'tanh', got {activation!r}")
+        super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
+                         h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "rnn_" + activation,
+                         dtype, use_sequence_length)
+
+
+class LSTM(_RNNLayer):
+    """Multi-layer LSTM (MXNet Gluon's ``rnn.LSTM``; gates ``i, f, c, o``); states ``[h, c]``.
+
+    Args: as :class:`RNN` (no ``activation``), plus ``state_clip_min``/``state_clip_max``
+    (bound the cell state, MXNet's ``state_clip_*``). ``projection_size`` (LSTMP) is not supported.
+
+    Raises:
+        NotImplementedError: ``projection_size`` given.
+    """
+
+    def __init__(self, hidden_size: int, num_layers: int = 1, layout: str = "TNC", dropout: float = 0,
+                 bidirectional: bool = False, input_size: int = 0, i2h_weight_initializer: Any = None,
+                 h2h_weight_initializer: Any = None, i2h_bias_initializer: Any = "zeros",
+                 h2h_bias_initializer: Any = "zeros", projection_size: int | None = None,
+                 h2r_weight_initializer: Any = None, state_clip_min: float | None = None,
+                 state_clip_max: float | None = None, state_clip_nan: bool = False, dtype: Any = np.float32,
+                 use_sequence_length: bool = False, prefix: str | None = None, params: Any = None) -> None:
+        if projection_size is not None:
+            raise NotImplementedError("LSTM: projection_size (LSTMP) is not supported by mxlite")
+        clip = None if state_clip_min is None and state_clip_max is None else (state_clip_min, state_clip_max)
+        super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
+                         h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "lstm", dtype,
+                         use_sequence_length, clip)
+
+
+class GRU(_RNNLayer):
+    """Multi-layer GRU (MXNet Gluon's ``rnn.GRU``; gates ``r, z, n``, ``r`` applied to ``W_hn h + b_hn``).
+
+    Args: as :class:`RNN` (no ``activation``).
+    """
+
+    def __init__(self, hidden_size: int, num_layers: int = 1, layout: str = "TNC", dropout: float = 0,
+                 bidirectional: bool = False, input_size: int = 0, i2h_weight_initializer: Any = None,
+                 h2h_weight_initializer: Any = None, i2h_bias_initializer: Any = "zeros",
+                 h2h_bias_initializer: Any = "zeros", dtype: Any = np.float32, use_sequence_length: bool = False,
+                 prefix: str | None = None, params: Any = None) -> None:
+        super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
+                         h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "gru", dtype,
+                         use_sequence_length)

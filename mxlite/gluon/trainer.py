@@ -1,0 +1,915 @@
+"""Trainer: applies an optimizer to a set of Parameters mirrored on several devices (Gluon's).
+
+Purpose: after ``autograd.backward`` has filled every mirror's gradient, ``step(batch_size)``
+sums each parameter's gradients over its mirrors, rescales by ``1 / batch_size`` and applies
+the same update to every mirror, so mirrors stay identical.
+
+Behaviour:
+
+* ``step`` = ``allreduce_grads()`` + ``update(batch_size)``. ``allreduce_grads`` replaces
+  every mirror's gradient by the sum over mirrors (the sum is computed once, in device order,
+  and copied out, so all mirrors hold bit-identical sums); ``update`` runs the optimizer on
+  each mirror with that mirror's own optimizer state.
+* The optimizer's ``rescale_grad`` becomes ``scale / batch_size`` at each step, where
+  ``scale`` is the ``rescale_grad`` given in ``optimizer_params`` (default 1).
+* A mirror whose gradient backward has not written since the last step is *stale*: ``step``
+  raises naming the parameter and device, unless ``ignore_stale_grad=True`` (then stale
+  parameters are skipped).
+* Parameters of a fused rule (``mxlite/optimizer/_fused_rules.py``: every built-in rule on
+  float32/float16 weights) are updated by one fused update per (arena, device mirror), with
+  states laid out like the arena; other rules, float64 weights and row-sparse gradients take
+  the per-parameter path.
+* ``save_states``/``load_states`` write and read the optimizer (hyperparameters, update counts,
+  scheduler position), every parameter's state and the compression residuals in a safe
+  ``.npz`` format; a run resumed from them continues bit for bit.
+
+The kvstore (Gluon's rules, see :meth:`Trainer._init_kvstore`): a store is used when there are
+several devices or a 'dist_*' type. By default (mxlite) the store only sums gradients, through
+zero-copy buckets (:mod:`mxlite.comm.buckets`), and every mirror applies the update itself with
+one fused launch per arena; with ``update_on_kvstore=True`` the store applies the optimizer to
+its own copy of each weight and every mirror pulls the result (Gluon's default; slower here,
+same numbers). Row-sparse gradients with a 'dist_*' store always update on the store, as Gluon.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import comm as _comm
+from .. import optimizer as _opt
+from ..amp import LossScaler, all_gradients_finite, gradients_finite
+from ..autograd import sparse
+from ..comm.base import Communicator
+from ..comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
+from ..formats.archive import as_host, atomic_write
+from ..optimizer._arena import ArenaUpdater, fused_rule
+from ..optimizer._fused_rules import from_structure
+from ..optimizer.optimizer import MultiPrecisionState
+from ..optimizer.updater import pack_states, unpack_states
+from .parameter import Parameter
+
+__all__ = ["Trainer"]
+
+_KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync", "dist_async",
+                  "local_allreduce_cpu", "local_allreduce_device", "local_update_cpu")  # the last 3: MXNet's aliases
+
+
+class Trainer:
+    """Applies an optimizer to Parameters (Gluon's ``Trainer``).
+
+    Args:
+        params: a dict of name -> Parameter (as from ``collect_params()``; sorted by name, as
+            Gluon does) or a list of Parameters. A parameter present twice is used once.
+        optimizer: a registered name ('sgd', 'adam', ...) or an Optimizer instance.
+        optimizer_params: keyword arguments of the optimizer (only with a name).
+        kvstore: a :class:`~mxlite.kvstore.KVStore` or a type name. 'device' (default),
+            'local' and 'nccl' reduce over this process's devices; 'dist_sync' (and
+            'dist_sync_device', 'dist_device_sync') also over every process started by
+            ``mpiexec``/``mxlite launch`` (MPI; NCCL for GPUs), summing over workers as MXNet
+            does (see ``average_over_workers``). None reduces over local devices like 'device'
+            (Gluon's None does not reduce at all).
+        compression_params: gradient compression, e.g. ``{'type': '2bit', 'threshold': 0.5}``,
+            ``{'type': 'topk', 'ratio': 0.01}``, ``{'type': 'fp16'}``; see
+            :mod:`mxlite.comm.compression`. Used only when a store is (several devices or
+            'dist_*'); kvstore 'local' rejects it, as MXNet.
+        update_on_kvstore: apply the optimizer on the store (True) or on every mirror (False).
+            None: False for dense gradients (mxlite's default; Gluon's is True), True for
+            row-sparse gradients with a 'dist_*' store. See :meth:`_init_kvstore`.
+        bucket_bytes: (mxlite) gradients travel in buckets of at most this many bytes
+            (a larger parameter travels alone); see :mod:`mxlite.comm.buckets`.
+        overlap: (mxlite) reduce each bucket during backward as soon as it is complete.
+        partial_sync: (mxlite, SINGA's ``backward_and_partial_update``) do not sum gradients:
+            each mirror updates with its own gradient, then one bucket of *parameters*
+            (round robin) is averaged over every mirror and process. Cheaper communication,
+            mirrors differ between syncs; an experimental option.
+        check_finite: (mxlite) before updating, check the summed gradients and raise
+            FloatingPointError naming the first parameter holding inf/NaN; nothing is written.
+            (With ``mx.amp`` loss scaling such a step is skipped instead.) One reduction per
+            parameter and one host synchronisation per step.
+        average_over_workers: (mxlite) with a 'dist_*' kvstore, divide the gradient summed over
+            workers by ``batch_size * num_workers`` instead of ``batch_size``. False (default):
+            MXNet's convention, ``step(local_batch)`` applies the sum of every worker's gradient
+            divided by the local batch, so a learning rate tuned in MXNet works unchanged. True:
+            the mean over workers (as Horovod and PyTorch DDP), so the same learning rate fits
+            1 or N workers. No effect with a single process.
+
+    Raises:
+        ValueError: empty params, a non-Parameter entry, optimizer_params with an instance,
+            an unknown kvstore name, bad compression_params, ``update_on_kvstore=True`` with a
+            store that cannot run an optimizer ('nccl'), ``update_on_kvstore=False`` with
+            row-sparse gradients on a 'dist_*' store, or ``partial_sync`` with
+            ``update_on_kvstore``.
+    """
+
+    def __init__(self, params: Mapping[str, Parameter] | Iterable[Parameter], optimizer: Any,
+                 optimizer_params: dict[str, Any] | None = None, kvstore: Any = "device",
+                 compression_params: dict[str, Any] | None = None, update_on_kvstore: bool | None = None, *,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, partial_sync: bool = False,
+                 check_finite: bool = False, average_over_workers: bool = False) -> None:
+        if isinstance(params, Mapping):
+            param_list = [params[k] for k in sorted(params)]
+        elif isinstance(params, (list, tuple)):
+            param_list = list(params)
+        else:
+            raise ValueError(f"params must be a dict of Parameters (e.g. net.collect_params()) or a list, "
+                             f"got {type(params).__name__}")
+        self._params: list[Parameter] = []
+        seen: set[int] = set()
+        for p in param_list:
+            if not isinstance(p, Parameter):
+                raise ValueError(f"Trainer expects Parameters, got {type(p).__name__}: {p!r}")
+            if id(p) not in seen:
+                seen.add(id(p))
+                self._params.append(p)
+        if not self._params:
+            raise ValueError("Trainer needs at least one Parameter")
+        self._position = {id(p): i for i, p in enumerate(self._params)}  # parameter -> optimizer index
+        if kvstore is not None and not isinstance(kvstore, str) and not hasattr(kvstore, "is_capable"):
+            raise TypeError(f"kvstore must be None, a type name or a KVStore, got {type(kvstore).__name__} {kvstore!r}")
+        if isinstance(kvstore, str) and kvstore not in _KVSTORE_TYPES:
+            raise ValueError(f"unknown kvstore {kvstore!r}; known: {', '.join(_KVSTORE_TYPES)} or None")
+        self._kvstore_arg = kvstore
+        self._kvstore: Any = None  # the KVStore, once _init_kvstore has decided one is needed
+        self._kv_initialized = False
+        self._kv_keys: set[int] = set()  # parameter indices initialised on the store
+        self._update_on_kvstore_arg = update_on_kvstore
+        self._update_on_kvstore = False
+        self._compression_params = compression_params
+        self._codec = _make_codec(compression_params)  # validates early (ValueError)
+        self._partial_sync = bool(partial_sync)
+        self._check_finite = bool(check_finite)
+        if self._partial_sync and update_on_kvstore:
+            raise ValueError("partial_sync updates every mirror locally; it cannot be combined with "
+                             "update_on_kvstore=True")
+        self._partial_turn = 0
+        self._bucket_bytes, self._overlap = int(bucket_bytes), bool(overlap) and not self._partial_sync
+        self._syncs: dict[tuple[Any, ...], tuple[Communicator, GradientSync | None]] = {}  # devices -> sync
+        self._synced_params: set[int] = set()  # id() of parameters covered by a GradientSync
+        self._num_workers = 1
+        self._average_over_workers = bool(average_over_workers)
+        self._amp_loss_scaler: Any = None  # set by mx.amp.init_trainer
+        self._amp_original_scale = 1.0
+        optimizer_params = dict(optimizer_params or {})
+        if isinstance(optimizer, _opt.Optimizer) and optimizer_params:
+            raise ValueError("optimizer_params must be None when optimizer is an Optimizer instance")
+        param_dict = dict(enumerate(self._params))
+        if isinstance(optimizer, _opt.Optimizer):
+            optimizer.param_dict = param_dict
+            self._optimizer = optimizer
+        else:
+            self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)  # validates
+        self._scale = float(self._optimizer.rescale_grad)
+        self._states: dict[tuple[int, int], Any] = {}  # (param index, mirror number) -> state
+        self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
+        self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
+        self._applied: set[tuple[int, int]] = set()  # (index, mirror) that received its loaded state
+        self._loaded_residuals: dict[tuple[int, int], np.ndarray] = {}  # (index, mirror) -> residual to restore
+        self._init_kvstore()  # as soon as the devices are known (deferred parameters know theirs)
+        if all(p.is_initialized for p in self._params if p.grad_req != "null"):
+            # Start in sync (rank 0's values) and hook the buckets before the first backward;
+            # parameters initialised later (deferred) join at their first step.
+            self._init_kvstore()
+            self._ensure_sync()
+        self._num_workers = max(self._num_workers, self._dist_size())  # known from construction on
+
+    # -- hyperparameters ------------------------------------------------------------------
+    @property
+    def optimizer(self) -> _opt.Optimizer:
+        """The optimizer instance."""
+        return self._optimizer
+
+    @property
+    def learning_rate(self) -> float:
+        """The optimizer's current learning rate."""
+        return self._optimizer.learning_rate
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set the optimizer's learning rate (UserWarning is raised if a scheduler is set)."""
+        self._optimizer.set_learning_rate(lr)
+
+    @property
+    def num_workers(self) -> int:
+        """Processes taking part in the gradient sum (1 unless a 'dist_*' kvstore runs under MPI).
+
+        Right from construction, also while the parameters wait for deferred initialisation, so
+        ``dataset.shard(trainer.num_workers, rank)`` splits the data before the first step.
+        """
+        return self._num_workers
+
+    def _dist_size(self) -> int:
+        """How many MPI processes the 'dist_*' store spans (1 for other stores), known before any step."""
+        kv = self._kvstore if self._kvstore is not None else self._kvstore_arg
+        if kv is None:
+            return 1
+        if not isinstance(kv, str):
+            return int(kv.num_workers) if "dist" in kv.type else 1
+        if "dist" not in kv:
+            return 1
+        from ..comm.mpi import mpi_module  # noqa: PLC0415 - only the 'dist_*' types need MPI
+
+        return int(mpi_module().COMM_WORLD.Get_size())
+
+    def _workers_divisor(self) -> int:
+        """What the summed gradient is divided by besides the batch size: 1 (MXNet) or ``num_workers``."""
+        return self._num_workers if self._average_over_workers else 1
+
+    @property
+    def update_on_kvstore(self) -> bool:
+        """Whether the store applies the optimizer (decided when the parameters are initialised)."""
+        self._init_kvstore()
+        return self._update_on_kvstore
+
+    # -- the kvstore ----------------------------------------------------------------------
+    def _init_kvstore(self) -> None:
+        """Decide the store and ``update_on_kvstore`` as Gluon does (once, when params are initialised).
+
+        * kvstore None, or a type name with one device and no 'dist': no store (nothing to sum).
+        * row-sparse gradients: update on the store when it is 'dist_*' (``update_on_kvstore=False``
+          there is a ValueError, as Gluon); an explicit value wins otherwise.
+        * dense gradients: ``update_on_kvstore`` as given; None means False in mxlite (Gluon
+          defaults to True: updating in place on every mirror is the fast path here, with the
+          same numbers). True on a store without optimizer support ('nccl') is a ValueError.
+        * compression goes to the store (which validates it: 'local' rejects it) and the
+          optimizer too when it updates.
+        """
+        if self._kv_initialized:
+            return
+        devices = self._devices()
+        if not devices:  # nothing initialised (nor deferred on known devices) yet
+            return
+        from .. import kvstore as _kvs  # noqa: PLC0415 - kvstore imports the Trainer's building blocks
+
+        arg = self._kvstore_arg
+        if arg is None:
+            kv = None
+        elif isinstance(arg, _kvs.KVStore):
+            kv = arg
+        elif len(devices) == 1 and "dist" not in arg:
+            kv = None
+        else:
+            kv = _kvs.create(arg)
+        distributed = kv is not None and "dist" in kv.type
+        explicit = self._update_on_kvstore_arg
+        if any(p.grad_stype == "row_sparse" for p in self._params if p.grad_req != "null"):
+            if explicit is False and distributed:
+                raise ValueError("Cannot set update_on_kvstore=False on dist kvstore when sparse gradients "
+                                 "are present")
+            update = distributed if explicit is None else bool(explicit)
+        else:
+            update = bool(explicit)
+            if update and kv is not None and not kv.is_capable(_kvs.KVStore.OPTIMIZER):
+                raise ValueError(f"Please set update_on_kvstore=False when training with kvstore "
+                                 f"{kv.type!r}: it cannot run an optimizer")
+        if kv is None:
+            update = False
+        else:
+            if self._compression_params:
+                kv.set_gradient_compression(self._compression_params)
+            if update:
+                kv.set_optimizer(self._optimizer)
+        if self._partial_sync and update:
+            raise ValueError("partial_sync updates every mirror locally; it cannot be combined with "
+                             "update_on_kvstore")
+        if self._partial_sync and any(p.grad_stype == "row_sparse" for p in self._params if p.grad_req != "null"):
+            raise ValueError("partial_sync averages dense parameters bucket by bucket; row-sparse gradients "
+                             "(sparse_grad=True) are not supported with it")
+        if kv is None or update:
+            self._codec = None  # the buckets do not compress: no store, or the store's push does
+        self._kvstore, self._update_on_kvstore = kv, update
+        self._kv_initialized = True
+
+    def _devices(self) -> list[Any]:
+        """The devices of the first initialised (or deferred, device-assigned) parameter; [] while none is."""
+        for p in self._params:
+            if p.is_initialized or getattr(p, "_deferred", None) is not None:
+                return p.list_device()
+        return []
+
+    # -- the step -------------------------------------------------------------------------
+    def step(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
+        """Sum gradients over mirrors, then update every mirror; see the module docstring.
+
+        With ``update_on_kvstore``: push each gradient to the store (which sums and updates)
+        and pull the new weights into every mirror. With dynamic loss scaling
+        (``mx.amp.init_trainer``), a step whose summed gradients hold inf/NaN updates nothing
+        and lowers the loss scale.
+
+        Args:
+            batch_size: samples that produced this worker's gradients. The gradient summed over
+                devices and workers is divided by ``batch_size`` (MXNet), or by
+                ``batch_size * num_workers`` with ``average_over_workers=True``.
+            ignore_stale_grad: skip, instead of rejecting, parameters whose gradient is stale.
+
+        Raises:
+            ValueError: batch_size <= 0.
+            UserWarning: a stale gradient (names the parameter and device), as MXNet raises;
+                also when updating on the store (where MXNet would push the old gradient).
+        """
+        self._check_batch_size(batch_size)
+        self._init_kvstore()
+        self._check_devices_unchanged()
+        if self._update_on_kvstore:
+            self._step_on_kvstore(batch_size, ignore_stale_grad)
+        elif self._partial_sync:
+            self._ensure_sync()
+            # Each mirror updates with its own gradient, from its share of this worker's batch.
+            self._update(batch_size, ignore_stale_grad, workers=1 / max(1, len(self._devices())))
+            self._average_partition()
+        else:
+            self._allreduce_grads()  # a narrow wire's half-precision sum stays for the fused update to read
+            self.update(batch_size, ignore_stale_grad)
+        self._debug_check_after_step()
+
+    def allreduce_grads(self) -> None:
+        """Replace every mirror's gradient by the sum over its mirrors (and, 'dist_*', over processes).
+
+        Dense gradients travel in buckets (see :mod:`mxlite.comm.buckets`), most of them already
+        reduced during backward when ``overlap`` is on; row-sparse gradients are summed per
+        parameter.
+
+        Raises:
+            RuntimeError: the parameters are updated on the store (Gluon's message).
+        """
+        self._init_kvstore()
+        if self._update_on_kvstore:
+            raise RuntimeError("allreduce_grads() when parameters are updated on kvstore is not supported. "
+                               "Try setting `update_on_kvstore` to False when creating trainer.")
+        self._allreduce_grads()
+        for _, sync in self._syncs.values():
+            if sync is not None:
+                sync.materialize()  # the caller reads the gradient buffers: a narrow wire's sums go there
+
+    def _allreduce_grads(self) -> None:
+        self._check_devices_unchanged()
+        # Finish the buckets the current plans reduced during backward first; parameters that
+        # join a plan now (initialised late, unfrozen) were not summed yet and are reduced apart.
+        for _, sync in self._syncs.values():
+            if sync is not None:
+                sync.allreduce_grads()
+        for sync, joined in self._ensure_sync():
+            if joined is None:
+                sync.allreduce_grads()  # a first plan: nothing was reduced during backward
+            else:
+                sync.reduce_params(joined)
+        for param in self._params:
+            if (param.grad_req != "null" and param.is_initialized and param.grad_stype == "row_sparse"
+                    and len(param.list_device()) > 1):
+                _sum_row_sparse_into_all(param)
+
+    def _check_devices_unchanged(self) -> None:
+        """RuntimeError naming the parameter when one now lives on other devices than its gradient sum was built for."""
+        for devices, (_, sync) in self._syncs.items():
+            for param in (sync.params if sync is not None else []):
+                now = tuple(param.list_device()) if param.is_initialized else devices
+                if now != devices:
+                    raise RuntimeError(
+                        f"Parameter {param.label!r} now lives on {list(now)}, but this Trainer set up its gradient "
+                        f"sum when it lived on {list(devices)}: the model was initialised again on other devices "
+                        "after the Trainer was created. Create the Trainer after the last initialize (or create a "
+                        "new Trainer for the new devices)")
+
+    def _ensure_sync(self) -> list[tuple[GradientSync, list[Parameter] | None]]:
+        """Start new parameters in sync, and (re)build a communicator and bucket plan per device list.
+
+        A plan is rebuilt when its set of dense, gradient-carrying parameters changes (a parameter
+        initialised late, a ``grad_req`` changed); compression residuals carry over. Returns
+        (sync, parameters that joined it, or None for a first plan) for the plans built.
+        """
+        self._init_kvstore()
+        groups: dict[tuple[Any, ...], list[Parameter]] = {}
+        for param in self._params:
+            if param.is_initialized:
+                groups.setdefault(tuple(param.list_device()), []).append(param)
+        rebuilt = []
+        for devices, params in groups.items():
+            new = [p for p in params if id(p) not in self._synced_params]
+            dense = [p for p in params if p.grad_req != "null" and p.grad_stype == "default"]
+            old_comm, old_sync = self._syncs.get(devices, (None, None))
+            old_dense = old_sync.params if old_sync is not None else []
+            if old_comm is not None and not new and [id(p) for p in dense] == [id(p) for p in old_dense]:
+                continue
+            comm = old_comm if old_comm is not None else self._communicator(list(devices))
+            self._start_in_sync(comm, new)
+            needed = (comm.size > 1 or len(devices) > 1) and not self._update_on_kvstore and bool(dense)
+            sync = GradientSync(comm, dense, self._bucket_bytes, self._overlap, self._codec) if needed else None
+            if sync is not None and old_sync is not None:
+                sync.take_residuals(old_sync)
+            self._syncs[devices] = (comm, sync)
+            self._synced_params.update(id(p) for p in new)
+            if sync is not None:
+                kept = {id(p) for p in old_dense}
+                rebuilt.append((sync, [p for p in dense if id(p) not in kept] if old_sync is not None else None))
+                if self._loaded_residuals:
+                    self._restore_residuals()
+        return rebuilt
+
+    def _communicator(self, devices: list[Any]) -> Communicator:
+        kind = self._kvstore._type if self._kvstore is not None else "device"  # canonical, aliases resolved
+        comm = _comm.create(kind, devices)
+        self._num_workers = max(self._num_workers, comm.size)
+        return comm
+
+    def _start_in_sync(self, comm: Communicator, params: list[Parameter]) -> None:
+        """Every process checks it has the same parameters, then starts from rank 0's values."""
+        if comm.size == 1 or not params:
+            return
+        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415 - needs only the MPI path
+
+        check_same_across_ranks(comm, "the Trainer's parameters", [
+            (p.label, {"shape": list(p.shape), "dtype": np.dtype(p.dtype).name}) for p in params])
+        for p in params:
+            comm.broadcast([d._data for d in p.list_data()], root=0)
+        self._check_identical(comm, params, "after the broadcast of rank 0's parameters")
+
+    @staticmethod
+    def _check_identical(comm: Communicator, params: list[Parameter], when: str) -> None:
+        """Every mirror of every rank holds the same values (ValueError naming the parameter and ranks)."""
+        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415
+        from ..comm.debug import parameter_digests  # noqa: PLC0415
+
+        check_same_across_ranks(comm, f"the parameter values {when}", parameter_digests(params))
+
+    def _debug_check_after_step(self) -> None:
+        """Debug mode (``MXLITE_DEBUG_COLLECTIVES=1``): parameters identical on every mirror and rank."""
+        from ..comm import debug  # noqa: PLC0415
+
+        if not debug.enabled() or self._partial_sync:
+            return
+        for comm, _ in self._syncs.values():
+            params = [p for p in self._params if p.is_initialized and p.list_device() == comm.devices]
+            if comm.size > 1 or len(comm.devices) > 1:
+                self._check_identical(comm, params, "after a step")
+
+    def _step_on_kvstore(self, batch_size: int, ignore_stale_grad: bool) -> None:
+        """Push every fresh gradient (the store sums and updates) and pull the new weights."""
+        if self._amp_loss_scaler is not None:
+            raise ValueError("dynamic loss scaling needs update_on_kvstore=False")
+        self._ensure_sync()  # rank 0's initial values everywhere, before the store copies them
+        self._num_workers = max(self._num_workers, self._kvstore.num_workers)
+        self._optimizer.rescale_grad = self._scale / (batch_size * self._workers_divisor())
+        todo = self._fresh_params(ignore_stale_grad)
+        kv = self._kvstore
+        for index, param in todo:
+            if index not in self._kv_keys:
+                kv.init(index, param.data(param.list_device()[0]))
+                self._kv_keys.add(index)
+            else:  # the weights may have changed outside the store (a checkpoint loaded, set_data)
+                kv._overwrite(index, param.data(param.list_device()[0]))
+            kv.push(index, param.list_grad(), priority=-index)
+            kv.pull(index, param.list_data(), priority=-index)
+            param._mark_stale()
+
+    def _fresh_params(self, ignore_stale_grad: bool) -> list[tuple[int, Parameter]]:
+        """(index, param) of every parameter to update; stale ones raise or are skipped (and listed)."""
+        todo = []
+        stale_anywhere = self._stale_on_some_rank() if ignore_stale_grad and self._num_workers > 1 else set()
+        for index, param in enumerate(self._params):
+            if param.grad_req == "null":
+                continue
+            param._materialize()  # a deferred parameter forward never used; raises if its shape is unknown
+            stale = [d for d in param.list_device() if not param._fresh(d)]
+            if index in stale_anywhere and not stale:
+                stale = param.list_device()[:1]  # fresh here, stale on another rank: every rank skips it
+            if stale:
+                if ignore_stale_grad:
+                    param._mark_stale()  # its fresh mirrors too: their gradient is not used next step either
+                    continue
+                raise UserWarning(
+                    f"Gradient of Parameter '{param.label}' on device {stale[0]} has not been updated by "
+                    "backward since the last step; this could mean a bug in your model that made it only use "
+                    "a subset of the Parameters for this iteration. Call step with ignore_stale_grad=True to "
+                    "suppress this and update only the parameters with fresh gradients"
+                )
+            todo.append((index, param))
+        return todo
+
+    def _stale_on_some_rank(self) -> set[int]:
+        """Indices of parameters stale on any mirror of any rank (one all-reduce), so all ranks skip alike."""
+        comm = next((c for c, _ in self._syncs.values() if c.size > 1), None)
+        if comm is None:
+            return set()
+        flags = np.array([0.0 if p.grad_req == "null" or not p.is_initialized else
+                          float(any(not p._fresh(d) for d in p.list_device())) for p in self._params])
+        buffers = []
+        for device in comm.devices:
+            with device.use():
+                buffers.append(device.xp.asarray(flags.copy()))
+        comm.allreduce(buffers).wait()
+        summed = as_host(buffers[0])
+        return {i for i, f in enumerate(summed) if f > 0}
+
+    def _average_partition(self) -> None:
+        """partial_sync: average the parameters of one bucket (round robin) over every mirror and process."""
+        partitions = [b.params for _, sync in self._syncs.values() if sync is not None for b in sync.buckets]
+        if not partitions:
+            return
+        self._partial_turn %= len(partitions)
+        comm = next(c for c, sync in self._syncs.values() if sync is not None and any(
+            b.params is partitions[self._partial_turn] for b in sync.buckets))
+        works = [comm.allreduce([d._data for d in param.list_data()], average=True)
+                 for param in partitions[self._partial_turn]]
+        for work in works:
+            work.wait()  # (GPU) the next forward reads these weights
+        self._partial_turn += 1
+
+    def update(self, batch_size: int, ignore_stale_grad: bool = False) -> None:
+        """Apply the optimizer to every mirror with its (already summed) gradient.
+
+        Raises:
+            RuntimeError: the parameters are updated on the store (Gluon's message).
+            UserWarning: a stale gradient, as :meth:`step`.
+        """
+        self._check_batch_size(batch_size)
+        self._init_kvstore()
+        if self._update_on_kvstore:
+            raise RuntimeError("update() when parameters are updated on kvstore is not supported. "
+                               "Try setting `update_on_kvstore` to False when creating trainer.")
+        self._update(batch_size, ignore_stale_grad, self._workers_divisor())
+
+    def _update(self, batch_size: int, ignore_stale_grad: bool, workers: float) -> None:
+        # Each worker passes its own batch size; the sum over workers is divided by it (MXNet), or
+        # also by num_workers (average_over_workers).
+        self._optimizer.rescale_grad = self._scale / (batch_size * workers)
+        opt = self._optimizer
+        todo = self._fresh_params(ignore_stale_grad)
+        fused = [p.grad_stype == "default" and fused_rule(opt, p.dtype) is not None for _, p in todo]
+        if self._check_finite or self._amp_loss_scaler is not None or not all(fused):
+            for _, sync in self._syncs.values():  # these read the gradient buffers, not a narrow wire
+                if sync is not None:
+                    sync.materialize()
+        if self._check_finite and self._amp_loss_scaler is None:
+            _raise_if_not_finite([p for _, p in todo])
+        if self._amp_loss_scaler is not None and self._amp_loss_scaler.has_overflow([p for _, p in todo]):
+            for param in self._params:
+                param._mark_stale()  # the step is skipped: nothing is written
+            return
+        groups: dict[tuple[int, int], tuple[Any, list[tuple[int, Any]]]] = {}  # -> (arena, [(index, slot)])
+        for (index, param), is_fused in zip(todo, fused, strict=True):
+            if is_fused:
+                for mirror, (arena, slot) in enumerate(param._arena_slots()):
+                    groups.setdefault((id(arena), mirror), (arena, []))[1].append((index, slot))
+            else:
+                self._update_per_parameter(index, param)
+            param._mark_stale()
+        # One fused update per (arena, mirror): every parameter of the arena in one launch.
+        for key, (arena, entries) in groups.items():
+            updater = self._arena_updaters.get(key)
+            if updater is None:
+                updater = self._arena_updaters[key] = ArenaUpdater(opt, arena, key[1])
+            for index, slot in entries:
+                if index in self._loaded and (index, key[1]) not in self._applied:
+                    updater.set_state(slot, *from_structure(updater.state_names, self._loaded[index]))
+                    self._applied.add((index, key[1]))
+            updater.step(entries)
+        opt._set_current_device(0)
+
+    def _update_per_parameter(self, index: int, param: Parameter) -> None:
+        """The optimizer's own rule on each mirror (rules or dtypes without a fused kernel)."""
+        opt = self._optimizer
+        for slot_no, (data, grad) in enumerate(zip(param.list_data(), param.list_grad())):
+            opt._set_current_device(slot_no)
+            key = (index, slot_no)
+            weight = data._data
+            if key not in self._states:
+                with data.device.use():
+                    if index in self._loaded:
+                        self._states[key] = _copy_state(self._loaded[index], data.device)
+                        self._applied.add(key)
+                    else:
+                        self._states[key] = opt.create_state(index, weight)
+            # A row-sparse gradient goes through as it is: rules with lazy_update touch only its rows.
+            raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad._data
+            with data.device.use():
+                opt.update(index, weight, raw_grad, self._states[key])
+
+    # -- saving and loading optimizer states ----------------------------------------------
+    def save_states(self, fname: str | os.PathLike) -> None:
+        """Save the optimizer, every parameter's optimizer state and the compression residuals.
+
+        The file is an ``.npz`` archive in the :mod:`mxlite.optimizer.updater` layout (never
+        pickled): the optimizer's hyperparameters, per-device update counts and scheduler
+        position; each parameter's state (mirror 0's: every mirror holds the same state); each
+        mirror's compression residual (``'residual:<index>:<mirror>'``); and the parameters'
+        names and shapes and the compression parameters, checked on load. With
+        ``update_on_kvstore`` the store writes it (:meth:`KVStore.save_optimizer_states`). It is
+        written to a temporary file, fsynced and renamed, so a crash during the save leaves the
+        previous file intact.
+        """
+        self._init_kvstore()
+        if self._update_on_kvstore:
+            self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
+            return
+        states: dict[Any, Any] = {}
+        for index, param in enumerate(self._params):
+            state = self._saved_state(index, param)
+            if state is not None:
+                states[index] = state
+        for (index, mirror), residual in self._residuals().items():
+            states[f"residual:{index}:{mirror}"] = residual
+        extra = {"trainer_params": [[p.label, list(p.shape) if p.shape else None] for p in self._params],
+                 "compression": self._codec.params if self._codec is not None else None,
+                 "loss_scaler": self._amp_loss_scaler.state_dict() if self._amp_loss_scaler is not None else None,
+                 "partial_turn": self._partial_turn}
+        data = pack_states(states, self._optimizer.state_dict(), extra)
+        atomic_write(fname, lambda f: f.write(data))
+
+    def load_states(self, fname: str | os.PathLike) -> None:
+        """Restore a :meth:`save_states` file; continuing then matches the saved run bit for bit.
+
+        Everything is checked before anything changes: the file must be a state file of a
+        Trainer with the same parameters (names and shapes), the same optimizer and scheduler
+        classes and the same compression. States move to each mirror at its next update;
+        parameters absent from the file start from fresh states.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer
+                (the message names the file and what differs).
+        """
+        self._apply_states(self._read_states(fname))
+
+    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
+        """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
+
+        Args:
+            fname: the file; only named in errors when ``data`` is given.
+            data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
+                these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
+                None reads ``fname`` (once).
+
+        Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
+        no file (also with ``update_on_kvstore``, where the store's own parse is kept).
+
+        Raises:
+            FileNotFoundError: no such file (``data`` None).
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer.
+        """
+        self._init_kvstore()
+        fname = os.fspath(fname)
+        if self._update_on_kvstore:
+            self._kvstore._states_updater("load_optimizer_states")  # RuntimeError before the file, as the store's
+        if data is None:
+            with open(fname, "rb") as f:
+                data = f.read()
+        if self._update_on_kvstore:
+            parsed = self._kvstore._read_optimizer_states(data, fname)
+            try:  # the store checks shapes only against values it holds: none before the first step
+                self._check_store_states(parsed)
+            except ValueError as exc:
+                raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+            return ("kvstore", parsed)
+        try:
+            states, optimizer_state, extra = unpack_states(data)
+            if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
+                raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
+            residuals = self._split_residuals(states, extra.get("compression"))
+            self._check_saved_params(extra["trainer_params"], states)
+            scaler_state = extra.get("loss_scaler")
+            if scaler_state is not None and self._amp_loss_scaler is not None:
+                LossScaler().load_state_dict(scaler_state)  # validates
+        except ValueError as exc:
+            raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+        turn = extra.get("partial_turn", 0)
+        if not isinstance(turn, int) or turn < 0:
+            raise ValueError(f"cannot load trainer states from {fname!r}: bad partial_turn {turn!r}")
+        return "trainer", (states, optimizer_state, residuals, scaler_state, turn)
+
+    def _apply_states(self, parsed: tuple[str, Any]) -> None:
+        """Apply what :meth:`_read_states` read and checked (cannot fail; reads no file)."""
+        kind, content = parsed
+        if kind == "kvstore":  # the store's own parse of the same bytes, installed as load_optimizer_states does
+            self._kvstore._apply_optimizer_states(content)
+            return
+        states, optimizer_state, residuals, scaler_state, self._partial_turn = content
+        self._optimizer.load_state_dict(optimizer_state)
+        if scaler_state is not None and self._amp_loss_scaler is not None:
+            self._amp_loss_scaler.load_state_dict(scaler_state)
+        self._states.clear()
+        self._arena_updaters.clear()
+        self._loaded, self._applied = states, set()
+        self._loaded_residuals = residuals
+        self._restore_residuals()
+
+    def _residuals(self) -> dict[tuple[int, int], np.ndarray]:
+        """Host copies of every (parameter index, mirror) compression residual, shaped like the parameter."""
+        out = dict(self._loaded_residuals)
+        for _, sync in self._syncs.values():
+            if sync is None or sync.codec is None or not sync.codec.needs_residual:
+                continue
+            for param in sync.params:
+                index = self._position[id(param)]
+                for mirror in range(len(param.list_device())):
+                    if (index, mirror) in self._loaded_residuals:
+                        continue  # restored at the sync's first plan, not yet applied
+                    flat = sync.residual(param, mirror)[:int(np.prod(param.shape))]
+                    out[(index, mirror)] = np.array(as_host(flat)).reshape(param.shape)
+        return out
+
+    def _split_residuals(self, states: dict[Any, Any], compression: Any) -> dict[tuple[int, int], np.ndarray]:
+        """Take the ``'residual:i:m'`` entries out of ``states``, checked against this Trainer."""
+        mine = self._codec.params if self._codec is not None else None
+        residuals = {}
+        for key in [k for k in states if isinstance(k, str)]:
+            parts = key.split(":")
+            if len(parts) != 3 or parts[0] != "residual" or not (parts[1].isdigit() and parts[2].isdigit()):
+                raise ValueError(f"unexpected entry {key!r}")
+            index, mirror = int(parts[1]), int(parts[2])
+            value = states.pop(key)
+            if index >= len(self._params) or not isinstance(value, np.ndarray):
+                raise ValueError(f"entry {key!r} is not a residual of one of this Trainer's parameters")
+            if value.dtype.kind != "f" or not np.all(np.isfinite(value)):
+                raise ValueError(f"the residual {key!r} holds {value.dtype.name} values, or inf or NaN; residuals are "
+                                 "finite floating-point arrays")
+            param = self._params[index]
+            shape = param.shape
+            if param._shape_known() and value.shape != tuple(shape):
+                raise ValueError(f"the residual of parameter {self._params[index].label!r} has shape "
+                                 f"{value.shape}, the parameter has shape {tuple(shape)}")
+            residuals[(index, mirror)] = value
+        if compression != mine:
+            raise ValueError(f"it was saved with compression {compression}, this Trainer uses {mine}")
+        return residuals
+
+    def _restore_residuals(self) -> None:
+        """Copy loaded residuals into the syncs that exist now (later syncs restore theirs when built)."""
+        for _, sync in self._syncs.values():
+            if sync is None or sync.codec is None or not sync.codec.needs_residual:
+                continue
+            for param in sync.params:
+                index = self._position[id(param)]
+                for mirror, device in enumerate(param.list_device()):
+                    value = self._loaded_residuals.pop((index, mirror), None)
+                    if value is not None:
+                        flat = sync.residual(param, mirror)
+                        with device.use():
+                            flat[:value.size] = device.xp.asarray(value.reshape(-1), dtype=np.float32)
+
+    def _saved_state(self, index: int, param: Parameter) -> Any:
+        """Mirror 0's state of parameter ``index`` (host arrays), or None when it has none yet."""
+        if index in self._loaded and (index, 0) not in self._applied:
+            return self._loaded[index]
+        if (index, 0) in self._states:
+            return self._states[(index, 0)]
+        if not param.is_initialized or param.grad_req == "null":
+            return None
+        arena, slot = param._arena_slots()[0]
+        updater = self._arena_updaters.get((id(arena), 0))
+        return updater.get_state(slot) if updater is not None else None
+
+    def _check_store_states(self, parsed: tuple[Any, Any, Any]) -> None:
+        """States and residuals of a store file (``update_on_kvstore``) against this Trainer's parameters.
+
+        The store's keys are the parameter indices; every state and residual must have its
+        parameter's shape (when known).
+
+        Raises:
+            ValueError: a key that is not a parameter index, or an array of another shape.
+        """
+        states, _, residuals = parsed
+        entries = [(key, _state_arrays(state), "state") for key, state in states.items()]
+        entries += [(key, [value], f"residual (position {pos})") for (key, pos), value in residuals.items()]
+        for key, leaves, what in entries:
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(self._params):
+                raise ValueError(f"{what} key {key!r} is not a parameter index of this Trainer "
+                                 f"({len(self._params)} parameters)")
+            param = self._params[key]
+            if not param._shape_known():
+                continue
+            for leaf in leaves:
+                if tuple(leaf.shape) != tuple(param.shape):
+                    raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {tuple(param.shape)}")
+
+    def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
+        names = [p.label for p in self._params]
+        try:
+            saved_names = [entry[0] for entry in saved]
+            saved_shapes = [tuple(entry[1]) if entry[1] is not None else None for entry in saved]
+        except (TypeError, IndexError) as exc:
+            raise ValueError(f"malformed parameter section ({exc})") from exc
+        if saved_names != names:
+            missing = [n for n in names if n not in saved_names]
+            unexpected = [n for n in saved_names if n not in names]
+            raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
+                             + ("" if missing or unexpected else " (same names, another order)"))
+        for index, state in states.items():
+            if not isinstance(index, int) or not 0 <= index < len(self._params):
+                raise ValueError(f"state index {index!r} is not a parameter index")
+            param = self._params[index]
+            shape = tuple(param.shape) if param._shape_known() else saved_shapes[index]
+            for leaf in _state_arrays(state):
+                if shape is not None and tuple(leaf.shape) != shape:
+                    raise ValueError(f"the state of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {shape}")
+                kind = np.dtype(leaf.dtype)
+                if kind.kind != "f" and kind.name != "bfloat16":
+                    raise ValueError(f"the state of parameter {param.label!r} holds {kind.name} values; optimizer "
+                                     "states are floating-point arrays")
+                if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
+                    raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
+            if shape is not None:
+                problem = _structure_difference(self._template_state(index, param, shape), state)
+                if problem:
+                    raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
+                                     f"{type(self._optimizer).__name__} creates: {problem}")
+
+    def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
+        """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""
+        import warnings  # noqa: PLC0415
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._optimizer.create_state(index, np.zeros(shape, dtype=param.dtype))
+
+    @staticmethod
+    def _check_batch_size(batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real):
+            raise TypeError(f"batch_size must be a positive number, got {type(batch_size).__name__} {batch_size!r}")
+        if not batch_size > 0 or not math.isfinite(batch_size):  # `not > 0` also rejects NaN
+            raise ValueError(f"batch_size must be a positive number, got {batch_size!r}")
+
+
+def _state_arrays(state: Any) -> list[Any]:
+    """The array leaves of a (nested) optimizer state."""
+    if isinstance(state, (tuple, list)):
+        return [leaf for part in state for leaf in _state_arrays(part)]
+    return [state] if hasattr(state, "shape") else []
+
+
+def _structure_difference(template: Any, state: Any, where: str = "the state") -> str:
+    """'' when ``state`` is shaped like ``template`` (tuples and lists alike), else what differs."""
+    if isinstance(template, MultiPrecisionState) != isinstance(state, MultiPrecisionState):
+        return f"{where} {'lacks' if isinstance(template, MultiPrecisionState) else 'has'} float32 master weights"
+    if template is None or state is None:
+        return "" if template is None and state is None else \
+            f"{where} is {'empty' if state is None else type(state).__name__}, expected " \
+            f"{'none' if template is None else type(template).__name__}"
+    if isinstance(template, (tuple, list)):
+        if not isinstance(state, (tuple, list)) or len(state) != len(template):
+            return f"{where} should be {len(template)} arrays, got {type(state).__name__}"
+        for i, (t, s) in enumerate(zip(template, state)):
+            problem = _structure_difference(t, s, f"{where}[{i}]")
+            if problem:
+                return problem
+        return ""
+    if hasattr(template, "shape") != hasattr(state, "shape"):
+        return f"{where} should be {'an array' if hasattr(template, 'shape') else repr(template)}, got {state!r}"
+    return ""
+
+
+def _copy_state(state: Any, device: Any) -> Any:
+    """A copy of a host state on ``device`` (each mirror gets its own arrays)."""
+    if isinstance(state, MultiPrecisionState):
+        return MultiPrecisionState(*(_copy_state(s, device) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_copy_state(s, device) for s in state)
+    if hasattr(state, "shape"):
+        with device.use():
+            return device.xp.array(np.asarray(state))
+    return state
+
+
+def _sum_row_sparse_into_all(param: Parameter) -> None:
+    """Sum row-sparse gradients over mirrors; every mirror's gradient becomes the sum."""
+    mirrors = param.list_data()
+    home = mirrors[0].device
+    total = mirrors[0]._grad
+    for leaf in mirrors[1:]:
+        total = sparse.add_any(total, _row_sparse_to(leaf._grad, home), param.shape)
+    for leaf in mirrors:
+        leaf._grad = _row_sparse_to(total, leaf.device)
+
+
+def _row_sparse_to(rs: sparse.RowSparseTensor, device: Any) -> sparse.RowSparseTensor:
+    return sparse.RowSparseTensor(rs.data.copyto(device), rs.indices.copyto(device), rs.shape)
+
+
+def _raise_if_not_finite(params: list[Parameter]) -> None:
+    """FloatingPointError naming the first parameter whose (summed) gradient holds inf or NaN.
+
+    One flag is read per device; only when it says inf/NaN are the parameters checked one by one.
+    """
+    if all_gradients_finite(params):
+        return
+    finite = gradients_finite(params)
+    if not all(finite):
+        param = params[finite.index(False)]
+        raise FloatingPointError(f"the gradient of Parameter {param.label!r} holds inf or NaN (on "
+                                 f"{param.list_device()[0]}, after the sum over devices and workers); "
+                                 "the step was not applied")
+
+
+def _make_codec(compression_params: Any) -> Any:
+    """The compression codec for ``compression_params`` (None: no compression); ValueError when malformed."""
+    if not compression_params:
+        return None
+    from ..comm import compression  # noqa: PLC0415 - loaded only when compression is asked for
+
+    return compression.create(compression_params)
