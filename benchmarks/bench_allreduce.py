@@ -273,7 +273,7 @@ def _cpu_via_mpiexec(args: argparse.Namespace) -> tuple[list[dict[str, Any]], li
     try:
         import mpi4py  # noqa: F401, PLC0415
 
-        from mxlite.launch import find_mpiexec  # noqa: PLC0415
+        from mxlite.cli.launch import find_mpiexec  # noqa: PLC0415
 
         mpiexec = find_mpiexec()
     except (ImportError, FileNotFoundError) as exc:

@@ -696,7 +696,7 @@ def measure(sizes: Sequence[int] = FIT_BYTES, bench_args: Sequence[str] | None =
     Raises:
         RuntimeError: the MPI run failed (its output is in the message).
     """
-    from mxlite.launch import find_mpiexec  # noqa: PLC0415
+    from mxlite.cli.launch import find_mpiexec  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "measured.json")

@@ -10,10 +10,15 @@ Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gi
 objects under Gluon's spelling. See README.md and docs/design.md.
 """
 
-from . import amp, autograd, checkpoint, datasets, gluon, kvstore, lr_scheduler, npx, optimizer, util
+from . import amp, autograd, checkpoint, datasets, gluon, kvstore, optimizer
 from . import initializer as init
-from . import ndarray as nd  # MXNet's mx.nd
-from . import numpy_api as np  # MXNet's mx.np
+from .arrays import (
+    nd,  # MXNet's mx.nd
+    np,  # MXNet's mx.np
+    npx,
+    util,
+)
+from .arrays.np import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
 from .autograd import nn_ops, ops, random, sparse
 from .autograd.creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
 from .autograd.ops import concat, stack
@@ -24,7 +29,7 @@ from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as m
 from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
 from .gluon.trainer import Trainer
 from .gluon.utils import DataParallelExecutor, split_and_load, split_data
-from .numpy_api import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
+from .optimizer import lr_scheduler
 
 NDArray = Tensor  # MXNet's name for the array type
 kv = kvstore  # MXNet's mx.kv alias

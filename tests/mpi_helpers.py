@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 try:
     import mpi4py  # noqa: F401
 
-    from mxlite.launch import find_mpiexec
+    from mxlite.cli.launch import find_mpiexec
 
     MPIEXEC = find_mpiexec()
 except (ImportError, FileNotFoundError):  # pragma: no cover - CI installs the mpi extra

@@ -47,7 +47,7 @@ def test_bench_step_runs(tmp_path, devices):
 @pytest.mark.mpi
 def test_bench_allreduce_runs_over_two_ranks_and_buckets_the_small_tensors(tmp_path, capsys):
     pytest.importorskip("mpi4py", reason="needs mpi4py and mpiexec (pip install 'mxlite[mpi]')")
-    from mxlite.launch import find_mpiexec
+    from mxlite.cli.launch import find_mpiexec
 
     try:
         find_mpiexec()

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mxlite as mx
-from mxlite import lr_scheduler as lrs
+from mxlite.optimizer import lr_scheduler as lrs
 
 LIMIT_S = 10
 CLEAR_TYPES = (ValueError, TypeError, FileNotFoundError, RuntimeError, UserWarning)

@@ -18,7 +18,7 @@ import pytest
 
 import mxlite as mx
 from mxlite.autograd.sparse import RowSparseTensor, row_sparse_array
-from mxlite.lr_scheduler import FactorScheduler
+from mxlite.optimizer.lr_scheduler import FactorScheduler
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 
 SHAPE = (2, 3)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import launch
+from mxlite.cli import launch
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 
 WORKER = os.path.join(ROOT, "tests", "local_rank_worker.py")
@@ -104,7 +104,7 @@ def test_launch_places_processes_with_open_mpi_spelling(script, tmp_path):
 
 def test_launch_without_placement_is_unchanged(script):
     cmd = launch.launch_command(2, script)
-    assert cmd[1:] == ["-n", "2", sys.executable, "-m", "mxlite._rank", script]
+    assert cmd[1:] == ["-n", "2", sys.executable, "-m", "mxlite.cli.rank", script]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -1,4 +1,4 @@
-"""Tests of mxlite.lr_scheduler: hand-computed value tables, warm-up, errors, state round trip, properties.
+"""Tests of mx.lr_scheduler: hand-computed value tables, warm-up, errors, state round trip, properties.
 
 The expected numbers are literals worked out by hand from the formulas in the module
 docstrings (MXNet's boundary: a FactorScheduler decay applies once ``num_update > count + step``).
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mxlite import lr_scheduler as lrs
 from mxlite.optimizer import Optimizer
+from mxlite.optimizer import lr_scheduler as lrs
 
 
 def _values(sched, updates):
@@ -40,7 +40,7 @@ def test_factor_fresh_scheduler_catches_up_and_never_undoes() -> None:
 
 def test_factor_stop_factor_lr_clamps_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     sched = lrs.FactorScheduler(step=1, factor=0.5, stop_factor_lr=0.2, base_lr=1)
-    with caplog.at_level(logging.INFO, logger="mxlite.lr_scheduler"):
+    with caplog.at_level(logging.INFO, logger="mxlite.optimizer.lr_scheduler"):
         assert _values(sched, range(1, 7)) == [1, 0.5, 0.25, 0.2, 0.2, 0.2]
     messages = [r.getMessage() for r in caplog.records]
     assert "Update[2]: Change learning rate to 5.00000e-01" in messages

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.lr_scheduler import FactorScheduler
+from mxlite.optimizer.lr_scheduler import FactorScheduler
 
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs a GPU (real, or MXLITE_EMULATE_GPUS)")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.lr_scheduler import FactorScheduler, MultiFactorScheduler
 from mxlite.optimizer import MultiPrecisionState, Optimizer
 from mxlite.optimizer import optimizer as optimizer_module
+from mxlite.optimizer.lr_scheduler import FactorScheduler, MultiFactorScheduler
 
 
 class _Recorder:

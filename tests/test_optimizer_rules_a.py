@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.lr_scheduler import FactorScheduler
+from mxlite.optimizer.lr_scheduler import FactorScheduler
 from tests import optimizer_registry as registry_a
 
 _REGISTRIES = [registry_a]

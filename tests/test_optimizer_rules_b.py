@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.lr_scheduler import FactorScheduler
 from mxlite.optimizer import adadelta, adagrad, ftrl, lamb, lars, rmsprop, signum
+from mxlite.optimizer.lr_scheduler import FactorScheduler
 from tests.optimizer_registry_b import REFERENCES, RULES
 
 CLASSES = {"rmsprop": rmsprop.RMSProp, "adagrad": adagrad.AdaGrad, "adadelta": adadelta.AdaDelta,

@@ -258,7 +258,7 @@ def test_validate_maps_bench_records_to_their_messages():
 @pytest.mark.mpi
 def test_validate_runs_over_two_mpi_ranks(tmp_path, capsys):
     pytest.importorskip("mpi4py", reason="needs mpi4py and mpiexec (pip install 'mxlite[mpi]')")
-    from mxlite.launch import find_mpiexec
+    from mxlite.cli.launch import find_mpiexec
 
     try:
         find_mpiexec()

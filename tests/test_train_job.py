@@ -6,7 +6,8 @@ import os
 import pytest
 
 import mxlite as mx
-from mxlite import cli, train_job
+from mxlite import cli
+from mxlite.cli import train_job
 
 
 def test_main_job_reaches_95_percent_and_writes_outputs(tmp_path, capsys):

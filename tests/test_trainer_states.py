@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.lr_scheduler import FactorScheduler
+from mxlite.optimizer.lr_scheduler import FactorScheduler
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]
 STEPS, SAVE_AT = 10, 4

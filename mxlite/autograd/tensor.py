@@ -269,7 +269,7 @@ class Tensor:
         ``mode`` 'raise' (default, as MXNet 2.x) refuses out-of-range ids with IndexError; 'clip'
         clips them, 'wrap' wraps them around.
         """
-        from ..numpy_api import take  # noqa: PLC0415 - numpy_api builds on this module
+        from ..arrays.np import take  # noqa: PLC0415 - numpy_api builds on this module
 
         return take(self, indices, axis=axis, mode=mode)
 

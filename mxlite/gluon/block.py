@@ -396,7 +396,7 @@ class Block:
         hybrid = getattr(self, "hybrid_forward", None)
         if hybrid is None:
             raise NotImplementedError(f"{type(self).__name__} must implement forward() (or hybrid_forward())")
-        from .. import ndarray as nd  # noqa: PLC0415 - mx.nd imports the nn layer lazily
+        from ..arrays import nd  # noqa: PLC0415 - mx.nd imports the nn layer lazily
 
         first = next((a for a in args if hasattr(a, "device")), None)
         params = {}

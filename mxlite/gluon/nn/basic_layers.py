@@ -188,7 +188,7 @@ class Lambda(Block):
     def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
         super().__init__()
         if isinstance(function, str):
-            from ... import ndarray as nd  # noqa: PLC0415
+            from ...arrays import nd  # noqa: PLC0415
 
             if not callable(getattr(nd, function, None)):
                 raise ValueError(f"{type(self).__name__}: function {function!r} is not a function of mx.nd")
@@ -216,7 +216,7 @@ class HybridLambda(Lambda):
     def forward(self, *args: Any) -> Any:
         if not self._takes_f:
             return self._fn(*args)
-        from ... import ndarray as nd  # noqa: PLC0415
+        from ...arrays import nd  # noqa: PLC0415
 
         return self._fn(nd, *args)
 

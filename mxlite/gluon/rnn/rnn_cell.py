@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import ndarray as _nd
+from ...arrays import nd as _nd
 from ...autograd import nn_ops, ops
 from ...autograd.tensor import Tensor
 from ..block import Block

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ... import autograd
-from ... import ndarray as _nd
+from ...arrays import nd as _nd
 from ...autograd import ops
 from ...autograd.tensor import Tensor
 from ..block import Block

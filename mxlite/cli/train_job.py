@@ -17,15 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd, datasets
-from . import initializer as init
-from .autograd import random
-from .device import Device, cpu, gpu, gpu_devices
-from .gluon import loss, metric, nn
-from .gluon.data import ArrayDataset, DataLoader
-from .gluon.trainer import Trainer
-from .gluon.utils import split_and_load
-from .optimizer import registered as _registered_optimizers
+from .. import autograd, datasets
+from .. import initializer as init
+from ..autograd import random
+from ..device import Device, cpu, gpu, gpu_devices
+from ..gluon import loss, metric, nn
+from ..gluon.data import ArrayDataset, DataLoader
+from ..gluon.trainer import Trainer
+from ..gluon.utils import split_and_load
+from ..optimizer import registered as _registered_optimizers
 
 DEFAULT_LR = {"adam": 3e-3, "sgd": 0.1}  # tuned on this dataset: >= 95% held-out in 20 epochs
 
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> History:
         print(f"no epochs run: saving the untrained model; held-out accuracy {final:.4f}")
     title = f"{args.model} on {', '.join(str(d) for d in devices)}: held-out accuracy {final:.2%}"
     _write_outputs(args.out, net, history, vars(args), title)
-    print(f"load it with: net = mxlite.train_job.build_model({args.model!r}); "
+    print(f"load it with: net = mxlite.cli.train_job.build_model({args.model!r}); "
           f"net.load_parameters({os.path.join(args.out, 'model.npz')!r})")
     return history
 

@@ -18,22 +18,22 @@ from typing import Any
 
 import numpy as np
 
-from ._array_common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
-from ._array_common import load as _npz_load
-from ._array_common import save as _npz_save
-from .autograd import nn_ops as _nn
-from .autograd import ops as _ops
-from .autograd import random as _random
-from .autograd.creation import _dtype
-from .autograd.creation import arange as _arange
-from .autograd.creation import array as _array
-from .autograd.creation import full as _full
-from .autograd.tensor import Tensor
-from .device import Device as _Device
-from .device import as_device as _as_device
-from .formats.archive import is_mxnet_file as _is_mxnet_file
-from .formats.archive import load_mxnet_arrays as _load_mxnet_arrays
-from .formats.archive import save_mxnet_arrays as _save_mxnet_arrays
+from ..autograd import nn_ops as _nn
+from ..autograd import ops as _ops
+from ..autograd import random as _random
+from ..autograd.creation import _dtype
+from ..autograd.creation import arange as _arange
+from ..autograd.creation import array as _array
+from ..autograd.creation import full as _full
+from ..autograd.tensor import Tensor
+from ..device import Device as _Device
+from ..device import as_device as _as_device
+from ..formats.archive import is_mxnet_file as _is_mxnet_file
+from ..formats.archive import load_mxnet_arrays as _load_mxnet_arrays
+from ..formats.archive import save_mxnet_arrays as _save_mxnet_arrays
+from ._common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
+from ._common import load as _npz_load
+from ._common import save as _npz_save
 
 NDArray = Tensor
 
@@ -610,7 +610,7 @@ def LeakyReLU(data: Any, gamma: Any = None, act_type: str = "leaky", slope: floa
     Raises:
         ValueError: unknown ``act_type``.
     """
-    from .gluon.nn import activations as _a  # noqa: PLC0415 - the layers hold the formulas
+    from ..gluon.nn import activations as _a  # noqa: PLC0415 - the layers hold the formulas
 
     x = tensor(data)
     if act_type == "leaky":
@@ -636,7 +636,7 @@ def FullyConnected(data: Any, weight: Any, bias: Any = None, num_hidden: int = 0
 
 def Dropout(data: Any, p: float = 0.5, axes: Any = (), mode: str = "training", **kwargs: Any) -> Tensor:  # noqa: N802
     """Inverted dropout with probability ``p`` while training (``mode='always'``: also at prediction)."""
-    from . import autograd  # noqa: PLC0415
+    from .. import autograd  # noqa: PLC0415
 
     training = True if mode == "always" else autograd.is_training()
     if p >= 1:

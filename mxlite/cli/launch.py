@@ -1,12 +1,12 @@
 """``mxlite launch -n N script.py [args]``: start N processes of a training script under MPI.
 
-A thin wrapper around ``mpiexec -n N <this python> -m mxlite._rank script.py args``: the
+A thin wrapper around ``mpiexec -n N <this python> -m mxlite.cli.rank script.py args``: the
 ``mpich`` wheel (the ``mpi`` extra) puts an ``mpiexec`` next to this Python, so no system set-up
 is needed; a system MPI or Slurm's ``srun`` works the same when run directly.
 
 Each rank runs the script under mpi4py's runner (``-m mpi4py``), which aborts the whole job when
 a rank ends with any unhandled exception, including a bare ``raise SystemExit(n)`` that
-:mod:`mxlite.comm.faults` cannot see, inside :mod:`mxlite._rank`, which names the rank when it
+:mod:`mxlite.comm.faults` cannot see, inside :mod:`mxlite.cli.rank`, which names the rank when it
 is killed by a signal or exits with an error status (mpiexec alone names a process id).
 
 The script creates its Trainer with a ``'dist_sync'`` kvstore; each process then trains on its
@@ -121,7 +121,7 @@ def launch_command(processes: int | None, script: str, args: Sequence[str] = (),
         if flavour not in ("mpich", "openmpi"):
             raise ValueError(f"unknown MPI flavour {flavour!r}; 'mpich' or 'openmpi'")
         placement = _placement(flavour, hosts, hostfile, ppn)
-    return [mpiexec, "-n", str(processes), *placement, sys.executable, "-m", "mxlite._rank", script, *args]
+    return [mpiexec, "-n", str(processes), *placement, sys.executable, "-m", "mxlite.cli.rank", script, *args]
 
 
 def launch(processes: int | None, script: str, args: Sequence[str] = (), *, hosts: Sequence[str] | str | None = None,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from .np import np_shape
 from .npx import is_np_array, is_np_shape, reset_np, set_np
-from .numpy_api import np_shape
 
 __all__ = ["is_np_array", "is_np_shape", "np_array", "np_shape", "reset_np", "set_np", "set_np_shape", "use_np",
            "use_np_array", "use_np_shape"]

@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = _Parser(prog="mxlite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    from ..device import DeviceUnavailableError  # noqa: PLC0415
     from . import train_job  # noqa: PLC0415
-    from .device import DeviceUnavailableError  # noqa: PLC0415
 
     train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)",
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)

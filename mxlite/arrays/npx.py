@@ -6,13 +6,13 @@ from typing import Any
 
 import numpy as _onp
 
-from . import ndarray as _nd
-from ._array_common import reshape_npx, shape_arg, tensor, tensors, waitall
-from .autograd import nn_ops as _nn
-from .autograd import ops as _ops
-from .autograd.tensor import Tensor
-from .device import cpu, current_device, gpu, num_gpus
-from .device.context import current_context
+from ..autograd import nn_ops as _nn
+from ..autograd import ops as _ops
+from ..autograd.tensor import Tensor
+from ..device import cpu, current_device, gpu, num_gpus
+from ..device.context import current_context
+from . import nd as _nd
+from ._common import reshape_npx, shape_arg, tensor, tensors, waitall
 
 __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
            "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",
@@ -145,7 +145,7 @@ def gamma(data: Any) -> Tensor:
 
     data = tensor(data)
     host = _onp.frompyfunc(math.gamma, 1, 1)(data.asnumpy()).astype(data.dtype)
-    from .autograd.creation import array  # noqa: PLC0415
+    from ..autograd.creation import array  # noqa: PLC0415
 
     return array(host, data.device)
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as _onp
 
-from . import ndarray as _nd
-from ._array_common import device_arg, shape_arg, tensor, tensors
-from .autograd import ops as _ops
-from .autograd import random as _random
-from .autograd.creation import arange as _arange
-from .autograd.creation import array as _array
-from .autograd.creation import full as _full
-from .autograd.tensor import Tensor
+from ..autograd import ops as _ops
+from ..autograd import random as _random
+from ..autograd.creation import arange as _arange
+from ..autograd.creation import array as _array
+from ..autograd.creation import full as _full
+from ..autograd.tensor import Tensor
+from . import nd as _nd
+from ._common import device_arg, shape_arg, tensor, tensors
 
 ndarray = Tensor
 float16, float32, float64 = _onp.float16, _onp.float32, _onp.float64

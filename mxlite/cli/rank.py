@@ -1,6 +1,6 @@
 """One rank of ``mxlite launch``: runs the training script as a child and reports how it ended.
 
-``mxlite launch -n N script.py`` starts ``python -m mxlite._rank script.py args`` N times under
+``mxlite launch -n N script.py`` starts ``python -m mxlite.cli.rank script.py args`` N times under
 ``mpiexec``. Each of these runs ``python -m mpi4py script.py args`` as a child process (which
 inherits the MPI launcher's environment, so it is the MPI rank) and waits for it. When the
 child dies from a signal (SIGKILL, the OOM killer, a segfault) or leaves with a non-zero status
@@ -55,7 +55,7 @@ def describe(returncode: int) -> str | None:
 def main(argv: list[str]) -> int:
     """Run ``argv`` (script and arguments) under ``python -m mpi4py``; returns its status (128+signal if killed)."""
     if not argv:
-        print("usage: python -m mxlite._rank script.py [args]", file=sys.stderr)
+        print("usage: python -m mxlite.cli.rank script.py [args]", file=sys.stderr)
         return 2
     # close_fds=False: the launcher's connection (e.g. Hydra's PMI_FD) must reach the rank
     child = subprocess.Popen([sys.executable, "-m", "mpi4py", *argv], preexec_fn=_die_with_parent, close_fds=False)

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.tensor import Tensor
-from .device import Device, as_device, current_device, num_gpus
-from .formats.archive import load_arrays, save_arrays
+from ..autograd.tensor import Tensor
+from ..device import Device, as_device, current_device, num_gpus
+from ..formats.archive import load_arrays, save_arrays
 
 _LIST_PREFIX, _DICT_PREFIX = "list:", "dict:"
 
@@ -21,7 +21,7 @@ def tensor(x: Any, like: Tensor | None = None, dtype: Any = None) -> Tensor:
     (else the current device). Python lists and numbers become float32 (MXNet's default)."""
     if isinstance(x, Tensor):
         return x
-    from .autograd.creation import array  # noqa: PLC0415 - _creation imports the tensor module
+    from ..autograd.creation import array  # noqa: PLC0415 - _creation imports the tensor module
 
     dev = like.device if like is not None else current_device()
     if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__cuda_array_interface__"):
@@ -37,7 +37,7 @@ def tensors(*xs: Any) -> list[Tensor]:
 
 def device_arg(device: Any, ctx: Any, where: str) -> Device:
     """The device from ``device=``/``ctx=`` (the current device when neither)."""
-    from .device.context import pick_device  # noqa: PLC0415
+    from ..device.context import pick_device  # noqa: PLC0415
 
     return as_device(pick_device(device, ctx, where=where))
 
@@ -189,7 +189,7 @@ def load(fname: str | os.PathLike, device: Any = None) -> list[Tensor] | dict[st
     Raises:
         FileNotFoundError: no such file. ValueError: not an mxlite/NumPy ``.npz`` archive.
     """
-    from .autograd.creation import array  # noqa: PLC0415
+    from ..autograd.creation import array  # noqa: PLC0415
 
     dev = as_device(device) if device is not None else Device("cpu", 0)
     raw = load_arrays(fname)
