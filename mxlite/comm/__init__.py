@@ -11,13 +11,15 @@ One interface (:class:`~mxlite.comm.base.Communicator`), three implementations:
 
 :func:`create` picks one for a kvstore type and a device list. :mod:`mxlite.comm.buckets` cuts
 a gradient arena into zero-copy buckets reduced as soon as backward has produced them.
+Every communicator also reduce-scatters and all-gathers flat buffers cut by :func:`shard_bounds`
+(for sharded optimizer states; see :mod:`mxlite.comm.base`).
 """
 
-from .base import Communicator, Work
+from .base import Communicator, Work, shard_bounds
 from .factory import create, launched_by_mpi
 from .local import LocalCommunicator
 from .mpi import MpiCommunicator
 from .nccl import NcclCommunicator
 
 __all__ = ["Communicator", "Work", "LocalCommunicator", "MpiCommunicator", "NcclCommunicator", "create",
-           "launched_by_mpi"]
+           "launched_by_mpi", "shard_bounds"]

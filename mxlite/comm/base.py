@@ -7,18 +7,67 @@ one buffer per local device, in that order (same shape and dtype), and works in 
   processes (``average=True`` divides by the number of contributions, ``size * len(devices)``);
 * ``broadcast(buffers, root)``: every buffer becomes process ``root``'s first buffer;
 * ``allgather(array)``: a host (NumPy) copy of every process's ``array``, in rank order;
-* ``barrier()``: returns when every process has called it.
+* ``barrier()``: returns when every process has called it;
+* ``reduce_scatter(buffers)`` and ``allgather_shards(buffers)``: an all-reduce in two halves, for
+  sharded optimizer states (ZeRO-1); see "Shards" below.
 
 Local sums are computed once, on the first device, in device order, and copied out, so all
 mirrors hold bit-identical values and then apply bit-identical updates.
 
-Calls may be asynchronous on a GPU: ``allreduce`` returns a :class:`Work` whose ``wait()``
-makes the caller's current stream wait for the result (CPU implementations finish before
-returning and give a completed Work).
+Calls may be asynchronous on a GPU: ``allreduce``, ``reduce_scatter`` and ``allgather_shards``
+return a :class:`Work` whose ``wait()`` makes the caller's current stream wait for the result
+(CPU implementations finish before returning and give a completed Work).
+
+Shards
+------
+Purpose: each device keeps the optimizer state of one slice of every flat gradient/parameter
+buffer only. Gradients are summed by a reduce-scatter (each device gets the sum of its own
+slice), the update runs on that slice, and an all-gather of the updated slices restores every
+mirror. A ring all-reduce *is* a reduce-scatter followed by an all-gather, so the bytes on the
+wire are those of one all-reduce.
+
+Behaviour:
+
+* the shards are numbered over every device of every process, process rank first, then local
+  device: ``N = size * len(devices)`` shards (:attr:`Communicator.contributions`); local device
+  ``j`` of process ``rank`` owns shard ``rank * len(devices) + j`` (NCCL's rank order);
+* shard ``k`` of a flat buffer of ``L`` elements is ``shard_bounds(L, N)[k]`` (:func:`shard_bounds`:
+  contiguous, balanced, every start a multiple of :data:`mxlite.store.ALIGN` elements);
+* ``reduce_scatter(buffers, average=False)``: afterwards device ``k``'s buffer holds, in shard
+  ``k``, the sum (``average``: the mean) over all devices and processes of shard ``k``. The rest
+  of its buffer is unspecified (a carrier may use it as scratch; the Local and MPI carriers
+  leave it untouched): read only the own shard until ``allgather_shards`` has run;
+* ``allgather_shards(buffers)``: device ``k``'s shard ``k`` is copied into every other buffer at
+  the same place, so every buffer ends identical; nothing is added;
+* both work in place on one flat (1-D), same-length buffer per local device, every process
+  passing the same length and dtype.
+
+Sum order. Each shard is summed once, in one order, and the all-gather copies it, so
+``reduce_scatter`` then ``allgather_shards`` leaves every device and process with bit-identical
+buffers. On the Local and MPI carriers the order is ``allreduce``'s, element by element, so the
+result also equals ``allreduce``'s of the same input bit for bit (MPI: with two processes):
+
+* local devices: added one at a time in device order, ``((b0 + b1) + b2) + ...``, in the
+  buffers' dtype; the Local carrier does it for shard ``k`` on device ``k`` (each device adds
+  ``1/N`` of the buffer), the MPI carrier on the first device as ``allreduce`` does;
+* processes: MPI's ``Reduce_scatter`` over the local sums (float16 as float32), in the MPI
+  library's order. With two processes that is one commutative addition, identical to
+  ``Allreduce``'s; with more, the library may group differently in the two calls;
+* NCCL: NCCL's order. Real NCCL's ring ``allReduce`` cuts the buffer into chunks of its own
+  tuned size, each summed along the ring towards the rank its index falls on (or it picks a
+  tree), while ``reduceScatter`` sums shard ``k`` towards rank ``k``: the orders differ element
+  by element, and NCCL documents neither, so bit identity with ``allreduce`` cannot be promised
+  there. The emulated NCCL adds in rank order in both, so there they agree bit for bit.
+
+``average`` divides the own shard as ``allreduce`` divides the buffer (same operation, same bits).
+
+Warning: ``reduce_scatter`` reads every shard of every buffer; do not write any of them until
+its Work has been waited for.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,8 +75,52 @@ import numpy as np
 
 from ..device import Device
 from ..device.copy import copy_between
+from ..store import ALIGN
 
-__all__ = ["Communicator", "Work"]
+__all__ = ["Communicator", "Work", "shard_bounds"]
+
+
+def shard_bounds(length: int, parts: int, align: int = ALIGN) -> list[tuple[int, int]]:
+    """Cut ``[0, length)`` into ``parts`` contiguous shards, ``[(start, end), ...]`` in order.
+
+    The range is taken in blocks of ``align`` elements (the last block may be shorter); every
+    shard gets ``blocks // parts`` whole blocks and the last ``blocks % parts`` shards one more.
+    Hence:
+
+    * the shards tile the range: shard 0 starts at 0, shard ``k + 1`` starts where shard ``k``
+      ends, the last ends at ``length``;
+    * every boundary is a multiple of ``align`` except ``length`` itself;
+    * balanced: the lengths of any two shards differ by at most ``align`` elements;
+    * with fewer than ``parts`` blocks (``length <= (parts - 1) * align``), the first shards are
+      empty (``start == end``); ``length == 0`` gives ``parts`` empty shards ``(0, 0)``.
+
+    Args:
+        length: elements in the flat buffer, >= 0.
+        parts: number of shards, >= 1 (a communicator's :attr:`Communicator.contributions`).
+        align: elements per block, >= 1; default :data:`mxlite.store.ALIGN` (16), the arenas'
+            slot alignment, so every shard of an arena starts where a vector load may.
+
+    Raises:
+        ValueError: a negative length, or ``parts`` or ``align`` below 1 (naming the value).
+    """
+    length, parts, align = operator.index(length), operator.index(parts), operator.index(align)
+    if length < 0:
+        raise ValueError(f"shard_bounds: length must be >= 0 elements, got {length}")
+    if parts < 1:
+        raise ValueError(f"shard_bounds: parts must be >= 1, got {parts}")
+    if align < 1:
+        raise ValueError(f"shard_bounds: align must be >= 1 element, got {align}")
+    blocks = -(-length // align)
+    per, extra = divmod(blocks, parts)
+    first_long = parts - extra  # shards from here on have one more block
+    starts = [min(length, align * (k * per + max(0, k - first_long))) for k in range(parts)]
+    return list(zip(starts, starts[1:] + [length]))
+
+
+def _part(buf: Any, device: Device, start: int, end: int | None) -> Any:
+    """``buf[start:end]``, sliced on ``buf``'s own device (a view)."""
+    with device.use():
+        return buf[start:end]
 
 
 class Work:
@@ -68,6 +161,43 @@ class Communicator:
     def allreduce(self, buffers: Sequence[Any], average: bool = False) -> Work:
         raise NotImplementedError
 
+    def reduce_scatter(self, buffers: Sequence[Any], average: bool = False) -> Work:
+        """Each device's own shard becomes the sum (``average``: the mean) of that shard over all devices.
+
+        See "Shards" in the module docstring: the shards, the sum order, what the rest of each
+        buffer holds afterwards (unspecified).
+
+        Args:
+            buffers: one flat (1-D) array per local device, in device order, same length and dtype
+                on every device and process.
+            average: divide by :attr:`contributions` (as ``allreduce`` does).
+
+        Returns:
+            the :class:`Work` to wait for before reading the own shard (a completed one on CPUs).
+
+        Raises:
+            ValueError: not one buffer per device, buffers that differ in shape or dtype, or a
+                buffer that is not 1-D.
+        """
+        raise NotImplementedError
+
+    def allgather_shards(self, buffers: Sequence[Any]) -> Work:
+        """Copy each device's own shard into every other device's buffer: all buffers end identical.
+
+        Arguments and errors as :meth:`reduce_scatter`; nothing is added, so a shard's bits arrive
+        unchanged. Returns the :class:`Work` to wait for before reading the buffers.
+        """
+        raise NotImplementedError
+
+    def shards(self, length: int) -> list[tuple[int, int]]:
+        """Every shard of a flat buffer of ``length`` elements, ``shard_bounds(length, contributions)``."""
+        return shard_bounds(length, self.contributions)
+
+    def local_shards(self, length: int) -> list[tuple[int, int]]:
+        """The shards this process's devices own, in device order (``(start, end)`` each)."""
+        first = self.rank * len(self.devices)
+        return self.shards(length)[first:first + len(self.devices)]
+
     def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:
         raise NotImplementedError
 
@@ -105,13 +235,22 @@ class Communicator:
                 raise ValueError(f"{what}: the buffer on {device} is {buf.dtype}{tuple(buf.shape)}, the one on "
                                  f"{self.devices[0]} is {first.dtype}{tuple(first.shape)}; they must match")
 
-    def _local_sum(self, buffers: Sequence[Any]) -> Any:
-        """The sum over local buffers on the first device, in device order (a new array)."""
-        home = self.devices[0]
-        with home.use():
-            total = buffers[0].copy()
-            for device, buf in zip(self.devices[1:], buffers[1:]):
-                total += copy_between(buf, device, home, copy=False)
+    def _check_flat(self, buffers: Sequence[Any], what: str) -> None:
+        """:meth:`_check`, and the buffers must be flat (sharded collectives)."""
+        self._check(buffers, what)
+        if buffers[0].ndim != 1:
+            raise ValueError(f"{what}: buffers must be flat (1-D), got shape {tuple(buffers[0].shape)}; pass "
+                             "a flat view (reshape(-1)) of each device's buffer")
+
+    def _local_sum(self, buffers: Sequence[Any], home: int = 0, start: int = 0, end: int | None = None) -> Any:
+        """The sum over local buffers of ``[start:end]``, in device order, on device ``home`` (a new array)."""
+        target = self.devices[home]
+        parts = [buf if start == 0 and end is None else _part(buf, device, start, end)
+                 for device, buf in zip(self.devices, buffers)]
+        with target.use():
+            total = copy_between(parts[0], self.devices[0], target, copy=True)
+            for device, part in zip(self.devices[1:], parts[1:]):
+                total += copy_between(part, device, target, copy=False)
         return total
 
     def _copy_out(self, total: Any, buffers: Sequence[Any], source: Device | None = None) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..device.copy import as_host
-from .base import DONE, Communicator, Work
+from ..device.copy import as_host, copy_between
+from .base import DONE, Communicator, Work, _part
 
 __all__ = ["LocalCommunicator"]
 
@@ -18,6 +18,8 @@ class LocalCommunicator(Communicator):
 
     The sum is computed once on the first device and copied to the others, so every mirror
     holds the same bits. On GPUs the copies are peer copies: the fallback when NCCL is missing.
+    Sharded collectives: device ``k`` sums shard ``k`` (reading every other device's shard ``k``),
+    so each device adds ``1/N`` of the buffer; the rest of its buffer is left untouched.
     """
 
     def allreduce(self, buffers: Sequence[Any], average: bool = False) -> Work:
@@ -30,6 +32,38 @@ class LocalCommunicator(Communicator):
             with self.devices[0].use():
                 total /= len(buffers)
         self._copy_out(total, buffers)
+        return DONE
+
+    def reduce_scatter(self, buffers: Sequence[Any], average: bool = False) -> Work:
+        """Device ``k``'s shard ``k`` becomes the sum (``average``: the mean) over all buffers of shard ``k``.
+
+        Computed on device ``k``, in device order (``allreduce``'s order, so its bits); the rest
+        of each buffer is left as it was. See :meth:`Communicator.reduce_scatter`.
+        """
+        self._check_flat(buffers, "reduce_scatter")
+        if len(buffers) == 1 and not average:
+            return DONE
+        for k, (device, (start, end)) in enumerate(zip(self.devices, self.shards(buffers[0].size))):
+            if start == end:
+                continue
+            total = self._local_sum(buffers, k, start, end)
+            with device.use():
+                if average:
+                    total /= len(buffers)
+                buffers[k][start:end] = total
+        return DONE
+
+    def allgather_shards(self, buffers: Sequence[Any]) -> Work:
+        """Copy device ``k``'s shard ``k`` into every other buffer (peer copies on GPUs); see
+        :meth:`Communicator.allgather_shards`."""
+        self._check_flat(buffers, "allgather_shards")
+        bounds = self.shards(buffers[0].size)
+        for j, (device, buf) in enumerate(zip(self.devices, buffers)):
+            with device.use():
+                for k, (start, end) in enumerate(bounds):
+                    if k != j and start != end:
+                        buf[start:end] = copy_between(_part(buffers[k], self.devices[k], start, end),
+                                                      self.devices[k], device, copy=False)
         return DONE
 
     def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:

@@ -22,7 +22,7 @@ from ..device import Device
 from ..device.copy import as_host
 from ..device.topology import local_rank_and_size, mpi_module, node_communicator
 from . import faults
-from .base import DONE, Communicator, Work
+from .base import DONE, Communicator, Work, _part
 
 __all__ = ["MpiCommunicator", "local_rank_and_size", "mpi_module", "node_communicator", "timed_barrier",
            "timed_bcast_bytes"]
@@ -102,6 +102,72 @@ class MpiCommunicator(Communicator):
             with device.use():
                 buf[...] = result if isinstance(buf, np.ndarray) else device.xp.asarray(result)
         return DONE
+
+    def reduce_scatter(self, buffers: Sequence[Any], average: bool = False) -> Work:
+        """Each device's own shard becomes the sum (``average``: the mean) over all devices and processes.
+
+        Buffer flow: the local buffers are summed on the first device in device order (as
+        ``allreduce``), the sum goes to the host (float16 as float32), ``MPI_Reduce_scatter``
+        hands this process the sum of the shards its devices own (one contiguous range), the
+        average divides in the wire's dtype, and each device's shard is written back. The rest
+        of every buffer is left untouched. See :meth:`Communicator.reduce_scatter`.
+        """
+        self._check_flat(buffers, "reduce_scatter")
+        self._debug_check("reduce_scatter", buffers)
+        bounds = self.shards(buffers[0].size)
+        ranges = self._process_ranges(bounds)
+        total = self._local_sum(buffers) if len(buffers) > 1 else buffers[0]
+        host = as_host(total)
+        wire = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+        first, last = ranges[self.rank]
+        mine = np.empty(last - first, wire.dtype)
+        counts = [end - start for start, end in ranges]
+        if self._timeout is None:
+            self.comm.Reduce_scatter(wire, mine, counts, op=self._mpi.SUM)
+        else:
+            self._wait(self.comm.Ireduce_scatter(wire, mine, counts, op=self._mpi.SUM), "reduce_scatter")
+        if average:
+            mine /= self.contributions
+        result = mine if mine.dtype == host.dtype else mine.astype(host.dtype)
+        for device, buf, (start, end) in zip(self.devices, buffers, self.local_shards(buffers[0].size)):
+            with device.use():
+                piece = result[start - first:end - first]
+                buf[start:end] = piece if isinstance(buf, np.ndarray) else device.xp.asarray(piece)
+        return DONE
+
+    def allgather_shards(self, buffers: Sequence[Any]) -> Work:
+        """Every device's own shard is copied into every buffer of every process (``MPI_Allgatherv``).
+
+        The shards travel in the buffers' own dtype (float16 as its 16-bit patterns: nothing is
+        added, so no wider wire is needed); with one contiguous NumPy buffer per process the
+        gather runs in place in it. See :meth:`Communicator.allgather_shards`.
+        """
+        self._check_flat(buffers, "allgather_shards")
+        self._debug_check("allgather_shards", buffers)
+        bounds = self.shards(buffers[0].size)
+        ranges = self._process_ranges(bounds)
+        counts = [end - start for start, end in ranges]
+        in_place = len(buffers) == 1 and isinstance(buffers[0], np.ndarray) and buffers[0].flags.c_contiguous
+        out = buffers[0] if in_place else np.empty(buffers[0].size, buffers[0].dtype)
+        if not in_place:
+            for device, buf, (start, end) in zip(self.devices, buffers, self.local_shards(buffers[0].size)):
+                out[start:end] = as_host(_part(buf, device, start, end))
+        wire = out.view(np.uint16) if out.dtype == np.float16 else out  # MPI has no standard half type
+        target = [wire, counts, [start for start, _ in ranges], None]
+        if self._timeout is None:
+            self.comm.Allgatherv(self._mpi.IN_PLACE, target)
+        else:
+            self._wait(self.comm.Iallgatherv(self._mpi.IN_PLACE, target), "allgather_shards")
+        if not in_place:
+            for device, buf in zip(self.devices, buffers):
+                with device.use():
+                    buf[...] = out if isinstance(buf, np.ndarray) else device.xp.asarray(out)
+        return DONE
+
+    def _process_ranges(self, bounds: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The contiguous range of every process's shards (its devices' shards, joined), in rank order."""
+        local = len(self.devices)
+        return [(bounds[r * local][0], bounds[(r + 1) * local - 1][1]) for r in range(self.size)]
 
     def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:
         """Every buffer becomes process ``root``'s first buffer."""

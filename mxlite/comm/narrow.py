@@ -16,6 +16,14 @@ Buffer flow, per bucket and per GPU (all on the GPU's communication stream):
 4. update: the fused kernel reads ``wire`` with the gradient offsets it would use in the gradient
    buffer, and multiplies by ``rescale_grad * N`` (:class:`mxlite.optimizer._fused.Launcher`).
 
+Sharded (ZeRO-1), :func:`reduce_scatter_to_wire`: steps 1 and 2 as above (every device casts its
+whole bucket: all of it is its contribution), then 3': NCCL ``reduceScatter`` of the wire slice in
+the wire dtype, sum: device ``k``'s shard ``k`` of the slice (:meth:`Communicator.shards`) holds
+``sum(g) / N``, added in the same order as step 3 would (NCCL's order; rank order in the
+emulation, where the shard's bits equal the all-reduce's), so the precision below holds as it
+is; the rest of its wire slice is unspecified. Same bytes on the wire as step 3 takes for its
+first half; the all-gather of the updated weights is the second.
+
 The gradient buffer itself still holds this device's own (unsummed) gradient. Anything else
 that reads gradients after the sum (``Trainer.allreduce_grads()`` called by the user, the AMP
 overflow check, ``check_finite``, rules without a fused kernel) first calls
@@ -40,12 +48,13 @@ where a sum must be exact.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NarrowGradient", "narrow_gradient", "wire_buffer", "materialize_all"]
+__all__ = ["NarrowGradient", "narrow_gradient", "wire_buffer", "materialize_all", "reduce_scatter_to_wire"]
 
 # arena -> its NarrowGradient per mirror arena object (each mirror has its own Arena)
 _BY_ARENA: weakref.WeakKeyDictionary[Any, NarrowGradient] = weakref.WeakKeyDictionary()
@@ -151,3 +160,36 @@ def materialize_all(arenas: Any = None) -> None:
     for narrow in targets:
         if narrow.summed:
             narrow.materialize()
+
+
+def reduce_scatter_to_wire(grads: Sequence[Any], wires: Sequence[Any], wire_dtype: str, comm: Any,
+                           clip: float | None = None) -> Any:
+    """Sharded narrow wire: each GPU's own shard of its wire becomes ``sum over contributions of half(clip(g) / N)``.
+
+    Per GPU, on its communication stream (``comm`` is a :class:`~mxlite.comm.NcclCommunicator`):
+    one ``to_wire`` launch casting the whole gradient slice with the 1/N pre-scale into the wire
+    slice, then one NCCL ``reduceScatter`` of the wires in NCCL_FLOAT16 / NCCL_BFLOAT16, sum
+    (see the module docstring, step 3'). The gradients are only read.
+
+    Args:
+        grads: one 1-D float32/float16 CuPy array per local device of ``comm`` (a bucket's slice).
+        wires: one wire array of the same size per device (float16, or uint16 for bfloat16).
+        wire_dtype: 'float16' or 'bfloat16'.
+        comm: the NCCL communicator.
+        clip: clip each gradient to ``[-clip, clip]`` first (> 0), or None.
+
+    Returns:
+        the work to wait for before reading the own shards of the wires.
+
+    Raises:
+        ValueError: an unknown wire dtype, or arrays that do not match the devices.
+    """
+    from .compression.kernels import to_wire  # noqa: PLC0415 - kernels import the device layer
+
+    scale = np.float32(1.0 / comm.contributions)
+    comm.begin()
+    for device, stream, grad, wire in zip(comm.devices, comm.streams, grads, wires):
+        with device.use(), stream:
+            to_wire(grad, wire_dtype, scale, clip, out=wire)  # cast and pre-scale: the whole slice
+    comm.reduce_scatter_on_device(list(wires), wire_dtype, "sum")  # NCCL half sum, own shard only
+    return comm.end()

@@ -9,6 +9,17 @@ already queued on the caller's stream (so it reads finished gradients), and retu
 :class:`NcclWork` whose ``wait()`` makes the caller's stream wait for the result: the rest of
 backward keeps running while buckets travel, and the update waits only for what it reads.
 
+Sharded collectives (``reduce_scatter``, ``allgather_shards``; ZeRO-1) are NCCL ``reduceScatter``
+and ``allGather``, whose NCCL ranks are (process rank, local device), the shards' order. NCCL
+needs equal chunks: when the length is a multiple of ``contributions * ALIGN`` they run in place
+on the buffers and move exactly an all-reduce's bytes (a ring all-reduce is a reduce-scatter
+then an all-gather); otherwise the shards go through a padded staging buffer of
+``contributions`` chunks of the longest shard (one fill and at most three copies per device per
+collective) and the wire carries that buffer, fewer than ``contributions * ALIGN`` elements more.
+Real NCCL adds in another order in ``reduceScatter`` than in ``allReduce``, so the sharded sum
+may differ from ``allreduce``'s in the last bits (identical on every GPU all the same); the
+emulated NCCL adds in rank order in both and gives ``allreduce``'s bits.
+
 Status: written against CuPy's NCCL bindings; not yet run on a GPU (see benchmarks/RESULTS.md).
 """
 
@@ -52,6 +63,26 @@ _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": 
                "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8", "uint32": "NCCL_UINT32",
                "bfloat16": "NCCL_BFLOAT16"}
 _NCCL_OPS = {"sum": "NCCL_SUM", "max": "NCCL_MAX"}
+
+
+def _move_shards(flat: Any, padded: Any, bounds: list[tuple[int, int]], chunk: int, to_padded: bool) -> None:
+    """Copy every shard between its place in ``flat`` and chunk ``k`` of ``padded`` (``k * chunk`` on), in two copies.
+
+    :func:`~mxlite.comm.base.shard_bounds` makes the first ``m`` shards equally short and every
+    later one ``chunk`` long but the last (shorter or not): the short ones move as one 2-D
+    (strided) copy, all the others as one contiguous copy.
+    """
+    m = next(i for i, (start, end) in enumerate(bounds) if end - start == chunk)
+    short = bounds[0][1] - bounds[0][0] if m else 0
+    rest = flat.size - m * short
+    if to_padded:
+        if short:
+            padded.reshape(-1, chunk)[:m, :short] = flat[:m * short].reshape(m, short)
+        padded[m * chunk:m * chunk + rest] = flat[m * short:]
+    else:
+        if short:
+            flat[:m * short].reshape(m, short)[...] = padded.reshape(-1, chunk)[:m, :short]
+        flat[m * short:] = padded[m * chunk:m * chunk + rest]
 
 
 class NcclWork(Work):
@@ -109,6 +140,7 @@ class NcclCommunicator(Communicator):
                 self._comms = [nccl.NcclCommunicator(self.size, uid, self.rank)]
         else:
             self._comms = nccl.NcclCommunicator.initAll([d.device_id for d in self.devices])
+        self._staging: list[Any] = []  # see _stage
         self._streams = []
         for d in self.devices:
             with d.use():
@@ -133,7 +165,10 @@ class NcclCommunicator(Communicator):
         for device, stream in zip(self.devices, self._streams):
             with device.use():
                 events.append(stream.record())
-        return NcclWork(self.devices, events)
+        work = NcclWork(self.devices, events)
+        if self._staging:  # staging buffers of sharded collectives, in use on the streams until the work is done
+            work.keep, self._staging = self._staging, []
+        return work
 
     # -- device-side steps, for codecs that encode and decode on the communication streams -----
     @property
@@ -199,6 +234,141 @@ class NcclCommunicator(Communicator):
         finally:
             nccl.groupEnd()
         return recvs
+
+    def reduce_scatter_on_device(self, buffers: Sequence[Any], dtype: str | None = None, op: str = "sum") -> None:
+        """Enqueue a reduce-scatter of one flat buffer per device on the communication streams (after :meth:`begin`).
+
+        Afterwards (once :meth:`end`'s work is waited for) device ``k``'s shard ``k``
+        (:meth:`Communicator.shards`) holds the reduction of shard ``k`` over every device. Buffer
+        flow, per device on its communication stream: when the length is a multiple of
+        ``contributions * ALIGN`` every shard has the same length and NCCL ``reduceScatter`` runs
+        in place (its receive buffer is the own shard of the send buffer); otherwise the shards
+        are first laid out in a zero-padded staging buffer of ``contributions`` equal chunks
+        (NCCL needs equal counts), reduced there in place, and the own chunk is copied back. The
+        staging buffers are held by the work :meth:`end` returns. The rest of each buffer is left
+        untouched.
+
+        Args:
+            buffers: one flat contiguous CuPy array per local device, equal sizes.
+            dtype: the NCCL type name, default the arrays' dtype; 'bfloat16' for uint16 bit patterns.
+            op: 'sum' or 'max'.
+
+        Raises:
+            ValueError: buffers that do not match the devices or are not 1-D; TypeError: a dtype
+                NCCL cannot carry.
+        """
+        self._sharded_on_device("reduce_scatter", buffers, dtype, op)
+
+    def allgather_shards_on_device(self, buffers: Sequence[Any], dtype: str | None = None) -> None:
+        """Enqueue an all-gather of every device's own shard into every buffer (after :meth:`begin`).
+
+        The mirror of :meth:`reduce_scatter_on_device`: NCCL ``allGather`` in place when every
+        shard has the same length, else through a padded staging buffer (own shard copied in,
+        gathered, every shard copied out). Arguments as there (no ``op``).
+        """
+        self._sharded_on_device("allgather_shards", buffers, dtype, None)
+
+    def _sharded_on_device(self, what: str, buffers: Sequence[Any], dtype: str | None, op: str | None) -> None:
+        """NCCL ``reduceScatter`` (``op`` given) or ``allGather`` (``op`` None) of the shards, staged if uneven."""
+        self._check_shardable(buffers, what)
+        self._debug_check(f"{what} ({op + ', ' if op else ''}{dtype or buffers[0].dtype})", buffers)
+        code = self._dtype(buffers[0]) if dtype is None else self._dtype_named(dtype)
+        bounds = self.shards(buffers[0].size)
+        chunk = max(end - start for start, end in bounds)
+        if chunk == 0:
+            return
+        gather = op is None
+        staged = self._stage(buffers, bounds, chunk, own_only=gather)
+        nccl = self._nccl
+        nccl.groupStart()
+        try:
+            for comm, k, buf, stream in zip(self._comms, self._shard_ids(), staged, self._streams):
+                own = buf.data.ptr + k * chunk * buf.itemsize  # in place: the own chunk of the whole buffer
+                if gather:
+                    comm.allGather(own, buf.data.ptr, chunk, code, stream.ptr)
+                else:
+                    comm.reduceScatter(buf.data.ptr, own, chunk, code, getattr(nccl, _NCCL_OPS[op]), stream.ptr)
+        finally:
+            nccl.groupEnd()
+        if staged is not buffers:
+            self._unstage(buffers, staged, bounds, chunk, own_only=not gather)
+
+    def _check_shardable(self, buffers: Sequence[Any], what: str) -> None:
+        """Flat and contiguous: NCCL addresses the shards by pointer arithmetic."""
+        self._check_flat(buffers, what)
+        if not buffers[0].flags.c_contiguous:
+            raise ValueError(f"{what}: NCCL needs contiguous buffers, got a strided view of {buffers[0].size} "
+                             "elements; pass a contiguous slice of the arena (or cupy.ascontiguousarray)")
+
+    def _shard_ids(self) -> range:
+        """The shard (= NCCL rank) of every local device."""
+        return range(self.rank * len(self.devices), (self.rank + 1) * len(self.devices))
+
+    def _stage(self, buffers: Sequence[Any], bounds: list[tuple[int, int]], chunk: int, own_only: bool) -> Any:
+        """``buffers`` themselves when every shard is ``chunk`` long; else padded staging buffers.
+
+        A device's staging buffer holds shard ``k`` at ``[k * chunk, k * chunk + len(shard k))``, for
+        every ``k`` (zeros in the padding, which is added too), or for its own shard only (for an
+        all-gather, which overwrites the rest); allocated and filled on the communication streams,
+        and kept in :attr:`_staging` for the work that :meth:`end` returns.
+        """
+        if all(end - start == chunk for start, end in bounds):
+            return buffers
+        staged = []
+        for device, k, buf, stream in zip(self.devices, self._shard_ids(), buffers, self._streams):
+            with device.use(), stream:
+                if own_only:
+                    pad = self._cupy.empty(chunk * len(bounds), buf.dtype)
+                    start, end = bounds[k]
+                    pad[k * chunk:k * chunk + end - start] = buf[start:end]
+                else:
+                    pad = self._cupy.zeros(chunk * len(bounds), buf.dtype)
+                    _move_shards(buf, pad, bounds, chunk, to_padded=True)
+            staged.append(pad)
+        self._staging.extend(staged)
+        return staged
+
+    def _unstage(self, buffers: Sequence[Any], staged: Sequence[Any], bounds: list[tuple[int, int]], chunk: int,
+                 own_only: bool) -> None:
+        """Copy shards back from the staging buffers (the own one, or all), on the communication streams."""
+        for device, k, buf, pad, stream in zip(self.devices, self._shard_ids(), buffers, staged, self._streams):
+            with device.use(), stream:
+                if own_only:
+                    start, end = bounds[k]
+                    buf[start:end] = pad[k * chunk:k * chunk + end - start]
+                else:
+                    _move_shards(buf, pad, bounds, chunk, to_padded=False)
+
+    def reduce_scatter(self, buffers: Sequence[Any], average: bool = False) -> Work:
+        """Each GPU's own shard becomes the sum (``average``: the mean) over every GPU of every process.
+
+        Asynchronous (see :class:`NcclWork`): NCCL ``reduceScatter`` in one group on the
+        communication streams (:meth:`reduce_scatter_on_device`), then the average scales the own
+        shard as ``allreduce`` scales the buffer. See :meth:`Communicator.reduce_scatter` for the
+        sum order (real NCCL's differs from its ``allReduce``'s).
+        """
+        self._check_shardable(buffers, "reduce_scatter")
+        self._dtype(buffers[0])  # before anything is enqueued: an error must leave nothing half done
+        self.begin()
+        self.reduce_scatter_on_device(buffers)
+        if average:
+            for device, buf, (start, end), stream in zip(self.devices, buffers, self.local_shards(buffers[0].size),
+                                                         self._streams):
+                with device.use(), stream:
+                    own = buf[start:end]
+                    own *= 1.0 / self.contributions
+        return self.end()
+
+    def allgather_shards(self, buffers: Sequence[Any]) -> Work:
+        """Every GPU's own shard is copied into every buffer of every process; asynchronous (NCCL ``allGather``).
+
+        See :meth:`allgather_shards_on_device` and :meth:`Communicator.allgather_shards`.
+        """
+        self._check_shardable(buffers, "allgather_shards")
+        self._dtype(buffers[0])
+        self.begin()
+        self.allgather_shards_on_device(buffers)
+        return self.end()
 
     def _dtype_named(self, name: str) -> int:
         code = _NCCL_TYPES.get(name)

@@ -25,11 +25,14 @@ class DeviceCounters:
             operations are not counted), by name.
         op_bytes: bytes those operations read and wrote (arguments accessed, plus a new result), by name.
         nccl_call_bytes: bytes sent by NCCL collective name.
+        nccl_ring_bytes: bytes this rank sends in NCCL's ring algorithms, by collective name, as a
+            float (see :mod:`mxlite._emulation.fakecupy.cuda.nccl` for the model).
     """
 
     __slots__ = ("allocations", "bytes_in_use", "peak_bytes", "h2d_copies", "h2d_bytes", "d2h_copies", "d2h_bytes",
                  "p2p_copies", "p2p_bytes", "host_syncs", "kernel_launches", "ops", "nccl_calls", "nccl_bytes",
-                 "op_launches", "op_bytes", "nccl_call_bytes")
+                 "op_launches", "op_bytes", "nccl_call_bytes",
+                 "nccl_ring_bytes")
 
     def __init__(self) -> None:
         self.bytes_in_use = 0
@@ -49,6 +52,7 @@ class DeviceCounters:
         self.op_launches: Counter[str] = Counter()
         self.op_bytes: Counter[str] = Counter()
         self.nccl_call_bytes: Counter[str] = Counter()
+        self.nccl_ring_bytes: Counter[str] = Counter()
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as a plain dict (copies of the per-name counts)."""

@@ -5,6 +5,20 @@ must lie in a live allocation of the communicator's device with room for ``count
 must be a stream of that device. A call is an access on that stream (reads the send buffer, writes the
 receive buffer) under the stream-ordering rule, and is counted (calls by name, bytes by dtype).
 
+Byte counts, per rank (each rank's device counters), with ``n`` ranks:
+
+* ``nccl_bytes`` (by dtype) and ``nccl_call_bytes`` (by collective): the size of the call's send
+  buffer: ``count`` elements for ``allReduce``, ``reduce``, ``bcast`` and ``broadcast``,
+  ``recvcount * n`` for ``reduceScatter``, ``count`` (this rank's part) for ``allGather``.
+* ``nccl_ring_bytes`` (by collective, a float): what the rank sends in NCCL's ring algorithms,
+  averaged over the ranks, for a buffer of ``B`` bytes (the whole ``n``-chunk buffer:
+  ``recvcount * n`` elements for ``reduceScatter``, ``count * n`` for ``allGather``): ring
+  ``allReduce`` sends every chunk but one twice (a reduce-scatter then an all-gather),
+  ``2 (n - 1) / n * B``; ``reduceScatter`` and ``allGather`` are those halves, ``(n - 1) / n * B``
+  each; ``reduce``, ``bcast`` and ``broadcast`` pass ``B`` along a chain of ``n`` ranks,
+  ``(n - 1) / n * B``. So a reduce-scatter followed by an all-gather of a buffer counts exactly
+  what one all-reduce of it counts (real NCCL may also pick trees; the model stays the ring's).
+
 * One process, several communicators (``NcclCommunicator.initAll`` or several ``NcclCommunicator(n, uid,
   r)`` with the same uid): the i-th call of every rank forms the i-th collective. Outside a group a
   collective runs when the last rank's call arrives (so issuing the ranks one after another in one thread
@@ -359,6 +373,8 @@ class NcclCommunicator:
         c.nccl_calls[kind] += 1
         c.nccl_bytes[_DTYPES[dtype][1]] += send_count * _DTYPES[dtype][0].itemsize
         c.nccl_call_bytes[kind] += send_count * _DTYPES[dtype][0].itemsize
+        whole = max(send_count, recv_count) * _DTYPES[dtype][0].itemsize  # the n-chunk buffer
+        c.nccl_ring_bytes[kind] += (2 if kind == "allReduce" else 1) * (self._size - 1) * whole / self._size
         allocs = tuple({id(r[0]): r[0] for r in reads + writes}.values())
         self._clique.submit(_Call(kind=kind, rank=self._rank, send=send_view, recv=recv_view, count=recv_count,
                                   dtype=dtype, op=op, root=root, stream=stream, allocs=allocs, what=what))
