@@ -115,8 +115,8 @@ def mxlite_cases(device: mx.Device, sizes: list[int], rules: list[str], chunks: 
     arena = ParameterStore().arena(device, np.float32)
     slots = [arena.add(i, (n,)) for i, n in enumerate(sizes)]
     with device.use():
-        arena._data_buf[...] = xp.asarray(np.random.default_rng(1).normal(size=arena._data_buf.shape), np.float32)
-        arena._grad_buf[...] = xp.asarray(np.random.default_rng(2).normal(size=arena._grad_buf.shape), np.float32)
+        arena.data_buf[...] = xp.asarray(np.random.default_rng(1).normal(size=arena.data_buf.shape), np.float32)
+        arena.grad_buf[...] = xp.asarray(np.random.default_rng(2).normal(size=arena.grad_buf.shape), np.float32)
     sync = (lambda: xp.cuda.get_current_stream().synchronize()) if device.is_gpu else (lambda: None)
     entries = list(enumerate(slots))
     default = getattr(_fused, "TWIN_CHUNK", None)  # None: a version of mxlite without chunked twins

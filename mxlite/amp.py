@@ -116,10 +116,10 @@ def _finite_runs(params: Sequence[Any]) -> dict[Any, list[Any]]:
     spans: dict[int, tuple[Any, Any, list[tuple[int, int]]]] = {}  # id(arena) -> (arena, device, [(start, end)])
     for param in params:
         grad, device = param.list_grad()[0], param.list_device()[0]
-        slots = param._arena_slots() if hasattr(param, "_arena_slots") and not hasattr(grad, "indices") else []
+        slots = param.arena_slots() if hasattr(param, "arena_slots") and not hasattr(grad, "indices") else []
         slot = slots[0][1] if slots else None
         if slot is None or slot.grad_offset is None or slot.grad is None or slot.grad is not grad:
-            values = grad.data._data if hasattr(grad, "indices") else grad._data  # row-sparse: its rows
+            values = grad.data.array if hasattr(grad, "indices") else grad.array  # row-sparse: its rows
             per_device.setdefault(device, []).append(values)
             continue
         arena = slots[0][0]
@@ -132,7 +132,7 @@ def _finite_runs(params: Sequence[Any]) -> dict[Any, list[Any]]:
                 merged[-1][1] = end
             else:
                 merged.append([start, end])
-        per_device.setdefault(device, []).extend(arena._grad_buf[start:end] for start, end in merged)
+        per_device.setdefault(device, []).extend(arena.grad_buf[start:end] for start, end in merged)
     return per_device
 
 
@@ -162,7 +162,7 @@ def gradients_finite(params: Sequence[Any]) -> list[bool]:
     where = []
     for param in params:
         grad, device = param.list_grad()[0], param.list_device()[0]
-        values = grad.data._data if hasattr(grad, "indices") else grad._data  # row-sparse: its rows
+        values = grad.data.array if hasattr(grad, "indices") else grad.array  # row-sparse: its rows
         with device.use():
             per_device.setdefault(device, []).append(device.xp.isfinite(values).all())
         where.append((device, len(per_device[device]) - 1))
@@ -238,7 +238,7 @@ def unscale(trainer: Any) -> None:
         if param.grad_req == "null":
             continue
         for device, grad in zip(param.list_device(), param.list_grad()):
-            values = grad.data._data if hasattr(grad, "indices") else grad._data
+            values = grad.data.array if hasattr(grad, "indices") else grad.array
             with device.use():
                 values *= values.dtype.type(inverse)
     trainer._scale = trainer._amp_original_scale

@@ -572,7 +572,7 @@ def _read_meta(data: bytes, path: str, step: int, size: int) -> dict[str, Any]:
 
 
 def _check_random_state(state: Any) -> None:
-    _random._parse_state(state)  # ValueError when malformed; changes nothing
+    _random.parse_state(state)  # ValueError when malformed; changes nothing
 
 
 def _recover(directory: str) -> None:

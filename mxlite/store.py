@@ -64,7 +64,15 @@ class Slot:
 
 
 class Arena:
-    """Two flat buffers (data, grad) on one device for one dtype; see the module docstring."""
+    """Two flat buffers (data, grad) on one device for one dtype; see the module docstring.
+
+    Attributes:
+        device, dtype: where the buffers live and their element type.
+        slots: the parameters' slots, in registration order.
+        data_buf: the flat data buffer (parameters from the front), or None before the first slot;
+            replaced by a larger one when the arena grows (every slot's tensors are re-pointed).
+        grad_buf: the flat gradient buffer (gradients from the back: reverse registration order).
+    """
 
     def __init__(self, device: Device, dtype: Any) -> None:
         self.device = device
@@ -72,8 +80,8 @@ class Arena:
         self.slots: list[Slot] = []  # registration order
         self._capacity = 0
         self._grad_capacity = 0
-        self._data_buf: Any = None
-        self._grad_buf: Any = None
+        self.data_buf: Any = None
+        self.grad_buf: Any = None
         self._used = 0
         self._grad_used = 0
 
@@ -81,12 +89,12 @@ class Arena:
     @property
     def data(self) -> Any:
         """The live data region (raw array, length ``used``), in registration order."""
-        return self._data_buf[: self._used]
+        return self.data_buf[: self._used]
 
     @property
     def grad(self) -> Any:
         """The live gradient region (raw array), in reverse registration order."""
-        return self._grad_buf[self._grad_capacity - self._grad_used:]
+        return self.grad_buf[self._grad_capacity - self._grad_used:]
 
     @property
     def used(self) -> int:
@@ -114,7 +122,7 @@ class Arena:
         need = self._used + slot.span
         need_grad = self._grad_used + (slot.span if with_grad else 0)
         # (the first slot allocates even when it is empty: every slot's views need a buffer)
-        if self._data_buf is None or need > self._capacity or need_grad > self._grad_capacity:
+        if self.data_buf is None or need > self._capacity or need_grad > self._grad_capacity:
             self._reallocate(max(need, 2 * self._capacity, _MIN_CAPACITY),
                              max(need_grad, 2 * self._grad_capacity, _MIN_CAPACITY))
         slot.offset = self._used
@@ -123,9 +131,9 @@ class Arena:
             self._grad_used += slot.span
             slot.grad_offset = self._grad_capacity - self._grad_used
         self.slots.append(slot)
-        slot.data = Tensor(self._view(self._data_buf, slot.offset, slot), self.device)
+        slot.data = Tensor(self._view(self.data_buf, slot.offset, slot), self.device)
         if with_grad:
-            slot.grad = Tensor(self._view(self._grad_buf, slot.grad_offset, slot), self.device)
+            slot.grad = Tensor(self._view(self.grad_buf, slot.grad_offset, slot), self.device)
         return slot
 
     def remove(self, slot: Slot) -> None:
@@ -136,19 +144,19 @@ class Arena:
     def _remove(self, slot: Slot) -> None:
         self.slots.remove(slot)
         kept = self.slots
-        old_data, old_grad = self._data_buf, self._grad_buf
+        old_data, old_grad = self.data_buf, self.grad_buf
         old_offsets = [(s.offset, s.grad_offset) for s in kept]
         self._used = self._grad_used = 0
-        self._data_buf = self._zeros(self._capacity)
-        self._grad_buf = self._zeros(self._grad_capacity)
+        self.data_buf = self._zeros(self._capacity)
+        self.grad_buf = self._zeros(self._grad_capacity)
         for s, (off, goff) in zip(kept, old_offsets):
             s.offset = self._used
             self._used += s.span
-            self._data_buf[s.offset: s.offset + s.span] = old_data[off: off + s.span]
+            self.data_buf[s.offset: s.offset + s.span] = old_data[off: off + s.span]
             if goff is not None:
                 self._grad_used += s.span
                 s.grad_offset = self._grad_capacity - self._grad_used
-                self._grad_buf[s.grad_offset: s.grad_offset + s.span] = old_grad[goff: goff + s.span]
+                self.grad_buf[s.grad_offset: s.grad_offset + s.span] = old_grad[goff: goff + s.span]
             self._rebind(s)
 
     # -- internals ------------------------------------------------------------------------
@@ -161,17 +169,17 @@ class Arena:
         return buf[offset: offset + slot.size].reshape(slot.shape)
 
     def _rebind(self, s: Slot) -> None:
-        s.data._data = self._view(self._data_buf, s.offset, s)
+        s.data.rebind(self._view(self.data_buf, s.offset, s))
         if s.grad is not None:
-            s.grad._data = self._view(self._grad_buf, s.grad_offset, s)
+            s.grad.rebind(self._view(self.grad_buf, s.grad_offset, s))
 
     def _reallocate(self, capacity: int, grad_capacity: int) -> None:
         data, grad = self._zeros(capacity), self._zeros(grad_capacity)
-        if self._data_buf is not None:
-            data[: self._used] = self._data_buf[: self._used]
-            grad[grad_capacity - self._grad_used:] = self._grad_buf[self._grad_capacity - self._grad_used:]
+        if self.data_buf is not None:
+            data[: self._used] = self.data_buf[: self._used]
+            grad[grad_capacity - self._grad_used:] = self.grad_buf[self._grad_capacity - self._grad_used:]
         shift = grad_capacity - self._grad_capacity
-        self._data_buf, self._grad_buf = data, grad
+        self.data_buf, self.grad_buf = data, grad
         self._capacity, self._grad_capacity = capacity, grad_capacity
         for s in self.slots:
             if s.grad_offset is not None:

@@ -207,8 +207,8 @@ def soak(out: str, steps: str) -> None:
     data = [batch(i) for i in range(16)]
 
     def footprint():
-        arenas = sorted({(id(a), a._data_buf.size, a._grad_buf.size) for p in net.collect_params().values()
-                         for a, _ in p._arena_slots()})
+        arenas = sorted({(id(a), a.data_buf.size, a.grad_buf.size) for p in net.collect_params().values()
+                         for a, _ in p.arena_slots()})
         buckets = sum(len(sync.buckets) for _, sync in trainer._syncs.values() if sync is not None)
         return {"rss": _rss_bytes(), "arenas": [a[1:] for a in arenas], "buckets": buckets}
 

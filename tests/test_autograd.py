@@ -176,7 +176,7 @@ def test_backward_runs_in_train_mode_without_recording():
     x = leaf([1.0])
     with autograd.record():
         y = x * 2.0
-    x._add_ready_hook(lambda t: seen.append((autograd.is_recording(), autograd.is_training())))
+    x.add_ready_hook(lambda t: seen.append((autograd.is_recording(), autograd.is_training())))
     y.backward()
     assert seen == [(False, True)]
 
@@ -231,8 +231,8 @@ def test_detach_cuts_the_graph():
 def test_ready_hooks_fire_once_per_leaf_after_its_gradient_is_final():
     order = []
     a, b = leaf([1.0]), leaf([2.0])
-    a._add_ready_hook(lambda t: order.append(("a", float(t.grad.asnumpy()[0]))))
-    b._add_ready_hook(lambda t: order.append(("b", float(t.grad.asnumpy()[0]))))
+    a.add_ready_hook(lambda t: order.append(("a", float(t.grad.asnumpy()[0]))))
+    b.add_ready_hook(lambda t: order.append(("b", float(t.grad.asnumpy()[0]))))
     with autograd.record():
         y = (a * b) + (a * 3.0)
     y.backward()

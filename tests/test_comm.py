@@ -75,7 +75,7 @@ def test_buckets_are_zero_copy_slices_in_backward_order():
     assert [p.label for p in buckets[0].params[:2]] == ["2.bias", "2.weight"]
     for mirror, buf in enumerate(buckets[0].buffers()):
         arena = buckets[0].arenas[mirror]
-        assert np.shares_memory(buf, arena._grad_buf)
+        assert np.shares_memory(buf, arena.grad_buf)
         for p in params:
             assert np.shares_memory(buf, p.list_grad()[mirror]._data)
 
@@ -98,7 +98,7 @@ def test_a_parameter_of_another_trainer_splits_the_bucket():
     buckets = plan_buckets(mine, threshold_bytes=10**9)
     assert len(buckets) == 2  # 1.weight lies between 1.bias and 0.bias in the gradient buffer
     covered = [(b.start[0], b.end[0]) for b in buckets]
-    other = params[2]._arena_slots()[0][1]
+    other = params[2].arena_slots()[0][1]
     assert all(e <= other.grad_offset or s >= other.grad_offset + other.span for s, e in covered)
 
 

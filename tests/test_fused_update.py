@@ -28,8 +28,8 @@ def _model_arena(dtype="float32", device=None):
                            mx.nn.Dense(3, in_units=4, dtype=dtype))
     net.initialize(mx.init.Xavier(), device=device)
     params = list(net.collect_params().values())
-    arena, _ = params[0]._arena_slots()[0]
-    segments = [Segment(s.offset, s.grad_offset, s.size) for _, s in (p._arena_slots()[0] for p in params)]
+    arena, _ = params[0].arena_slots()[0]
+    segments = [Segment(s.offset, s.grad_offset, s.size) for _, s in (p.arena_slots()[0] for p in params)]
     return net, arena, ArenaPlan(segments)
 
 
@@ -74,7 +74,7 @@ def test_sgd_twin_matches_per_parameter_rule(momentum):
         _fill_grads(net, rng)
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
-        _fused.sgd_twin(plan, arena._data_buf, arena._grad_buf, mom, None, _hp(lr, wd), momentum, 0.5, 0.7)
+        _fused.sgd_twin(plan, arena.data_buf, arena.grad_buf, mom, None, _hp(lr, wd), momentum, 0.5, 0.7)
     for w, p in zip(ref_w, params):
         np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-6, atol=1e-7)
 
@@ -87,13 +87,13 @@ def test_adam_twin_matches_per_parameter_rule_and_keeps_padding_zero():
     opts = [mx.optimizer.Adam(learning_rate=0.01, wd=1e-3, rescale_grad=1.0) for _ in range(n)]
     ref_w = [p.data().asnumpy() for p in params]
     states = [o.create_state(0, w) for o, w in zip(opts, ref_w)]
-    mean, var = np.zeros_like(arena._data_buf), np.zeros_like(arena._data_buf)
+    mean, var = np.zeros_like(arena.data_buf), np.zeros_like(arena.data_buf)
     for t in range(1, 6):
         _fill_grads(net, rng)
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
         lr_t = np.full(n, 0.01 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t), dtype=np.float32)
-        _fused.adam_twin(plan, arena._data_buf, arena._grad_buf, mean, var, None,
+        _fused.adam_twin(plan, arena.data_buf, arena.grad_buf, mean, var, None,
                          _hp(lr_t, np.full(n, 1e-3, np.float32)), 0.9, 0.999, 1e-8, 1.0, None)
     for w, p in zip(ref_w, params):
         # float32 in a different evaluation order: a few ulp per step
@@ -108,18 +108,18 @@ def test_half_weights_with_master_follow_the_float32_run():
     rng = np.random.default_rng(3)
     net32, arena32, plan32 = _model_arena("float32")
     net16, arena16, plan16 = _model_arena("float16")
-    master = arena16._data_buf.astype(np.float32)
+    master = arena16.data_buf.astype(np.float32)
     n = len(plan32.segments)
     lr, wd = np.full(n, 0.1, np.float32), np.zeros(n, np.float32)
-    mom32, mom16 = np.zeros_like(arena32._data_buf), np.zeros_like(master)
+    mom32, mom16 = np.zeros_like(arena32.data_buf), np.zeros_like(master)
     for _ in range(3):
-        g = rng.normal(size=arena32._grad_buf.shape).astype(np.float32)
-        arena32._grad_buf[...] = g
-        arena16._grad_buf[...] = g.astype(np.float16)
-        _fused.sgd_twin(plan32, arena32._data_buf, arena32._grad_buf, mom32, None, _hp(lr, wd), 0.9, 1.0, None)
-        _fused.sgd_twin(plan16, arena16._data_buf, arena16._grad_buf, mom16, master, _hp(lr, wd), 0.9, 1.0, None)
-    np.testing.assert_allclose(master, arena32._data_buf.astype(np.float32), rtol=0, atol=5e-3)
-    np.testing.assert_array_equal(arena16._data_buf, master.astype(np.float16))
+        g = rng.normal(size=arena32.grad_buf.shape).astype(np.float32)
+        arena32.grad_buf[...] = g
+        arena16.grad_buf[...] = g.astype(np.float16)
+        _fused.sgd_twin(plan32, arena32.data_buf, arena32.grad_buf, mom32, None, _hp(lr, wd), 0.9, 1.0, None)
+        _fused.sgd_twin(plan16, arena16.data_buf, arena16.grad_buf, mom16, master, _hp(lr, wd), 0.9, 1.0, None)
+    np.testing.assert_allclose(master, arena32.data_buf.astype(np.float32), rtol=0, atol=5e-3)
+    np.testing.assert_array_equal(arena16.data_buf, master.astype(np.float16))
 
 
 def test_kernel_source_is_found_and_missing_names_raise():
@@ -164,18 +164,18 @@ def _run_arena(device, name, kwargs, dtype, multi_precision):
     arena = Arena(device, dtype)
     slots = [arena.add(i, shape) for i, shape in enumerate(SHAPES)]
     xp = device.xp
-    live = np.zeros(arena._data_buf.shape[0], bool)
+    live = np.zeros(arena.data_buf.shape[0], bool)
     for s in slots:
         live[s.offset: s.offset + s.size] = True
-    data = np.full(arena._data_buf.shape, np.nan, np.float32)
+    data = np.full(arena.data_buf.shape, np.nan, np.float32)
     data[live] = rng.normal(size=live.sum())
-    arena._data_buf[...] = xp.asarray(data.astype(dtype))
+    arena.data_buf[...] = xp.asarray(data.astype(dtype))
     updater = ArenaUpdater(_optimizer(name, kwargs, multi_precision), arena, 0)
     for _ in range(STEPS):
-        grad = np.full(arena._grad_buf.shape, np.nan, np.float32)
+        grad = np.full(arena.grad_buf.shape, np.nan, np.float32)
         for s in slots:
             grad[s.grad_offset: s.grad_offset + s.size] = rng.normal(size=s.size) + 0.2
-        arena._grad_buf[...] = xp.asarray(grad.astype(dtype))
+        arena.grad_buf[...] = xp.asarray(grad.astype(dtype))
         updater.step(list(enumerate(slots)))
     return arena, updater, live
 
@@ -194,7 +194,7 @@ def test_kernel_matches_twin(name, kwargs, dtype, multi_precision, rtol):
     """Every live element is written as the twin writes it (so none is skipped), padding is untouched."""
     cpu_arena, cpu_upd, live = _run_arena(mx.cpu(0), name, kwargs, dtype, multi_precision)
     gpu_arena, gpu_upd, _ = _run_arena(mx.gpu(0), name, kwargs, dtype, multi_precision)
-    want, got = _host(cpu_arena._data_buf), _host(gpu_arena._data_buf)
+    want, got = _host(cpu_arena.data_buf), _host(gpu_arena.data_buf)
     if multi_precision:
         # The float32 master weights are compared below at rtol 1e-6 (LAMB and LARS sum their norms in
         # another order than the twin); rounding them to float16 may then land one float16 ulp apart.

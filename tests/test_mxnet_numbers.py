@@ -341,7 +341,7 @@ def test_kvstore_type_aliases():
     for alias, kind in (("local_allreduce_cpu", "local"), ("local_update_cpu", "local"),
                         ("local_allreduce_device", "device")):
         kv = mx.kv.create(alias)
-        assert (kv.type, kv._type, kv.rank, kv.num_workers) == (alias, kind, 0, 1)  # MXNet reports the alias
+        assert (kv.type, kv.kind, kv.rank, kv.num_workers) == (alias, kind, 0, 1)  # MXNet reports the alias
         kv.init(3, mx.ones((2,)))
         kv.push(3, [mx.ones((2,)), mx.ones((2,), device=mx.cpu(1))])
         out = mx.zeros((2,))

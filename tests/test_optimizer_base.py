@@ -70,9 +70,9 @@ def test_num_update_is_the_largest_count_over_indices():
 def test_each_device_mirror_has_its_own_count_table():
     opt = _Plain(learning_rate=0.1)
     for slot in (0, 1):
-        opt._set_current_device(slot)
+        opt.set_current_mirror(slot)
         opt.update([0, 1], [np.ones(1), np.ones(1)], [np.ones(1), np.ones(1)], [None, None])
-    opt._set_current_device(0)
+    opt.set_current_mirror(0)
     assert opt._all_index_update_counts == {0: {0: 1, 1: 1}, 1: {0: 1, 1: 1}}
     assert opt.num_update == 1
 
@@ -256,7 +256,7 @@ def test_trainer_uses_multi_precision_for_float16_parameters():
         trainer.step(1)
     # float16 SGD takes the fused arena path: its float32 master weights live in the arena updater
     (updater,) = trainer._arena_updaters.values()
-    _, slot = p._arena_slots()[0]
+    _, slot = p.arena_slots()[0]
     master = updater._states["master"][slot.offset: slot.offset + slot.size]
     g = np.array([1.0, -1.0, 0.5])
     w, mom = np.array([1.0, 2.0, 3.0]), np.zeros(3)

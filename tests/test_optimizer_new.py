@@ -145,12 +145,12 @@ def test_sgld_mirrors_draw_the_same_noise():
     opt = mx.optimizer.create("sgld", learning_rate=0.01)
     a, b, other = np.zeros(50), np.zeros(50), np.zeros(50)
     g = np.ones(50)
-    opt._set_current_device(0)
+    opt.set_current_mirror(0)
     opt.update(0, a, g, None)
     opt.update(1, other, g, None)
-    opt._set_current_device(1)  # the mirror on the second device: its own count table, the same step
+    opt.set_current_mirror(1)  # the mirror on the second device: its own count table, the same step
     opt.update(0, b, g, None)
-    opt._set_current_device(0)
+    opt.set_current_mirror(0)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, other)
     before = a.copy()

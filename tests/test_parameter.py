@@ -203,13 +203,13 @@ def test_arena_growth_keeps_values_and_repoints_views():
     p.initialize(init=mx.init.Constant(2.0), device=mx.cpu(0), store=store)
     d, g = p.data(), p.grad()
     arena = store.arena(mx.cpu(0), np.float32)
-    first_buffer = arena._data_buf
+    first_buffer = arena.data_buf
     others = []
     for i in range(12):
         q = Parameter(f"w{i}", shape=(200,))
         q.initialize(init=mx.init.Constant(float(i)), device=mx.cpu(0), store=store)
         others.append(q)
-    assert arena._data_buf is not first_buffer  # it grew
+    assert arena.data_buf is not first_buffer  # it grew
     assert p.data() is d and p.grad() is g  # same Tensor objects ...
     assert np.shares_memory(d._data, arena.data)  # ... now viewing the new buffer
     assert np.shares_memory(g._data, arena.grad)

@@ -10,12 +10,12 @@ datasets present images (``(H, W, 1)`` uint8 in [0, 255]), on two CPU devices.
 from __future__ import annotations
 
 import numpy as np
-from mxlite.gluon.data.vision import transforms
 
 import mxlite as mx  # the only change: `import mxnet as mx` and `from mxnet ...` below
 from mxlite import autograd, gluon, nd
 from mxlite.datasets import train_test_split_digits  # the data set (MNIST in the original)
 from mxlite.gluon import nn
+from mxlite.gluon.data.vision import transforms
 
 
 def _digits_as_mxnet_images():

@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd import activations as _act
 from ..autograd import nn_ops as _nn
 from ..autograd import ops as _ops
 from ..autograd import random as _random
-from ..autograd.creation import _dtype
 from ..autograd.creation import arange as _arange
 from ..autograd.creation import array as _array
+from ..autograd.creation import as_dtype
 from ..autograd.creation import full as _full
 from ..autograd.tensor import Tensor
 from ..device import Device as _Device
@@ -82,13 +83,13 @@ def linspace(start: float, stop: float, num: int, endpoint: bool = True, ctx: An
              device: Any = None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop`` (inclusive when ``endpoint``), float32 by default."""
     dev = device_arg(device, ctx, "linspace")
-    return _array(np.linspace(start, stop, int(num), endpoint=endpoint), dev, _dtype(dtype))
+    return _array(np.linspace(start, stop, int(num), endpoint=endpoint), dev, as_dtype(dtype))
 
 
 def eye(N: int, M: int = 0, k: int = 0, ctx: Any = None, dtype: Any = None, device: Any = None) -> Tensor:  # noqa: N803
     """A 2-D array with ones on diagonal ``k`` (``M=0``: square), float32 by default."""
     dev = device_arg(device, ctx, "eye")
-    return _array(np.eye(int(N), int(M) or None, int(k)), dev, _dtype(dtype))
+    return _array(np.eye(int(N), int(M) or None, int(k)), dev, as_dtype(dtype))
 
 
 def zeros_like(data: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
@@ -147,7 +148,7 @@ def _randn(*shape: int, dtype: Any = None, ctx: Any = None, device: Any = None, 
 def _into(out: Tensor | None, value: Tensor) -> Tensor:
     if out is None:
         return value
-    out._assign(value)
+    out[...] = value
     return out
 
 
@@ -310,7 +311,7 @@ def topk(data: Any, axis: int = -1, k: int = 1, ret_typ: str = "indices", is_asc
         xp = data.device.xp
         with data.device.use():
             mask = xp.zeros(data.shape, dtype=data.dtype)
-            xp.put_along_axis(mask, idx._data, 1, axis=axis)
+            xp.put_along_axis(mask, idx.array, 1, axis=axis)
         return Tensor(mask, data.device)
     raise ValueError(f"topk: ret_typ must be 'indices', 'value', 'both' or 'mask', got {ret_typ!r}")
 
@@ -463,14 +464,14 @@ def slice_like(data: Any, shape_like: Any, axes: Any = ()) -> Tensor:
 def take(a: Any, indices: Any, axis: int = 0, mode: str = "clip") -> Tensor:
     """Entries of ``a`` at ``indices`` (float ids accepted) along ``axis``; out-of-range ids are clipped."""
     a = tensor(a)
-    idx = indices._data if isinstance(indices, Tensor) else indices
+    idx = indices.array if isinstance(indices, Tensor) else indices
     return _nn.take(a, idx, axis=axis, mode=mode)
 
 
 def pick(data: Any, index: Any, axis: int = -1, keepdims: bool = False, mode: str = "clip") -> Tensor:
     """One entry per position along ``axis``: ``out[i] = data[i, index[i]]`` for ``axis=1``."""
     data = tensor(data)
-    idx = index._data if isinstance(index, Tensor) else index
+    idx = index.array if isinstance(index, Tensor) else index
     return _nn.pick(data, idx, axis=axis, keepdims=keepdims)
 
 
@@ -610,19 +611,17 @@ def LeakyReLU(data: Any, gamma: Any = None, act_type: str = "leaky", slope: floa
     Raises:
         ValueError: unknown ``act_type``.
     """
-    from ..gluon.nn import activations as _a  # noqa: PLC0415 - the layers hold the formulas
-
     x = tensor(data)
     if act_type == "leaky":
-        return _a.leaky_relu(x, slope)
+        return _act.leaky_relu(x, slope)
     if act_type == "prelu":
-        return _a.prelu(x, tensor(gamma, x))
+        return _act.prelu(x, tensor(gamma, x))
     if act_type == "elu":
-        return _a.elu(x, slope)
+        return _act.elu(x, slope)
     if act_type == "selu":
-        return _a.selu(x)
+        return _act.selu(x)
     if act_type == "gelu":
-        return _a.gelu(x)
+        return _act.gelu(x)
     raise ValueError(f"LeakyReLU: act_type must be 'leaky', 'prelu', 'elu', 'selu' or 'gelu', got {act_type!r}")
 
 
@@ -653,7 +652,7 @@ def smooth_l1(data: Any, scalar: float = 1.0) -> Tensor:
     """MXNet's ``smooth_l1``: ``0.5 (sigma x)^2`` where ``|x| < 1/sigma^2``, else ``|x| - 0.5/sigma^2``."""
     x = tensor(data)
     s2 = scalar * scalar
-    small = Tensor(x.device.xp.abs(x._data) < 1.0 / s2, x.device)
+    small = Tensor(x.device.xp.abs(x.array) < 1.0 / s2, x.device)
     return _ops.where(small, _ops.multiply(_ops.square(x), 0.5 * s2), _ops.subtract(_ops.abs(x), 0.5 / s2))
 
 
@@ -673,7 +672,7 @@ def reset_arrays(*data: Any, num_arrays: int | None = None) -> None:
         if not isinstance(a, Tensor):
             raise TypeError(f"reset_arrays: argument {i} is a {type(a).__name__}, expected a Tensor (NDArray)")
     for a in data:
-        a._assign(0)
+        a[...] = 0
 
 
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__ and n not in (

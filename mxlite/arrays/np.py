@@ -209,13 +209,13 @@ def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: Any = None) 
 def all(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether every entry along ``axis`` is non-zero (bool, no gradient)."""
     a = tensor(a)
-    return Tensor(a.device.xp.asarray(a._data.all(axis=axis, keepdims=keepdims)), a.device)
+    return Tensor(a.device.xp.asarray(a.array.all(axis=axis, keepdims=keepdims)), a.device)
 
 
 def any(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether some entry along ``axis`` is non-zero (bool, no gradient)."""
     a = tensor(a)
-    return Tensor(a.device.xp.asarray(a._data.any(axis=axis, keepdims=keepdims)), a.device)
+    return Tensor(a.device.xp.asarray(a.array.any(axis=axis, keepdims=keepdims)), a.device)
 
 
 def sort(a: Any, axis: int = -1, **kwargs: Any) -> Tensor:
@@ -351,7 +351,7 @@ linalg = SimpleNamespace(norm=_norm)
 
 def may_share_memory(a: Any, b: Any) -> bool:
     """Whether two arrays may share memory (NumPy's conservative test)."""
-    return bool(_onp.may_share_memory(tensor(a)._data, tensor(b)._data)) if not tensor(a).device.is_gpu else False
+    return bool(_onp.may_share_memory(tensor(a).array, tensor(b).array)) if not tensor(a).device.is_gpu else False
 
 
 class _NumpyShapeScope(contextlib.ContextDecorator):

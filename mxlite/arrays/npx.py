@@ -115,7 +115,7 @@ def embedding(data: Any, weight: Any, input_dim: int = 0, output_dim: int = 0, s
               **kwargs: Any) -> Tensor:
     """Rows of ``weight`` at the ids in ``data``."""
     weight = tensor(weight)
-    ids = data._data if isinstance(data, Tensor) else data
+    ids = data.array if isinstance(data, Tensor) else data
     return _nn.embedding(ids, weight, sparse_grad=sparse_grad)
 
 
@@ -129,7 +129,7 @@ def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: b
     xp = data.device.xp
     steps = data.shape[axis]
     t = xp.arange(steps).reshape((steps, 1) if axis == 0 else (1, steps))
-    lens = lengths._data.reshape((1, -1) if axis == 0 else (-1, 1))
+    lens = lengths.array.reshape((1, -1) if axis == 0 else (-1, 1))
     keep = (t < lens).reshape(tuple(data.shape[:2]) + (1,) * (data.ndim - 2))
     return _ops.where(Tensor(xp.broadcast_to(keep, data.shape), data.device), data, value)
 

@@ -10,12 +10,17 @@ from ..device import Device, as_device, cpu, device_of
 from ..device.copy import copy_between
 from .tensor import Tensor
 
-__all__ = ["array", "zeros", "ones", "full", "empty", "arange", "from_dlpack", "from_numpy"]
+__all__ = ["as_dtype", "array", "zeros", "ones", "full", "empty", "arange", "from_dlpack", "from_numpy"]
 
 _DEFAULT_DTYPE = np.dtype(np.float32)
 
 
-def _dtype(dtype: Any, default: np.dtype = _DEFAULT_DTYPE) -> np.dtype:
+def as_dtype(dtype: Any, default: np.dtype = _DEFAULT_DTYPE) -> np.dtype:
+    """``dtype`` as a NumPy dtype; None gives ``default`` (float32, MXNet's default).
+
+    Raises:
+        TypeError: not a dtype NumPy knows (names the value).
+    """
     if dtype is None:
         return default
     try:
@@ -50,7 +55,7 @@ def array(data: Any, device: Device | str | None = None, dtype: Any = None) -> T
     out = copy_between(src, src_dev, dev, copy=True)
     if dtype is not None and out.dtype != np.dtype(dtype):
         with dev.use():
-            out = out.astype(_dtype(dtype))
+            out = out.astype(as_dtype(dtype))
     return Tensor(out, dev)
 
 
@@ -65,7 +70,7 @@ def _fill(fn_name: str, shape: Any, device: Any, dtype: Any, *args: Any) -> Tens
     if any(int(n) < 0 for n in shape):
         raise ValueError(f"{fn_name}: negative dimension in shape {shape}")
     with dev.use():
-        data = getattr(dev.xp, fn_name)(shape, *args, dtype=_dtype(dtype))
+        data = getattr(dev.xp, fn_name)(shape, *args, dtype=as_dtype(dtype))
     return Tensor(data, dev)
 
 
@@ -96,7 +101,7 @@ def arange(start: float, stop: float | None = None, step: float = 1.0, device: D
     if step == 0:
         raise ValueError("arange: step must not be 0")
     with dev.use():
-        data = dev.xp.arange(start, stop, step, dtype=_dtype(dtype))
+        data = dev.xp.arange(start, stop, step, dtype=as_dtype(dtype))
     return Tensor(data, dev)
 
 

@@ -92,7 +92,7 @@ def _tensors_in(args: Sequence[Any]) -> list[Tensor]:
     return found
 
 
-def _as_tensor(x: Any, like: Tensor) -> Tensor:
+def as_tensor(x: Any, like: Tensor) -> Tensor:
     """Coerce a scalar or array operand to a constant tensor on ``like``'s device."""
     if isinstance(x, Tensor):
         return x
@@ -120,8 +120,8 @@ def _scalar_dtype(dtype: np.dtype, x: numbers.Number) -> np.dtype:
 
 def _binary_operands(a: Any, b: Any) -> tuple[Tensor, Tensor]:
     if isinstance(a, Tensor):
-        return a, _as_tensor(b, a)
-    return _as_tensor(a, b), b
+        return a, as_tensor(b, a)
+    return as_tensor(a, b), b
 
 
 # -- arithmetic ------------------------------------------------------------------------------

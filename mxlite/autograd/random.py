@@ -16,7 +16,8 @@ import numpy as np
 from ..device import Device, as_device
 from .tensor import Tensor
 
-__all__ = ["seed", "normal", "uniform", "randint", "shuffle", "get_state", "set_state"]
+__all__ = ["entropy", "get_state", "host_generator", "normal", "parse_state", "randint", "seed", "set_state", "shuffle",
+           "uniform"]
 
 _HOST_STREAM = 2**31 - 1  # device-id slot reserved for the host (initializer) stream
 _seed_entropy: int | None = None
@@ -50,7 +51,8 @@ def seed(seed_state: int, device: Device | str = "all", ctx: Device | str | None
         _generators[dev] = _make_generator(dev, int(seed_state))
 
 
-def _entropy() -> int:
+def entropy() -> int:
+    """The entropy behind every stream when no seed was set (drawn once per process from the OS)."""
     global _seed_entropy
     if _seed_entropy is None:
         _seed_entropy = int(np.random.SeedSequence().entropy % 2**63)
@@ -73,7 +75,7 @@ def _generator(dev: Device | None) -> Any:
     key = dev if dev is not None else "host"
     gen = _generators.get(key)
     if gen is None:
-        gen = _generators[key] = _make_generator(dev, _entropy())
+        gen = _generators[key] = _make_generator(dev, entropy())
     return gen
 
 
@@ -98,14 +100,18 @@ def set_state(state: dict[str, Any]) -> None:
         ValueError: a malformed state (nothing is changed then).
     """
     global _seed_entropy
-    entropy, restored = _parse_state(state)
+    entropy, restored = parse_state(state)
     _seed_entropy = entropy
     _generators.clear()
     _generators.update(restored)
 
 
-def _parse_state(state: dict[str, Any]) -> tuple[int | None, dict[Any, Any]]:
-    """(seed, generators) rebuilt from :func:`get_state`'s data; ValueError when malformed."""
+def parse_state(state: dict[str, Any]) -> tuple[int | None, dict[Any, Any]]:
+    """(seed, generators) rebuilt from :func:`get_state`'s data, without installing them (checkpoints check first).
+
+    Raises:
+        ValueError: malformed state data (names the part).
+    """
     try:
         entropy = state["entropy"]
         if entropy is not None and (not isinstance(entropy, int) or entropy < 0):

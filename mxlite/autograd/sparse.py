@@ -43,7 +43,8 @@ class RowSparseTensor:
         """Device holding the rows."""
         return self.data.device
 
-    def _dense_data(self) -> Any:
+    def dense_array(self) -> Any:
+        """The dense NumPy/CuPy array of this tensor (zeros outside its rows): a new array."""
         xp = self.device.xp
         with self.device.use():
             out = xp.zeros(self.shape, dtype=self.dtype)
@@ -56,7 +57,7 @@ class RowSparseTensor:
         if stype == "row_sparse":
             return self
         if stype == "default":
-            return Tensor(self._dense_data(), self.device)
+            return Tensor(self.dense_array(), self.device)
         raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
 
     def asnumpy(self) -> np.ndarray:
@@ -241,6 +242,6 @@ def add_any(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
             values = xp.concatenate([a.data._data, b.data._data])
             rows = xp.concatenate([a.indices._data, b.indices._data])
         return from_rows(values, rows, shape, dev)
-    da = a._dense_data() if isinstance(a, RowSparseTensor) else a
-    db = b._dense_data() if isinstance(b, RowSparseTensor) else b
+    da = a.dense_array() if isinstance(a, RowSparseTensor) else a
+    db = b.dense_array() if isinstance(b, RowSparseTensor) else b
     return da + db

@@ -106,14 +106,70 @@ class Tensor:
         return "default"
 
     @property
+    def array(self) -> Array:
+        """The NumPy (CPU device) or CuPy (GPU) array holding this tensor's values: no copy.
+
+        Writing into it changes the tensor without autograd seeing it; the layers above the tensor
+        floor (arenas, optimizers, communicators) read and write parameters and gradients through it.
+        """
+        return self._data
+
+    def rebind(self, array: Array) -> None:
+        """Make this tensor view ``array`` (same shape and dtype, on its device) instead of its current one.
+
+        The object stays the same, so every reference to it (a Parameter's, a recorded graph's) sees
+        the new array: the flat arenas call this when they grow into a larger buffer.
+
+        Raises:
+            ValueError: ``array`` has another shape or dtype.
+        """
+        if tuple(array.shape) != self.shape or array.dtype != self.dtype:
+            raise ValueError(f"rebind: a tensor of shape {self.shape} and dtype {self.dtype} cannot view an array "
+                             f"of shape {tuple(array.shape)} and dtype {array.dtype}")
+        self._data = array
+
+    @property
     def grad(self) -> Any:
-        """Gradient buffer (a Tensor, or a RowSparseTensor for sparse gradients), or None."""
+        """Gradient buffer (a Tensor, or a RowSparseTensor for sparse gradients), or None.
+
+        Assigning replaces the buffer backward writes into (a Tensor or RowSparseTensor of this
+        tensor's shape, or None); a Parameter uses it to give its mirrors buffers in a flat arena.
+        """
         return self._grad
+
+    @grad.setter
+    def grad(self, buffer: Any) -> None:
+        if buffer is not None and tuple(buffer.shape) != self.shape:
+            raise ValueError(f"a gradient buffer of shape {tuple(buffer.shape)} cannot hold the gradient of a "
+                             f"tensor of shape {self.shape}")
+        self._grad = buffer
 
     @property
     def grad_req(self) -> str:
-        """How backward stores this leaf's gradient: 'write', 'add' or 'null'."""
+        """How backward stores this leaf's gradient: 'write', 'add' or 'null' (settable).
+
+        Raises:
+            ValueError: setting another value.
+        """
         return self._grad_req
+
+    @grad_req.setter
+    def grad_req(self, req: str) -> None:
+        if req not in _GRAD_REQS:
+            raise ValueError(f"grad_req must be one of {_GRAD_REQS}, got {req!r}")
+        self._grad_req = req
+
+    @property
+    def fresh_grad(self) -> bool:
+        """Whether backward has written this leaf's gradient since the flag was last cleared (settable).
+
+        The Trainer reads it to find parameters whose gradient is stale (MXNet's ``_fresh_grad``).
+        """
+        return self._fresh_grad
+
+    @fresh_grad.setter
+    def fresh_grad(self, value: bool) -> None:
+        self._fresh_grad = bool(value)
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -208,8 +264,12 @@ class Tensor:
     def _requires_grad(self) -> bool:
         return self._node is not None or self._grad_req != "null"
 
-    def _add_ready_hook(self, hook: Callable[[Tensor], None]) -> None:
-        """Call ``hook(self)`` each time backward has finished writing this leaf's gradient."""
+    def add_ready_hook(self, hook: Callable[[Tensor], None]) -> None:
+        """Call ``hook(self)`` each time backward has finished writing this leaf's gradient.
+
+        The gradient is final when the hook runs (every consumer has sent its part), so gradient
+        synchronisation can start on it while backward goes on (the buckets' overlap).
+        """
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(hook)
@@ -269,9 +329,11 @@ class Tensor:
         ``mode`` 'raise' (default, as MXNet 2.x) refuses out-of-range ids with IndexError; 'clip'
         clips them, 'wrap' wraps them around.
         """
-        from ..arrays.np import take  # noqa: PLC0415 - numpy_api builds on this module
+        from . import nn_ops, ops  # noqa: PLC0415 - the ops build on this module
 
-        return take(self, indices, axis=axis, mode=mode)
+        a = self if axis is not None else ops.reshape(self, (-1,))
+        idx = indices._data if isinstance(indices, Tensor) else indices
+        return nn_ops.take(a, idx, axis=0 if axis is None else axis, mode=mode)
 
     def copyto(self, other: Tensor | _device.Device) -> Tensor:
         """Copy into ``other``'s buffer (a Tensor of the same shape) or onto a device.
@@ -282,19 +344,10 @@ class Tensor:
         if isinstance(other, Tensor):
             if other.shape != self.shape:
                 raise ValueError(f"copyto: shape mismatch, source {self.shape} vs destination {other.shape}")
-            other._assign(self)
+            other[...] = self
             return other
         dev = _device.as_device(other)
         return Tensor(copy_between(self._data, self._device, dev, copy=True), dev)
-
-    def _assign(self, value: Any) -> None:
-        """Write ``value`` (Tensor, array or scalar) into this tensor's buffer in place."""
-        if isinstance(value, Tensor):
-            value = copy_between(value._data, value._device, self._device, copy=False)
-        elif isinstance(value, np.ndarray) and self._device.is_gpu:
-            value = copy_between(value, _device.cpu(0), self._device, copy=False)
-        with self._device.use():
-            self._data[...] = value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, Tensor):
@@ -495,7 +548,7 @@ def _write_leaf_grad(t: Tensor, g: Any) -> None:
         t._grad = rs if req == "write" else sparse.add_any(buf, rs, t.shape)
     else:
         if _is_sparse(g):
-            g = g._dense_data()
+            g = g.dense_array()
         if g is buf._data:  # the op wrote it in place (grad_out)
             pass
         elif req == "write":

@@ -71,11 +71,11 @@ class Bucket:
 
     def stale(self) -> bool:
         """Whether an arena has been reallocated since the plan (the offsets no longer hold)."""
-        return any(a._grad_buf is not buf for a, buf in zip(self.arenas, self.grad_bufs))
+        return any(a.grad_buf is not buf for a, buf in zip(self.arenas, self.grad_bufs))
 
     def buffers(self) -> list[Any]:
         """The bucket's slice of every mirror's gradient buffer (views)."""
-        return [a._grad_buf[s:e] for a, s, e in zip(self.arenas, self.start, self.end)]
+        return [a.grad_buf[s:e] for a, s, e in zip(self.arenas, self.start, self.end)]
 
 
 def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BYTES) -> list[Bucket]:
@@ -86,7 +86,7 @@ def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BY
     """
     entries = []
     for p in params:
-        slots = p._arena_slots()
+        slots = p.arena_slots()
         if p.grad_req == "null" or slots[0][1].grad_offset is None:
             continue  # frozen since the plan was made: no gradient to reduce (the Trainer re-plans)
         entries.append((tuple(str(d) for d in p.list_device()), np.dtype(p.dtype).name, slots[0][1].grad_offset, p,
@@ -107,8 +107,8 @@ def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BY
         current.params.append(p)
         current.end = [s.grad_offset + s.span for _, s in slots]
     for b in buckets:
-        b.grad_bufs = [a._grad_buf for a in b.arenas]
-        b.leaves = frozenset(id(s.data) for p in b.params for _, s in p._arena_slots())
+        b.grad_bufs = [a.grad_buf for a in b.arenas]
+        b.leaves = frozenset(id(s.data) for p in b.params for _, s in p.arena_slots())
         b.pending = set(b.leaves)
     return buckets
 
@@ -166,10 +166,10 @@ class GradientSync:
         for p in self.params:
             if p.grad_req != "write":
                 continue
-            for _, slot in p._arena_slots():
+            for _, slot in p.arena_slots():
                 if id(slot.data) not in self._hooked:
                     self._hooked.add(id(slot.data))
-                    slot.data._add_ready_hook(lambda leaf, me=me: (s := me()) is not None and s._on_ready(leaf))
+                    slot.data.add_ready_hook(lambda leaf, me=me: (s := me()) is not None and s._on_ready(leaf))
 
     def _stale_plan(self) -> bool:
         return any(b.stale() for b in self.buckets)
@@ -210,7 +210,7 @@ class GradientSync:
             self._replan_keeping_reduced()
         for bucket in self.buckets:
             if bucket.reduced and bucket.rewritten:
-                names = sorted({p.label for p in bucket.params for _, s in p._arena_slots()
+                names = sorted({p.label for p in bucket.params for _, s in p.arena_slots()
                                 if id(s.data) in bucket.rewritten})
                 self._reset()
                 raise RuntimeError(
@@ -278,7 +278,7 @@ class GradientSync:
         for p in self.params:
             if all(p is not q for q in other.params):
                 continue
-            for mirror in range(len(p._arena_slots())):
+            for mirror in range(len(p.arena_slots())):
                 mine, theirs = self.residual(p, mirror), other.residual(p, mirror)
                 if mine is not None and theirs is not None:
                     mine[...] = theirs
@@ -321,10 +321,10 @@ class GradientSync:
         """One float32 residual per gradient element, laid out like each mirror's arena; kept across growth."""
         old, self._residuals = self._residuals, {}
         for p in self.params:
-            for arena, slot in p._arena_slots():
+            for arena, slot in p.arena_slots():
                 if id(arena) not in self._residuals:
                     with arena.device.use():
-                        self._residuals[id(arena)] = (arena.device.xp.zeros(arena._grad_buf.size, np.float32), {})
+                        self._residuals[id(arena)] = (arena.device.xp.zeros(arena.grad_buf.size, np.float32), {})
                 buf, offsets = self._residuals[id(arena)]
                 offsets[id(p)] = slot.grad_offset
                 if id(arena) in old and id(p) in old[id(arena)][1]:
@@ -338,6 +338,6 @@ class GradientSync:
             return None
         if self._stale_plan():
             self.plan()
-        arena, slot = param._arena_slots()[mirror]
+        arena, slot = param.arena_slots()[mirror]
         buf, offsets = self._residuals[id(arena)]
         return buf[offsets[id(param)]:offsets[id(param)] + slot.span]

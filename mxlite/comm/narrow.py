@@ -83,7 +83,7 @@ class NarrowGradient:
 
     def valid(self) -> bool:
         """Whether the arena still has the gradient buffer the wire was laid out for."""
-        return self.arena._grad_buf is self.grad_buf
+        return self.arena.grad_buf is self.grad_buf
 
     def covers(self, param_ids: set[int]) -> bool:
         """Whether the wire holds the sum of every parameter in ``param_ids``."""
@@ -134,8 +134,8 @@ def wire_buffer(arena: Any, dtype: str) -> NarrowGradient:
         return found
     device = arena.device
     with device.use():
-        wire = device.xp.empty(arena._grad_buf.size, np.float16 if dtype == "float16" else np.uint16)
-    found = _BY_ARENA[arena] = NarrowGradient(arena, wire, dtype, arena._grad_buf)
+        wire = device.xp.empty(arena.grad_buf.size, np.float16 if dtype == "float16" else np.uint16)
+    found = _BY_ARENA[arena] = NarrowGradient(arena, wire, dtype, arena.grad_buf)
     return found
 
 

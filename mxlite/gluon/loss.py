@@ -42,7 +42,7 @@ def _as_tensor_like(x: Any, like: Tensor) -> Tensor:
         x = np.asarray(x)
         if np.issubdtype(x.dtype, np.floating) and np.issubdtype(like.dtype, np.floating):
             x = x.astype(like.dtype, copy=False)  # a float64 NumPy label must not upcast a float32 loss
-    return ops._as_tensor(x, like)
+    return ops.as_tensor(x, like)
 
 
 def _reshape_like(x: Tensor, y: Tensor) -> Tensor:
@@ -295,7 +295,7 @@ class HuberLoss(Loss):
         """Per-sample mean Huber loss; ``label`` is reshaped to ``pred``'s shape."""
         label = _reshape_like(_as_tensor_like(label, pred), pred)
         dist = ops.abs(ops.subtract(label, pred))
-        loss = ops.where(_mask(dist._data > self._rho, dist), ops.subtract(dist, 0.5 * self._rho),
+        loss = ops.where(_mask(dist.array > self._rho, dist), ops.subtract(dist, 0.5 * self._rho),
                          ops.multiply(ops.square(dist), 0.5 / self._rho))
         return self._batch_mean(self._weighted(loss, sample_weight, self._weight))
 
@@ -424,7 +424,7 @@ class PoissonNLLLoss(Loss):
         else:
             loss = ops.subtract(pred, ops.multiply(target, ops.log(ops.add(pred, epsilon))))
         if self._compute_full:
-            big = _mask(target._data > 1, target)
+            big = _mask(target.array > 1, target)
             safe = ops.where(big, target, 1.0)  # log of a target <= 1 is never used
             stirling = ops.add(ops.subtract(ops.multiply(safe, ops.log(safe)), safe),
                                ops.multiply(ops.log(ops.multiply(safe, 2 * math.pi)), 0.5))
@@ -457,7 +457,7 @@ class CosineEmbeddingLoss(Loss):
         n2 = ops.sqrt(ops.sum(ops.square(input2), axis=-1))
         cos = ops.divide(dot, ops.maximum(ops.reshape(ops.multiply(n1, n2), (-1, 1)), 1e-12))
         label = _reshape_like(_as_tensor_like(label, cos), cos)
-        loss = ops.where(_mask(label._data == 1, cos), ops.subtract(1.0, cos),
+        loss = ops.where(_mask(label.array == 1, cos), ops.subtract(1.0, cos),
                          ops.clip(ops.subtract(cos, self._margin), 0.0, 1.0 - self._margin))
         return self._batch_mean(self._weighted(loss, sample_weight, self._weight))
 
@@ -611,7 +611,7 @@ class CTCLoss(Loss):
         logp = nn_ops.log_softmax(pred, -1)  # (T, N, C)
         emit = ops.matmul(ops.swapaxes(logp, 0, 1), _as_tensor_like(onehot, pred))  # (N, T, S)
         neg = _as_tensor_like(np.full((batch, 1), _NEG, pred.dtype), pred)
-        skip_t = _mask(_as_tensor_like(skip, pred)._data, pred)
+        skip_t = _mask(_as_tensor_like(skip, pred).array, pred)
         start = np.full((batch, width), _NEG, pred.dtype)
         start[:, 0] = 0.0
         start[lengths > 0, 1] = 0.0
@@ -625,14 +625,14 @@ class CTCLoss(Loss):
             if step2 is not None:
                 terms.append(ops.where(skip_t, step2, _NEG))
             new = ops.add(_logsumexp(terms), ops.getitem(emit, (slice(None), t)))
-            active = _mask(_as_tensor_like((t < t_len)[:, None], pred)._data, pred)
+            active = _mask(_as_tensor_like((t < t_len)[:, None], pred).array, pred)
             alpha = ops.where(active, new, alpha)  # a finished sequence keeps its last alpha
         last = np.zeros((batch, width), bool)
         last[np.arange(batch), 2 * lengths] = True
         before = np.zeros((batch, width), bool)
         before[np.arange(batch)[lengths > 0], 2 * lengths[lengths > 0] - 1] = True
-        end_a = ops.sum(ops.where(_mask(_as_tensor_like(last, pred)._data, pred), alpha, 0.0), axis=1)
-        end_b = ops.sum(ops.where(_mask(_as_tensor_like(before, pred)._data, pred), alpha, 0.0), axis=1)
+        end_a = ops.sum(ops.where(_mask(_as_tensor_like(last, pred).array, pred), alpha, 0.0), axis=1)
+        end_b = ops.sum(ops.where(_mask(_as_tensor_like(before, pred).array, pred), alpha, 0.0), axis=1)
         end_b = ops.add(end_b, _as_tensor_like(np.where(lengths > 0, 0.0, _NEG).astype(pred.dtype), pred))
         loss = ops.negative(_logsumexp([end_a, end_b]))
         return self._weighted(loss, sample_weight, self._weight)

@@ -150,7 +150,7 @@ class Parameter:
             self._reslot(list(self._slots), self.dtype)
         else:
             for _, slot in self._slots.values():
-                slot.data._grad_req = req
+                slot.data.grad_req = req
 
     @property
     def grad_stype(self) -> str:
@@ -231,10 +231,10 @@ class Parameter:
         arena = store.arena(dev, self.dtype)
         dense_grad = self._grad_req != "null" and self._grad_stype == "default"
         slot = arena.add(self, self._shape, with_grad=dense_grad)
-        slot.data._assign(values)
+        slot.data[...] = values
         leaf = slot.data
         if dense_grad:
-            leaf._grad, leaf._grad_req = slot.grad, self._grad_req
+            leaf.grad, leaf.grad_req = slot.grad, self._grad_req
         elif self._grad_req != "null":
             leaf.attach_grad(self._grad_req, stype="row_sparse")
         self._slots[dev] = (arena, slot)
@@ -324,14 +324,14 @@ class Parameter:
         slot = self._check_and_get(device if ctx is None else ctx, "gradient")[1]
         if self._grad_req == "null":
             raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
-        return slot.data._grad
+        return slot.data.grad
 
     def list_grad(self) -> list[Any]:
         """Every mirror's gradient, in the order of ``list_device()``."""
         self._materialize()
         if self._grad_req == "null":
             raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
-        return [slot.data._grad for _, slot in self._slots.values()]
+        return [slot.data.grad for _, slot in self._slots.values()]
 
     def list_device(self) -> list[Device]:
         """The devices holding a mirror (also pending devices of a deferred initialisation)."""
@@ -369,7 +369,7 @@ class Parameter:
         else:
             host = data.get() if hasattr(data, "__cuda_array_interface__") else np.asarray(data)
         for _, slot in self._slots.values():
-            slot.data._assign(host.astype(self.dtype, copy=False))
+            slot.data[...] = host.astype(self.dtype, copy=False)
 
     def _reduce(self) -> Tensor:
         """The value as one Tensor on cpu(0) (MXNet's helper for saving; every mirror holds the same value)."""
@@ -407,12 +407,12 @@ class Parameter:
         from ..autograd import sparse  # noqa: PLC0415
 
         for _, slot in self._slots.values():
-            g = slot.data._grad
+            g = slot.data.grad
             if isinstance(g, sparse.RowSparseTensor):
-                slot.data._grad = sparse.zeros(self._shape, self.dtype, slot.data.device)
+                slot.data.grad = sparse.zeros(self._shape, self.dtype, slot.data.device)
             else:
                 with slot.data.device.use():
-                    g._data[...] = 0
+                    g.array[...] = 0
 
     def reset_device(self, device: Any) -> None:
         """Move the mirrors to ``device`` (a Device or list), keeping the current values."""
@@ -437,14 +437,17 @@ class Parameter:
 
     def _fresh(self, device: Device) -> bool:
         """Whether backward wrote this mirror's gradient since the last ``_mark_stale``."""
-        return self._slots[device][1].data._fresh_grad
+        return self._slots[device][1].data.fresh_grad
 
     def _mark_stale(self) -> None:
         for _, slot in self._slots.values():
-            slot.data._fresh_grad = False
+            slot.data.fresh_grad = False
 
-    def _arena_slots(self) -> list[tuple[Arena, Slot]]:
-        """(arena, slot) of each mirror, in device order (for the update and sync layers)."""
+    def arena_slots(self) -> list[tuple[Arena, Slot]]:
+        """``(arena, slot)`` of each device mirror, in device order: where the parameter's data and
+        gradient live in the flat arenas (:mod:`mxlite.store`). The Trainer, the gradient buckets and
+        the fused update find the parameter's place in the arena buffers through it; empty before
+        initialisation."""
         return list(self._slots.values())
 
 

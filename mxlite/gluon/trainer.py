@@ -47,6 +47,7 @@ from ..amp import LossScaler, all_gradients_finite, gradients_finite
 from ..autograd import sparse
 from ..comm.base import Communicator
 from ..comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
+from ..comm.narrow import narrow_gradient
 from ..formats.archive import as_host, atomic_write
 from ..optimizer._arena import ArenaUpdater, fused_rule
 from ..optimizer._fused_rules import from_structure
@@ -410,7 +411,7 @@ class Trainer:
         return rebuilt
 
     def _communicator(self, devices: list[Any]) -> Communicator:
-        kind = self._kvstore._type if self._kvstore is not None else "device"  # canonical, aliases resolved
+        kind = self._kvstore.kind if self._kvstore is not None else "device"  # canonical, aliases resolved
         comm = _comm.create(kind, devices)
         self._num_workers = max(self._num_workers, comm.size)
         return comm
@@ -424,7 +425,7 @@ class Trainer:
         check_same_across_ranks(comm, "the Trainer's parameters", [
             (p.label, {"shape": list(p.shape), "dtype": np.dtype(p.dtype).name}) for p in params])
         for p in params:
-            comm.broadcast([d._data for d in p.list_data()], root=0)
+            comm.broadcast([d.array for d in p.list_data()], root=0)
         self._check_identical(comm, params, "after the broadcast of rank 0's parameters")
 
     @staticmethod
@@ -460,7 +461,7 @@ class Trainer:
                 kv.init(index, param.data(param.list_device()[0]))
                 self._kv_keys.add(index)
             else:  # the weights may have changed outside the store (a checkpoint loaded, set_data)
-                kv._overwrite(index, param.data(param.list_device()[0]))
+                kv.overwrite(index, param.data(param.list_device()[0]))
             kv.push(index, param.list_grad(), priority=-index)
             kv.pull(index, param.list_data(), priority=-index)
             param._mark_stale()
@@ -512,7 +513,7 @@ class Trainer:
         self._partial_turn %= len(partitions)
         comm = next(c for c, sync in self._syncs.values() if sync is not None and any(
             b.params is partitions[self._partial_turn] for b in sync.buckets))
-        works = [comm.allreduce([d._data for d in param.list_data()], average=True)
+        works = [comm.allreduce([d.array for d in param.list_data()], average=True)
                  for param in partitions[self._partial_turn]]
         for work in works:
             work.wait()  # (GPU) the next forward reads these weights
@@ -552,7 +553,7 @@ class Trainer:
         groups: dict[tuple[int, int], tuple[Any, list[tuple[int, Any]]]] = {}  # -> (arena, [(index, slot)])
         for (index, param), is_fused in zip(todo, fused, strict=True):
             if is_fused:
-                for mirror, (arena, slot) in enumerate(param._arena_slots()):
+                for mirror, (arena, slot) in enumerate(param.arena_slots()):
                     groups.setdefault((id(arena), mirror), (arena, []))[1].append((index, slot))
             else:
                 self._update_per_parameter(index, param)
@@ -566,16 +567,19 @@ class Trainer:
                 if index in self._loaded and (index, key[1]) not in self._applied:
                     updater.set_state(slot, *from_structure(updater.state_names, self._loaded[index]))
                     self._applied.add((index, key[1]))
-            updater.step(entries)
-        opt._set_current_device(0)
+            # On a GPU the bucket sums may still sit in the arena's half-precision wire (fp16/bf16
+            # codecs): the comm layer says whether it holds all of them, the update then reads it.
+            narrow = narrow_gradient(arena, {id(s.key) for _, s in entries}) if arena.device.is_gpu else None
+            updater.step(entries, narrow)
+        opt.set_current_mirror(0)
 
     def _update_per_parameter(self, index: int, param: Parameter) -> None:
         """The optimizer's own rule on each mirror (rules or dtypes without a fused kernel)."""
         opt = self._optimizer
         for slot_no, (data, grad) in enumerate(zip(param.list_data(), param.list_grad())):
-            opt._set_current_device(slot_no)
+            opt.set_current_mirror(slot_no)
             key = (index, slot_no)
-            weight = data._data
+            weight = data.array
             if key not in self._states:
                 with data.device.use():
                     if index in self._loaded:
@@ -584,7 +588,7 @@ class Trainer:
                     else:
                         self._states[key] = opt.create_state(index, weight)
             # A row-sparse gradient goes through as it is: rules with lazy_update touch only its rows.
-            raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad._data
+            raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad.array
             with data.device.use():
                 opt.update(index, weight, raw_grad, self._states[key])
 
@@ -653,17 +657,15 @@ class Trainer:
         self._init_kvstore()
         fname = os.fspath(fname)
         if self._update_on_kvstore:
-            self._kvstore._states_updater("load_optimizer_states")  # RuntimeError before the file, as the store's
-        if data is None:
-            with open(fname, "rb") as f:
-                data = f.read()
-        if self._update_on_kvstore:
-            parsed = self._kvstore._read_optimizer_states(data, fname)
+            parsed = self._kvstore.read_optimizer_states(data, fname)
             try:  # the store checks shapes only against values it holds: none before the first step
                 self._check_store_states(parsed)
             except ValueError as exc:
                 raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
             return ("kvstore", parsed)
+        if data is None:
+            with open(fname, "rb") as f:
+                data = f.read()
         try:
             states, optimizer_state, extra = unpack_states(data)
             if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
@@ -685,7 +687,7 @@ class Trainer:
         """Apply what :meth:`_read_states` read and checked (cannot fail; reads no file)."""
         kind, content = parsed
         if kind == "kvstore":  # the store's own parse of the same bytes, installed as load_optimizer_states does
-            self._kvstore._apply_optimizer_states(content)
+            self._kvstore.apply_optimizer_states(content)
             return
         states, optimizer_state, residuals, scaler_state, self._partial_turn = content
         self._optimizer.load_state_dict(optimizer_state)
@@ -759,7 +761,7 @@ class Trainer:
             return self._states[(index, 0)]
         if not param.is_initialized or param.grad_req == "null":
             return None
-        arena, slot = param._arena_slots()[0]
+        arena, slot = param.arena_slots()[0]
         updater = self._arena_updaters.get((id(arena), 0))
         return updater.get_state(slot) if updater is not None else None
 
@@ -880,11 +882,11 @@ def _sum_row_sparse_into_all(param: Parameter) -> None:
     """Sum row-sparse gradients over mirrors; every mirror's gradient becomes the sum."""
     mirrors = param.list_data()
     home = mirrors[0].device
-    total = mirrors[0]._grad
+    total = mirrors[0].grad
     for leaf in mirrors[1:]:
-        total = sparse.add_any(total, _row_sparse_to(leaf._grad, home), param.shape)
+        total = sparse.add_any(total, _row_sparse_to(leaf.grad, home), param.shape)
     for leaf in mirrors:
-        leaf._grad = _row_sparse_to(total, leaf.device)
+        leaf.grad = _row_sparse_to(total, leaf.device)
 
 
 def _row_sparse_to(rs: sparse.RowSparseTensor, device: Any) -> sparse.RowSparseTensor:

@@ -236,7 +236,7 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
     for a in arrays:
         xp = a.device.xp
         with a.device.use():
-            data = a._data
+            data = a.array
             per_device.setdefault(a.device, []).append(xp.sum(xp.square(data.astype(xp.float64, copy=False))))
     total = 0.0
     for device, sums in per_device.items():
@@ -249,5 +249,6 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
     if not scale >= 1.0:  # also NaN: the arrays become NaN, as MXNet's
         for a in arrays:
             with a.device.use():
-                a._data *= a._data.dtype.type(scale)
+                values = a.array
+                values *= values.dtype.type(scale)
     return norm

@@ -32,7 +32,7 @@ def host(array: Any) -> np.ndarray:
 
 def copy_to(value: Tensor, device: Device) -> Any:
     """A C-contiguous copy of ``value``'s data on ``device`` (never shares memory with it)."""
-    data = copy_between(value._data, value.device, device, copy=True)
+    data = copy_between(value.array, value.device, device, copy=True)
     with device.use():
         return device.xp.ascontiguousarray(data)
 
@@ -42,7 +42,7 @@ def dense_sum(values: Sequence[Tensor], home: Device) -> Any:
     total = copy_to(values[0], home)
     with home.use():
         for v in values[1:]:
-            total += copy_between(v._data, v.device, home, copy=False)
+            total += copy_between(v.array, v.device, home, copy=False)
     return total
 
 
@@ -74,8 +74,8 @@ def allgather_row_sparse(comm: Communicator, value: sparse.RowSparseTensor) -> s
         kmax = max(counts)
         ids = xp.zeros(kmax, np.int64)
         rows = xp.zeros((kmax,) + tail, value.dtype)
-        ids[:k] = value.indices._data
-        rows[:k] = value.data._data
+        ids[:k] = value.indices.array
+        rows[:k] = value.data.array
         all_ids = comm.allgather(ids)
         all_rows = comm.allgather(rows.reshape(-1))
     ids_host = np.concatenate([g[:n] for g, n in zip(all_ids, counts)])

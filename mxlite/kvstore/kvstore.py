@@ -119,13 +119,13 @@ class _Stored(Tensor):
 
     def _inplace(self, op: str, other: Any) -> _Stored:
         if isinstance(other, sparse.RowSparseTensor):  # a row-sparse pushed sum: its dense value
-            other = Tensor(other._dense_data(), other.device)
+            other = Tensor(other.dense_array(), other.device)
         if isinstance(other, Tensor):
-            other = copy_between(other._data, other.device, self.device, copy=False)
+            other = copy_between(other.array, other.device, self.device, copy=False)
         elif isinstance(other, np.ndarray) and self.device.is_gpu:
             other = copy_between(other, cpu(0), self.device, copy=False)
         with self.device.use():
-            getattr(self._data, op)(other)
+            getattr(self.array, op)(other)
         return self
 
     def __iadd__(self, other: Any) -> _Stored:
@@ -190,6 +190,11 @@ class KVStore:
     def type(self) -> str:
         """The store's type, as given to :func:`create` (lower-cased; an alias stays the alias, as in MXNet)."""
         return self._name
+
+    @property
+    def kind(self) -> str:
+        """The canonical kind behind :attr:`type`: an alias (``'dist_sync_device'`` ...) names the store it acts as."""
+        return self._type
 
     @property
     def rank(self) -> int:
@@ -336,17 +341,17 @@ class KVStore:
         for k, (v,) in pairs:
             home = self._home(v)
             if isinstance(v, sparse.RowSparseTensor):
-                data = copy_between(v._dense_data(), v.device, home, copy=False)
+                data = copy_between(v.dense_array(), v.device, home, copy=False)
             else:
                 data = _reduce.copy_to(v, home)
             stored = _Stored(data, home)
             if self._dist:
-                self._comm(home).broadcast([stored._data], root=0)
+                self._comm(home).broadcast([stored.array], root=0)
             self._store[k] = stored
             if self._key_kind is None:
                 self._key_kind = type(k)
 
-    def _overwrite(self, key: Key, value: Tensor) -> None:
+    def overwrite(self, key: Key, value: Tensor) -> None:
         """Replace the stored value of an initialised ``key`` by a copy of ``value`` (same shape and dtype).
 
         For the Trainer, whose weights may change outside the store (a checkpoint loaded,
@@ -354,7 +359,7 @@ class KVStore:
         """
         stored = self._store[key]
         with stored.device.use():
-            stored._data[...] = _reduce.copy_to(value, stored.device)
+            stored.array[...] = _reduce.copy_to(value, stored.device)
 
     def _check_ranks_agree(self, pairs: list[tuple[Key, list[Any]]]) -> None:
         """Every rank must init the same keys with the same shapes and dtypes (ValueError naming the ranks)."""
@@ -415,8 +420,8 @@ class KVStore:
         grads, residuals = [], []
         for pos, v in enumerate(items):
             with v.device.use():
-                grads.append(v.device.xp.ascontiguousarray(v._data).reshape(-1))
-            residuals.append(self._residual(key, pos, v)._data.reshape(-1) if self._codec.needs_residual else None)
+                grads.append(v.device.xp.ascontiguousarray(v.array).reshape(-1))
+            residuals.append(self._residual(key, pos, v).array.reshape(-1) if self._codec.needs_residual else None)
         with home.use():
             out = home.xp.empty(items[0].size, dtype=items[0].dtype)
         self._codec.reduce(grads, residuals, out, comm)
@@ -443,9 +448,9 @@ class KVStore:
             return
         with stored.device.use():
             if isinstance(merged, sparse.RowSparseTensor):
-                stored._data[...] = merged._dense_data()
+                stored.array[...] = merged.dense_array()
             else:
-                stored._data[...] = merged._data
+                stored.array[...] = merged.array
 
     # -- pull -----------------------------------------------------------------------------
     def _pull_plan(self, key: Any, out: Any, what: str) -> list[tuple[Key, list[Any]]]:
@@ -468,7 +473,7 @@ class KVStore:
                     rows = np.arange(stored.shape[0], dtype=np.int64)
                     self._fill_rows(stored, o, rows)
                 else:
-                    o._assign(stored)
+                    o[...] = stored
 
     def pull(self, key: Any, out: Any = None, priority: int = 0, ignore_sparse: bool = True) -> None:
         """Copy each key's stored value into ``out`` (a Tensor or a list of them, on any devices).
@@ -583,7 +588,7 @@ class KVStore:
     def _fill_rows(stored: Tensor, out: sparse.RowSparseTensor, rows: np.ndarray) -> None:
         home, dev = stored.device, out.device
         with home.use():
-            picked = stored._data[home.xp.asarray(rows)]
+            picked = stored.array[home.xp.asarray(rows)]
         out.data = Tensor(copy_between(picked, home, dev, copy=False), dev)  # fancy indexing made a copy
         with dev.use():
             out.indices = Tensor(dev.xp.asarray(rows), dev)
@@ -639,7 +644,7 @@ class KVStore:
             RuntimeError: no optimizer was set.
         """
         updater = self._states_updater("save_optimizer_states")
-        residuals = {k: _reduce.host(r._data).astype(np.float32, copy=False) for k, r in self._residuals.items()}
+        residuals = {k: _reduce.host(r.array).astype(np.float32, copy=False) for k, r in self._residuals.items()}
         optimizer_state = updater.optimizer.state_dict() if dump_optimizer else None
         params = getattr(self._codec, "params", self._compression_params) if self._codec is not None else None
         data = _states.pack(updater.states, optimizer_state, residuals, params)
@@ -660,17 +665,27 @@ class KVStore:
                 store; the message names the file.
         """
         self._states_updater("load_optimizer_states")
-        fname = os.fspath(fname)
-        with open(fname, "rb") as f:
-            data = f.read()
-        self._apply_optimizer_states(self._read_optimizer_states(data, fname))
+        self.apply_optimizer_states(self.read_optimizer_states(None, fname))
 
-    def _read_optimizer_states(self, data: bytes, fname: str) -> tuple[Any, Any, Any]:
-        """Parse and check a states file's bytes against this store; changes nothing (ValueError names the file).
+    def read_optimizer_states(self, data: bytes | None, fname: str | os.PathLike) -> tuple[Any, Any, Any]:
+        """Parse and check a states file against this store; changes nothing (ValueError names the file).
 
-        Returns ``(states, optimizer_state or None, residuals)``, for :meth:`_apply_optimizer_states`.
+        The first half of :meth:`load_optimizer_states`; :meth:`apply_optimizer_states` is the second.
+        ``data`` is the file's bytes when the caller has read (and verified) them already (the
+        Trainer under ``mx.checkpoint.load``), else None: then ``fname`` is read, once.
+
+        Raises:
+            RuntimeError: the store has no optimizer (:meth:`set_optimizer` first), before any file is read.
+            FileNotFoundError: no such file (``data`` None).
+            ValueError: a damaged or foreign file, or states that do not fit this store.
+
+        Returns ``(states, optimizer_state or None, residuals)``, for :meth:`apply_optimizer_states`.
         """
         updater = self._states_updater("load_optimizer_states")
+        fname = os.fspath(fname)
+        if data is None:
+            with open(fname, "rb") as f:
+                data = f.read()
         try:
             states, optimizer_state, residuals = _states.unpack(data)
             for k, state in states.items():
@@ -683,16 +698,16 @@ class KVStore:
             raise ValueError(f"cannot load KVStore optimizer states from {fname!r}: {exc}") from exc
         return states, optimizer_state, residuals
 
-    def _apply_optimizer_states(self, parsed: tuple[Any, Any, Any]) -> None:
-        """Install what :meth:`_read_optimizer_states` parsed and checked; reads no file (cannot fail).
+    def apply_optimizer_states(self, parsed: tuple[Any, Any, Any]) -> None:
+        """Install what :meth:`read_optimizer_states` parsed and checked; reads no file (cannot fail).
 
         The Trainer applies states it read and verified earlier (``mx.checkpoint.load``) through
         this, so nothing is read again after the checks.
         """
         states, optimizer_state, residuals = parsed
-        updater = self._states_updater("load_optimizer_states")  # present: _read_optimizer_states checked it
+        updater = self._states_updater("load_optimizer_states")  # present: read_optimizer_states checked it
         if optimizer_state is not None:
-            updater.optimizer.load_state_dict(optimizer_state)  # checked by _read_optimizer_states
+            updater.optimizer.load_state_dict(optimizer_state)  # checked by read_optimizer_states
         updater.states = states
         updater.states_synced = dict.fromkeys(states, False)
         self._residuals = {k: Tensor(r, cpu(0)) for k, r in residuals.items()}

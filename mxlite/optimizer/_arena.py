@@ -71,7 +71,7 @@ class ArenaUpdater:
         old, old_offsets = self._states, self._offsets
         names = list(self.state_names) + (["master"] if self._has_master else [])
         with dev.use():
-            new = {name: dev.xp.zeros(arena._data_buf.shape, np.float32) for name in names}
+            new = {name: dev.xp.zeros(arena.data_buf.shape, np.float32) for name in names}
             for slot in arena.slots:
                 start, end = slot.offset, slot.offset + slot.size
                 before = old_offsets.get(id(slot.key))
@@ -79,18 +79,25 @@ class ArenaUpdater:
                     if before is not None and name in old:
                         buf[start:end] = old[name][before: before + slot.size]
                     elif name == "master":
-                        buf[start:end] = arena._data_buf[start:end]
+                        buf[start:end] = arena.data_buf[start:end]
         self._states = new
         self._offsets = {id(s.key): s.offset for s in arena.slots}
-        self._buffer = arena._data_buf
+        self._buffer = arena.data_buf
         self._plans.clear()
 
     def _ensure_layout(self, slots: Sequence[Slot]) -> None:
-        if self._buffer is not self.arena._data_buf or any(self._offsets.get(id(s.key)) != s.offset for s in slots):
+        if self._buffer is not self.arena.data_buf or any(self._offsets.get(id(s.key)) != s.offset for s in slots):
             self._layout_states()
 
-    def step(self, entries: Sequence[tuple[int, Slot]]) -> None:
-        """Update the parameters ``entries`` = [(optimizer index, slot)] with one fused update."""
+    def step(self, entries: Sequence[tuple[int, Slot]], narrow: Any = None) -> None:
+        """Update the parameters ``entries`` = [(optimizer index, slot)] with one fused update.
+
+        ``narrow``: on a GPU, a half-precision wire holding the gradient sums of every parameter in
+        ``entries`` (an object with ``wire``, ``dtype`` and ``scale``, the comm layer's
+        :class:`mxlite.comm.narrow.NarrowGradient`), which the kernels then read instead of the
+        gradient buffer; None reads the gradient buffer. The Trainer, which owns both the update and
+        the gradient sync, hands it over.
+        """
         opt, arena, rule = self.optimizer, self.arena, self.rule
         self._ensure_layout([s for _, s in entries])
         key = tuple((id(s.key), s.offset, s.grad_offset) for _, s in entries)
@@ -100,7 +107,7 @@ class ArenaUpdater:
             plan = self._plans[key] = _fused.ArenaPlan(
                 [_fused.Segment(s.offset, s.grad_offset, s.size) for _, s in entries])
         self._holding.update(id(s.key) for _, s in entries)
-        opt._set_current_device(self.mirror)
+        opt.set_current_mirror(self.mirror)
         hp = np.zeros((len(entries), _fused.HP), np.float32)
         counts = []
         for k, (index, _) in enumerate(entries):
@@ -108,14 +115,11 @@ class ArenaUpdater:
             counts.append(count)
             row = rule.row(opt, index, count)
             hp[k, :len(row)] = row
-        weight, grad, st, master = arena._data_buf, arena._grad_buf, self._states, self._states.get("master")
+        weight, grad, st, master = arena.data_buf, arena.grad_buf, self._states, self._states.get("master")
         if arena.device.is_gpu:
-            from ..comm.narrow import narrow_gradient  # noqa: PLC0415 - the update reads a wire the comm layer fills
-
-            wire = narrow_gradient(arena, {id(s.key) for _, s in entries})
-            if wire is not None:  # the bucket sums in half precision: read them as they are
-                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp, wire.dtype, wire.scale)
-                grad = wire.wire
+            if narrow is not None:  # the bucket sums in half precision: read them as they are
+                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp, narrow.dtype, narrow.scale)
+                grad = narrow.wire
             else:
                 launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp)
             rule.launch(launcher, opt, weight, grad, st, master)

@@ -10,7 +10,7 @@ Conventions shared by every rule:
   :meth:`Optimizer._get_lr`);
 * each index has its own update count starting at ``begin_num_update``; it is incremented
   *before* the learning rate is read, and ``num_update`` is the largest count. Every device
-  mirror has its own count table (``_set_current_device``), as MXNet's
+  mirror has its own count table (``set_current_mirror``), as MXNet's
   ``_all_index_update_counts``.
 
 The rule contract (what a file ``mxlite/optimizer/<rule>.py`` implements)
@@ -280,8 +280,12 @@ class Optimizer:
         """Per-index weight-decay multipliers (override the Parameters' wd_mult)."""
         self.wd_mult = dict(args_wd_mult)
 
-    def _set_current_device(self, slot: int) -> None:
-        """Select the update-count table of device mirror number ``slot``."""
+    def set_current_mirror(self, slot: int) -> None:
+        """Select the update-count table of device mirror number ``slot`` (MXNet's ``_set_current_context``).
+
+        Each device mirror keeps its own update counts, so a rule with bias correction sees the same
+        step on every device; the Trainer and the updaters select the mirror before updating it.
+        """
         table = self._all_index_update_counts.get(slot)
         if table is None:
             table = self._all_index_update_counts[slot] = dict(getattr(self, "_resumed_counts", {}))
@@ -347,7 +351,7 @@ class Optimizer:
     def _new_state(self, hook: Any, index: Any, weight: Any) -> Any:
         if isinstance(weight, Tensor):
             with weight.device.use():
-                return _wrap_state(self._new_state(hook, index, weight._data), weight.device)
+                return _wrap_state(self._new_state(hook, index, weight.array), weight.device)
         if _is_low_precision(weight.dtype):
             if self.multi_precision:
                 master = weight.astype(np.float32)
@@ -376,7 +380,7 @@ class Optimizer:
             count = self._update_count(index)
             if isinstance(weight, Tensor):
                 with weight.device.use():
-                    self._apply(index, weight._data, _raw(grad), _unwrap_state(state), count)
+                    self._apply(index, weight.array, _raw(grad), _unwrap_state(state), count)
             else:
                 self._apply(index, weight, _raw(grad), _unwrap_state(state), count)
 
@@ -391,9 +395,9 @@ class Optimizer:
         rows = None
         if isinstance(grad, RowSparseTensor):
             if getattr(self, "lazy_update", False):
-                rows, grad = grad.indices._data, grad.data._data
+                rows, grad = grad.indices.array, grad.data.array
             else:
-                grad = grad.tostype("default")._data
+                grad = grad.tostype("default").array
         target, inner = weight, state
         if isinstance(state, MultiPrecisionState):
             target, inner = state.master, state.state
@@ -582,7 +586,7 @@ Optimizer.create_optimizer = staticmethod(create)  # type: ignore[attr-defined] 
 
 def _raw(x: Any) -> Any:
     """The array behind a Tensor; anything else (a raw array, a RowSparseTensor) as it is."""
-    return x._data if isinstance(x, Tensor) else x
+    return x.array if isinstance(x, Tensor) else x
 
 
 def _wrap_state(state: Any, device: Any) -> Any:

@@ -45,7 +45,7 @@ class SGLD(Optimizer):
 
     def _noise(self, xp: Any, shape: tuple[int, ...], dtype: Any, index: Any = 0, count: int = 1) -> Any:
         """Standard normal noise shaped like the weight, the same on every mirror of ``index`` at ``count``."""
-        key = [_random._entropy() % 2**32, zlib.crc32(repr(index).encode()), int(count)]
+        key = [_random.entropy() % 2**32, zlib.crc32(repr(index).encode()), int(count)]
         if xp is np:
             return np.random.Generator(np.random.PCG64(key)).standard_normal(shape).astype(dtype, copy=False)
         seed = int(np.random.SeedSequence(key).generate_state(1, np.uint32)[0])

@@ -42,7 +42,7 @@ _EXTRA = "__extra__"
 
 def _raw_grad(x: Any) -> Any:
     if isinstance(x, Tensor):
-        return x._data
+        return x.array
     return x  # a raw array, or a RowSparseTensor (the optimizer applies lazy_update or densifies)
 
 
@@ -71,8 +71,8 @@ class Updater:
         try:
             for i, g, w in zip(index, grad, weight):
                 device = w.device if isinstance(w, Tensor) else device_of(w)
-                raw = w._data if isinstance(w, Tensor) else w
-                opt._set_current_device(device.device_id)
+                raw = w.array if isinstance(w, Tensor) else w
+                opt.set_current_mirror(device.device_id)
                 with device.use():
                     if i not in self.states:
                         self.states[i] = opt.create_state_multi_precision(i, raw)
