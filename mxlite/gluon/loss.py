@@ -238,7 +238,7 @@ SoftmaxCELoss = SoftmaxCrossEntropyLoss
 
 def _mask(cond: Any, like: Tensor) -> Tensor:
     """A constant boolean tensor (no gradient) on ``like``'s device from a raw comparison result."""
-    return Tensor(cond, like._device)
+    return Tensor(cond, like.device)
 
 
 def _softplus(x: Tensor) -> Tensor:
