@@ -453,6 +453,26 @@ def test_peer_copies_are_recorded(env):
     assert emu.counters()[0]["p2p_copies"] == 0 and emu.counters()[0]["graph_nodes"] == 2
 
 
+def test_scatter_and_raw_copies_are_recorded(env):
+    cp, s, pool = env
+    cupyx = importlib.import_module("cupyx")
+    with s:
+        idx = cp.asarray(np.array([0, 2, 2, 3]))
+        vals = cp.ones(4, np.float32)
+        acc = cp.zeros(5, np.float32)
+        src = cp.arange(4, dtype=np.float32)
+        dst = cp.zeros(4, np.float32)
+    with s, cp.cuda.using_allocator(pool.malloc):
+        s.begin_capture()
+        cupyx.scatter_add(acc, idx, vals)
+        cp.cuda.runtime.memcpyPeerAsync(dst.data.ptr, 0, src.data.ptr, 0, src.nbytes, s.ptr)
+        graph = s.end_capture()
+        assert acc.get().tolist() == [0.0] * 5 and dst.get().tolist() == [0.0] * 4
+        graph.launch()
+        graph.launch()
+        assert acc.get().tolist() == [2.0, 0.0, 4.0, 2.0, 0.0] and dst.get().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_a_failed_operation_leaves_the_capture_usable(env):
     cp, s, pool = env
     with s, cp.cuda.using_allocator(pool.malloc):
