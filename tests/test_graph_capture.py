@@ -151,6 +151,12 @@ def test_rawkernel_launches_replay_on_new_inputs(env):
             graph.launch()
             assert _bits(out) == _bits(fn(cp.asarray(host)))
     assert emu.counters()[0]["kernel_launches"] == {"twice_plus": 3}  # the eager runs only
+    with s, cp.cuda.using_allocator(pool.malloc):
+        y = cp.empty(n, np.float32)
+        s.begin_capture()
+        with pytest.raises(EmulatedGPUError, match="raw addresses"):
+            kernel((1,), (128,), (x, y.data.ptr, np.float32(0.5), np.int32(n)))
+        s.end_capture()
 
 
 # -- what capture refuses ------------------------------------------------------------------------------

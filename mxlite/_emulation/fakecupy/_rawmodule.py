@@ -49,12 +49,14 @@ class _Function:
         sig = self.signature
         if sig is not None and len(sig) != len(args):
             raise TypeError(f"kernel {self.name} takes {len(sig)} arguments, got {len(args)}")
-        reads, writes = [], []
+        reads, writes, raw = [], [], []
         for i, arg in enumerate(args):
             if not isinstance(arg, _ndarray.ndarray):
                 if isinstance(arg, np.ndarray) and arg.ndim > 0:
                     raise TypeError(f"kernel {self.name} argument {i}: a host NumPy array cannot be passed to a "
                                     "kernel (copy it to the device first)")
+                if sig is not None and sig[i][0] == "ptr" and arg:
+                    raw.append(i)  # an address: the double cannot tell what it points to
                 continue
             if sig is not None:
                 kind, _code, _width, is_const = sig[i]
@@ -70,6 +72,9 @@ class _Function:
             from . import _graph  # noqa: PLC0415 - cycle
 
             capture = _graph.issue(stream, what)
+            if capture is not None and raw:
+                raise EmulatedGPUError(f"{what} on {stream!r}, which is capturing: argument(s) {raw} are raw "
+                                       "addresses, whose memory the capture cannot track; pass the arrays")
         _core.check_access(stream, reads, writes, what)
         _core.record_access(stream, reads, writes)
         grid = (grid,) if isinstance(grid, int) else tuple(grid)
