@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _counters, _memory, _ndarray, _state, _streams
+from . import _core, _counters, _memory, _ndarray, _streams
 from ._errors import EmulatedGPUError, cuda_error
 
 __all__ = ["Capture", "Graph", "begin", "end", "is_capturing", "issue", "before_access", "wait_event",
-           "event_wait", "host_wait", "device_wait", "refuse_transfer", "record_apply", "check_unsafe_call"]
+           "event_wait", "host_wait", "device_wait", "refuse_transfer", "check_capturable", "record_apply",
+           "check_unsafe_call", "default_pool_error"]
 
 MODE_GLOBAL, MODE_THREAD_LOCAL, MODE_RELAXED = 0, 1, 2
 _MODE_NAMES = {MODE_GLOBAL: "global", MODE_THREAD_LOCAL: "thread-local", MODE_RELAXED: "relaxed"}
@@ -595,8 +596,3 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((lo, hi))
     return out
-
-
-def current_device_stream() -> _streams.Stream:
-    """The current stream of the current device."""
-    return _streams.get_current_stream(_state.current_device_id())
