@@ -559,7 +559,7 @@ def _api_report():
     for public in emu._MODULES:
         real_modules[public] = importlib.import_module(public)
     assert "mxlite" not in real_modules["cupy"].__file__, "the double shadows the real CuPy"
-    report = {"checked": 0, "signatures": 0, "missing": [], "bad_params": {}, "no_signature": []}
+    report = {"checked": 0, "signatures": 0, "missing": [], "bad_params": {}, "no_signature": [], "compared": []}
     package = "mxlite._emulation"
 
     def compare_callable(path, fake, real):
@@ -573,6 +573,7 @@ def _api_report():
             report["no_signature"].append(path)
             return
         report["signatures"] += 1
+        report["compared"].append(path)
         bad = _incompatible(fake_params, real_params)
         if bad:
             report["bad_params"][path] = {"extra": bad, "real": real_params}
@@ -637,6 +638,11 @@ def test_api_matches_real_cupy():
     assert report["checked"] > 300
     assert not report["missing"], report["missing"]
     assert not report["bad_params"], report["bad_params"]
+    capture_api = {"cupy.cuda.Stream.begin_capture", "cupy.cuda.Stream.end_capture", "cupy.cuda.Stream.is_capturing",
+                   "cupy.cuda.graph.Graph.launch", "cupy.cuda.graph.Graph.upload",
+                   "cupy.cuda.graph.Graph.debug_dot_str", "cupy.cuda.Graph.launch", "cupy.cuda.set_allocator",
+                   "cupy.cuda.memory.get_allocator"}
+    assert capture_api <= set(report["compared"]), capture_api - set(report["compared"])
     print(f"compared {report['checked']} names, {report['signatures']} signatures; "
           f"{len(report['no_signature'])} real callables without a signature: {report['no_signature']}")
 

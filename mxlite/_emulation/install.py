@@ -1,9 +1,11 @@
 """Put the CuPy/NCCL double into ``sys.modules`` so that unmodified ``import cupy`` code gets it.
 
 ``install(n)`` emulates ``n`` GPUs: ``cupy``, ``cupy.cuda``, ``cupy.cuda.runtime``, ``cupy.cuda.nccl``,
-``cupy.cuda.memory``, ``cupy.random``, ``cupy.linalg``, ``cupy.lib``, ``cupy.lib.stride_tricks`` and
-``cupyx`` then resolve to :mod:`mxlite._emulation.fakecupy` / ``fakecupyx``. Installing again with
-another count starts from a clean state (no allocations, streams or communicators survive).
+``cupy.cuda.memory``, ``cupy.cuda.graph``, ``cupy.random``, ``cupy.linalg``, ``cupy.lib``,
+``cupy.lib.stride_tricks`` and ``cupyx`` then resolve to :mod:`mxlite._emulation.fakecupy` / ``fakecupyx``,
+and ``nvmath``, ``nvmath.bindings`` and ``nvmath.bindings.cublas`` to :mod:`mxlite._emulation.fakenvmath`
+(a subset of nvmath-python's raw cuBLAS bindings). Installing again with another count starts from a clean
+state (no allocations, streams, captures, communicators or cuBLAS handles survive).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ _MODULES = {
     "cupy": "fakecupy", "cupy.cuda": "fakecupy.cuda", "cupy.cuda.runtime": "fakecupy.cuda.runtime",
     "cupy.cuda.nccl": "fakecupy.cuda.nccl", "cupy.cuda.memory": "fakecupy.cuda.memory",
     "cupy.cuda.device": "fakecupy.cuda._device", "cupy.cuda.stream": "fakecupy.cuda.stream",
-    "cupy.random": "fakecupy._random", "cupy.linalg": "fakecupy.linalg", "cupy.lib": "fakecupy.lib",
-    "cupy.lib.stride_tricks": "fakecupy.lib.stride_tricks", "cupyx": "fakecupyx",
+    "cupy.cuda.graph": "fakecupy.cuda.graph", "cupy.random": "fakecupy._random", "cupy.linalg": "fakecupy.linalg",
+    "cupy.lib": "fakecupy.lib", "cupy.lib.stride_tricks": "fakecupy.lib.stride_tricks", "cupyx": "fakecupyx",
 }
+# nvmath-python's raw cuBLAS bindings (not compared with the real package by the CuPy API test).
+_NVMATH_MODULES = {"nvmath": "fakenvmath", "nvmath.bindings": "fakenvmath.bindings",
+                   "nvmath.bindings.cublas": "fakenvmath.bindings.cublas"}
 _installed = 0
 
 
@@ -44,15 +49,16 @@ def install(num_gpus: int) -> None:
     _state.set_num_devices(num_gpus)
     _memory.ensure_pools(num_gpus)
     _state._tls.device = 0
-    for public, private in _MODULES.items():
+    for public, private in {**_MODULES, **_NVMATH_MODULES}.items():
         sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
+    sys.modules["nvmath.bindings.cublas"]._reset()
     _installed = num_gpus
 
 
 def uninstall() -> None:
     """Remove the double from ``sys.modules`` (a later ``import cupy`` finds the real one, if any)."""
     global _installed
-    for public in _MODULES:
+    for public in {**_MODULES, **_NVMATH_MODULES}:
         if sys.modules.get(public) is not None and sys.modules[public].__name__.startswith(__package__):
             del sys.modules[public]
     _installed = 0

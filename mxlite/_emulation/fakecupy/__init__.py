@@ -12,6 +12,9 @@ Operations run eagerly, and four rules a real GPU would not check are enforced (
 4. a host read (``get``, ``asnumpy``, ``float``, ``item``, ...) of a buffer whose last writer is neither the
    current stream nor known complete.
 
+Streams can capture their work into CUDA graphs (``Stream.begin_capture`` / ``end_capture``,
+``cupy.cuda.graph.Graph.launch``), with CUDA's and CuPy's refusals (see :mod:`._graph`).
+
 Only names that real CuPy has are offered, with parameters CuPy accepts.
 """
 

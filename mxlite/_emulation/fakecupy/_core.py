@@ -4,6 +4,7 @@ Rule 1 (device): every device array an operation touches must live on the curren
 Rule 2 (streams): each read/write is checked against the allocation's access history on the current
 stream, then recorded (see :mod:`._streams` for the ordering model).
 Host NumPy arrays are refused as operands (TypeError, as CuPy does); Python and NumPy scalars are fine.
+On a capturing stream, work is recorded into a CUDA graph as well as run (see :mod:`._graph`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def check_access(stream: _streams.Stream, reads: Iterable[Any], writes: Iterable
     """Rule 2: raise when ``stream`` reads/writes memory whose last access by another stream is not ordered before.
 
     ``collective``: an NCCL call (which may use buffers of collectives still waiting for other ranks).
+    While a stream captures, the capture claims what its streams touch, and other streams may not touch it.
     """
+    if stream._capture is not None or _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.before_access(stream, reads, writes, what, collective)
     for arr in reads:
         _check_one(stream, arr, False, what, collective)
     for arr in writes:
@@ -136,13 +142,14 @@ def record_access(stream: _streams.Stream, reads: Iterable[Any], writes: Iterabl
 class _Collector:
     """Replaces device arrays by their NumPy views, remembering which are read and which written."""
 
-    __slots__ = ("reads", "writes", "meta", "host_ok")
+    __slots__ = ("reads", "writes", "meta", "host_ok", "host")
 
     def __init__(self, host_ok: bool) -> None:
         self.reads: list[Any] = []
         self.writes: list[Any] = []
         self.meta: list[Any] = []
         self.host_ok = host_ok
+        self.host = False  # a host array was given (a host -> device copy)
 
     def __call__(self, x: Any, write: bool | None = False) -> Any:
         """``write``: True written, False read, None only looked at (shape/dtype: no access)."""
@@ -151,6 +158,7 @@ class _Collector:
             return x._a
         if isinstance(x, np.ndarray):
             if self.host_ok:
+                self.host = True
                 return x
             raise _unsupported(x)
         if type(x) is list or type(x) is tuple:
@@ -180,6 +188,13 @@ def apply(name: str, func: Callable[..., Any], args: tuple, kwargs: dict[str, An
     if accessed:
         check_device(accessed, device_id, name)
     stream = _streams.get_current_stream(device_id)
+    capture = None
+    if stream._capture is not None or _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        capture = _graph.issue(stream, name)
+        if capture is not None:
+            _graph.check_capturable(stream, name, args, collect.host, sync)
     check_access(stream, collect.reads, collect.writes, name)
     result = func(*nargs, **nkwargs)
     if collect.meta and not _is_view(result, collect.meta):  # e.g. a reshape that had to copy: a read after all
@@ -188,21 +203,27 @@ def apply(name: str, func: Callable[..., Any], args: tuple, kwargs: dict[str, An
         collect.reads += collect.meta
     touched = collect.reads + collect.writes + collect.meta
     record_access(stream, collect.reads, collect.writes)
-    counters = _counters.counters[device_id]
-    counters.ops[name] += 1
     fresh = isinstance(result, np.ndarray) and _view_source(result, touched) is None
-    if collect.reads or collect.writes or fresh:  # a kernel on a GPU; a view or a metadata query is not
-        counters.op_launches[name] += 1
-        counters.op_bytes[name] += sum(x._a.nbytes for x in collect.reads + collect.writes) + (
-            result.nbytes if fresh else 0)
+    if capture is None:  # captured work counts when a graph launch runs it
+        counters = _counters.counters[device_id]
+        counters.ops[name] += 1
+        if collect.reads or collect.writes or fresh:  # a kernel on a GPU; a view or a metadata query is not
+            counters.op_launches[name] += 1
+            counters.op_bytes[name] += sum(x._a.nbytes for x in collect.reads + collect.writes) + (
+                result.nbytes if fresh else 0)
     if sync:
         _streams.host_sync(stream)
     out = kwargs.get("out") if kwargs else None
     if out is not None:
-        return out
-    if collect.writes and result is None:
-        return None
-    return wrap(result, device_id, touched)
+        value = out
+    elif collect.writes and result is None:
+        value = None
+    else:
+        value = wrap(result, device_id, touched)
+    if capture is not None:
+        _graph.record_apply(capture, stream, name, func, nargs, nkwargs, result, value, list(collect.reads),
+                            list(collect.writes), touched)
+    return value
 
 
 def _view_source(result: np.ndarray, sources: list[Any]) -> Any:
@@ -249,9 +270,16 @@ def new_array(shape: tuple[int, ...], dtype: Any, device_id: int | None = None, 
 
 
 def from_host(host: np.ndarray, device_id: int, count: bool = True) -> Any:
-    """A new device array holding a copy of ``host`` (a host -> device copy when ``count``)."""
+    """A new device array holding a copy of ``host`` (a host -> device copy when ``count``).
+
+    ``count=False``: the result of a device computation, moved in (no transfer).
+    """
     if host.dtype.hasobject:
         raise TypeError(f"Unsupported dtype {host.dtype}: device arrays hold numbers only")
+    if count and _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.refuse_transfer(_streams.get_current_stream(device_id), "H2D", "a host -> device copy")
     order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
     arr = new_array(host.shape, host.dtype, device_id, order)
     np.copyto(arr._a, host, casting="unsafe")
@@ -267,11 +295,24 @@ def from_host(host: np.ndarray, device_id: int, count: bool = True) -> Any:
 def peer_copy(src: Any, device_id: int, dtype: Any = None, order: str = "K") -> Any:
     """A copy of device array ``src`` (of any device) on ``device_id``, ordered on that device's current stream."""
     stream = _streams.get_current_stream(device_id)
+    capture = None
+    if stream._capture is not None or _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        capture = _graph.issue(stream, "peer copy")
     check_access(stream, (src,), (), "peer copy")
     a = src._a if dtype is None else src._a.astype(dtype)
     out = from_host(np.asarray(a, order="C" if order in ("C", "A", "K") and not a.flags.f_contiguous else "F"),
                     device_id, count=False)
     record_access(stream, (src,), ())
+    if capture is not None:
+        source, target = src._a.view(), out._a.view()
+
+        def run() -> None:
+            np.copyto(target, source if dtype is None else source.astype(dtype), casting="unsafe")
+
+        capture.add("peer copy", run, (src,), (out,))
+        return out
     c = _counters.counters[device_id]
     if src._mem.device_id != device_id:
         c.p2p_copies += 1
@@ -288,6 +329,10 @@ def host_read(arr: Any, what: str, stream: _streams.Stream | None = None) -> np.
     device_id = arr._mem.device_id
     if stream is None:
         stream = _streams.get_current_stream(device_id)
+    if stream._capture is not None or _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.refuse_transfer(stream, "D2H", what)
     check_access(stream, (arr,), (), what)
     record_access(stream, (arr,), ())
     _streams.host_sync(stream)

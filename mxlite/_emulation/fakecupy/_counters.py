@@ -27,12 +27,15 @@ class DeviceCounters:
         nccl_call_bytes: bytes sent by NCCL collective name.
         nccl_ring_bytes: bytes this rank sends in NCCL's ring algorithms, by collective name, as a
             float (see :mod:`mxlite._emulation.fakecupy.cuda.nccl` for the model).
+        graph_launches: CUDA graph launches (``Graph.launch``). Work recorded by a stream capture counts
+            here when a launch replays it, and not in the per-operation counters (``ops``, ``op_launches``,
+            ``op_bytes``, ``kernel_launches``, ``p2p_copies``/``p2p_bytes``), neither at capture nor at launch.
+        graph_nodes: nodes those launches ran (kernels, array operations, copies, fills, GEMMs).
     """
 
     __slots__ = ("allocations", "bytes_in_use", "peak_bytes", "h2d_copies", "h2d_bytes", "d2h_copies", "d2h_bytes",
                  "p2p_copies", "p2p_bytes", "host_syncs", "kernel_launches", "ops", "nccl_calls", "nccl_bytes",
-                 "op_launches", "op_bytes", "nccl_call_bytes",
-                 "nccl_ring_bytes")
+                 "op_launches", "op_bytes", "nccl_call_bytes", "nccl_ring_bytes", "graph_launches", "graph_nodes")
 
     def __init__(self) -> None:
         self.bytes_in_use = 0
@@ -53,6 +56,8 @@ class DeviceCounters:
         self.op_bytes: Counter[str] = Counter()
         self.nccl_call_bytes: Counter[str] = Counter()
         self.nccl_ring_bytes: Counter[str] = Counter()
+        self.graph_launches = 0
+        self.graph_nodes = 0
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as a plain dict (copies of the per-name counts)."""

@@ -20,12 +20,25 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 def _filled(shape: Any, dtype: Any, byte: int | None, value: Any = None, order: str = "C") -> _ndarray.ndarray:
     device_id = _state.current_device_id()
+    stream = _streams.get_current_stream(device_id)
+    capture = None
+    if stream._capture is not None or _streams.active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        capture = _graph.issue(stream, "fill")
     arr = _core.new_array(_shape(shape), np.float64 if dtype is None else dtype, device_id, order)
-    if value is not None:
-        arr._a[...] = value
-    elif byte is not None:
-        arr._mem.view_bytes()[...] = byte
-    _core.record_access(_streams.get_current_stream(device_id), (), (arr,))
+    target = arr._a.view() if value is not None else arr._mem.view_bytes()
+
+    def fill() -> None:
+        target[...] = value if value is not None else byte
+
+    if value is not None or byte is not None:
+        fill()
+    _core.record_access(stream, (), (arr,))
+    if capture is not None:
+        if byte != _POISON:  # empty() allocates only: no work to record
+            capture.add("fill", fill, (), (arr,))
+        return arr
     c = _counters.counters[device_id]
     c.ops["fill"] += 1
     if byte != _POISON:  # empty() allocates only; a fill is a kernel writing every byte

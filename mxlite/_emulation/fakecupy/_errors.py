@@ -1,8 +1,8 @@
-"""The error the double raises where a real GPU would silently race, corrupt or crash."""
+"""The errors the double raises where a real GPU would silently race, corrupt or crash, or where CUDA refuses."""
 
 from __future__ import annotations
 
-__all__ = ["EmulatedGPUError"]
+__all__ = ["EmulatedGPUError", "cuda_error"]
 
 
 class EmulatedGPUError(RuntimeError):
@@ -10,3 +10,12 @@ class EmulatedGPUError(RuntimeError):
 
     The message names the arrays (shape, dtype, allocation id), streams and devices involved.
     """
+
+
+def cuda_error(status: int, detail: str) -> RuntimeError:
+    """CuPy's ``CUDARuntimeError`` for cudaError_t ``status``: CUDA's name and text, then ``detail``."""
+    from .cuda.runtime import CUDARuntimeError  # noqa: PLC0415 - cycle
+
+    err = CUDARuntimeError(status)
+    err.args = (f"{err.args[0]} ({detail})",)
+    return err

@@ -6,6 +6,11 @@ CUDA kernels and NCCL calls can reach the memory through plain pointers (:func:`
 pool, a block belongs to the stream that was current when it was allocated: when freed it goes back to that
 stream's free list and only later allocations on that stream get it again. Allocating counts as a write by
 the allocating stream (the block may still be in use by earlier work of that stream).
+
+CuPy's default pool serves every allocation unless an allocator is set (``cupy.cuda.using_allocator`` or
+``set_allocator``): an allocator that returns a ``MemoryPointer`` provides the memory, so a
+``cupy.cuda.MemoryPool()`` of one's own (e.g. for a CUDA graph) is a separate set of blocks. While a stream
+captures, allocations on it from the default pool are refused (see :mod:`._graph`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from . import _counters, _state, _streams
 from ._errors import EmulatedGPUError
 
 __all__ = ["Allocation", "Memory", "MemoryPointer", "MemoryPool", "alloc", "resolve", "using_allocator",
-           "get_default_memory_pool", "check_pending"]
+           "set_allocator", "get_allocator", "get_default_memory_pool", "check_pending", "occupant"]
 
 _ALIGN = 256
 _ROUND = 512
@@ -44,7 +49,7 @@ def _describe(stream: _streams.Stream) -> str:
 class _Block:
     """A piece of host memory standing for device memory."""
 
-    __slots__ = ("raw", "buf", "ptr", "size", "device_id", "stream", "hazards")
+    __slots__ = ("raw", "buf", "ptr", "size", "device_id", "stream", "hazards", "released")
 
     def __init__(self, size: int, device_id: int, stream: _streams.Stream) -> None:
         self.raw = np.empty(size + _ALIGN, dtype=np.uint8)
@@ -57,6 +62,7 @@ class _Block:
         # Accesses by other streams that were not known complete when the block was freed:
         # [(description of the freed allocation, stream, seq)].
         self.hazards: list[tuple[str, _streams.Stream, int]] = []
+        self.released = False  # given back to the driver by free_all_blocks
 
 
 class Allocation:
@@ -67,9 +73,12 @@ class Allocation:
         ptr: device (= host) address of byte 0; size: bytes asked for; device_id: owning device.
         writes: ``(first byte, end byte, stream, seq)`` of the writes not yet covered by a later write.
         reads: the same for reads not yet covered by a later write.
+        born: ``(stream, seq)`` of the allocation's own entry in ``writes``.
+        capture: the stream capture that holds the allocation until it ends (see :mod:`._graph`), or None.
     """
 
-    __slots__ = ("id", "block", "ptr", "size", "device_id", "writes", "reads", "label", "pool", "__weakref__")
+    __slots__ = ("id", "block", "ptr", "size", "device_id", "writes", "reads", "label", "pool", "born", "capture",
+                 "__weakref__")
 
     def __init__(self, block: _Block, size: int, stream: _streams.Stream) -> None:
         self.id = next(_ids)
@@ -77,10 +86,12 @@ class Allocation:
         self.ptr = block.ptr
         self.size = size
         self.device_id = block.device_id
-        self.writes: list[tuple[int, int, _streams.Stream, int]] = [(0, max(size, 1), stream, stream._next())]
+        self.born = (stream, stream._next())
+        self.writes: list[tuple[int, int, _streams.Stream, int]] = [(0, max(size, 1), stream, self.born[1])]
         self.reads: list[tuple[int, int, _streams.Stream, int]] = []
         self.label = ""
         self.pool: _DevicePool | None = None  # set by the pool that hands it out
+        self.capture: Any = None
 
     def __repr__(self) -> str:
         return f"alloc #{self.id} ({self.size} bytes at {self.ptr:#x} on gpu({self.device_id}){self.label})"
@@ -153,14 +164,20 @@ class MemoryPool:
     Args:
         allocator: accepted for compatibility.
 
+    Each ``MemoryPool()`` has blocks of its own (CuPy's default pool is :func:`get_default_memory_pool`);
     ``used_bytes``, ``total_bytes``, ``free_bytes`` and ``n_free_blocks`` report the current device.
     """
 
     def __init__(self, allocator: Any = None) -> None:
         self._allocator = allocator
+        self._pools: dict[int, _DevicePool] = {}
 
     def _device_pool(self) -> _DevicePool:
-        return _pools[_state.check_device_id(_state.current_device_id())]
+        device_id = _state.check_device_id(_state.current_device_id())
+        pool = self._pools.get(device_id)
+        if pool is None:
+            pool = self._pools[device_id] = _DevicePool(device_id)
+        return pool
 
     def used_bytes(self) -> int:
         """Bytes of blocks in use on the current device."""
@@ -184,8 +201,9 @@ class MemoryPool:
         self._device_pool().release(stream)
 
     def malloc(self, size: int) -> MemoryPointer:
-        """Allocate ``size`` bytes on the current device, on the current stream."""
-        return MemoryPointer(alloc(int(size)), 0)
+        """Allocate ``size`` bytes from this pool on the current device, on the current stream."""
+        pool = self._device_pool()
+        return MemoryPointer(pool.alloc(int(size), _streams.get_current_stream(pool.device_id)), 0)
 
     def get_limit(self) -> int:
         """The pool's byte limit (0: none)."""
@@ -202,8 +220,9 @@ class MemoryPool:
 
 
 class _DevicePool:
-    def __init__(self, device_id: int) -> None:
+    def __init__(self, device_id: int, default: bool = False) -> None:
         self.device_id = device_id
+        self.default = default  # CuPy's default pool (refused while the allocating stream captures)
         self.free: dict[tuple[_streams.Stream, int], list[_Block]] = {}
         self.used = 0
         self.free_size = 0
@@ -223,13 +242,23 @@ class _DevicePool:
 
     def alloc(self, size: int, stream: _streams.Stream) -> Allocation:
         rounded = max(_ROUND, -(-size // _ROUND) * _ROUND)
+        capture = stream._capture
+        if capture is not None and self.default:
+            from . import _graph  # noqa: PLC0415 - cycle
+
+            raise _graph.default_pool_error(stream, size)
         with _lock:
             self.check_stream_hazards(stream)
             blocks = self.free.get((stream, rounded))
+            new_block = not blocks
             if blocks:
                 block = blocks.pop()
                 self.free_size -= rounded
             else:
+                if _streams.active_captures:
+                    from . import _graph  # noqa: PLC0415 - cycle
+
+                    _graph.check_unsafe_call(f"cudaMalloc of {rounded} bytes (a new block of the memory pool)")
                 if self.limit and self.used + self.free_size + rounded > self.limit:
                     self.release(None)
                     if self.used + rounded > self.limit:
@@ -247,6 +276,8 @@ class _DevicePool:
                 c.peak_bytes = c.bytes_in_use
             bisect.insort(_starts, block.ptr)
             _live[block.ptr] = weakref.ref(allocation)
+        if capture is not None:
+            capture.register(allocation, stream, new_block)
         return allocation
 
     def _free(self, allocation: Allocation) -> None:
@@ -263,6 +294,8 @@ class _DevicePool:
             block.hazards = [(repr(allocation), s, q) for s, q in accesses if not _streams.completed(owner, s, q)]
             if block.hazards:
                 self.hazardous.append(block)
+            if allocation.capture is not None:  # allocated and freed within a capture
+                allocation.capture.freed.append(block)
             self.free.setdefault((owner, block.size), []).append(block)
             self.free_size += block.size
 
@@ -275,6 +308,7 @@ class _DevicePool:
                     if block.hazards:
                         _check_block(block, None, "released to the driver")
                         self.hazardous.remove(block)
+                    block.released = True
                     self.free_size -= block.size
                 del self.free[key]
 
@@ -298,9 +332,11 @@ def _check_block(block: _Block, stream: _streams.Stream | None, what: str) -> No
             "known complete (synchronize, or make the allocating stream wait on an event recorded after it)")
 
 
-_pools: dict[int, _DevicePool] = {}
+_pools: dict[int, _DevicePool] = {}  # the default pool's per-device pools
 _default_pool = MemoryPool()
+_default_pool._pools = _pools
 _allocator_tls = threading.local()
+_allocator: list[Callable[[int], Any] | None] = [None]  # set_allocator's, for every thread
 
 
 def get_default_memory_pool() -> MemoryPool:
@@ -312,17 +348,34 @@ def ensure_pools(num_devices: int) -> None:
     """Give devices ``0 .. num_devices-1`` a pool."""
     for i in range(num_devices):
         if i not in _pools:
-            _pools[i] = _DevicePool(i)
+            _pools[i] = _DevicePool(i, default=True)
 
 
 def alloc(size: int, device_id: int | None = None) -> Allocation:
-    """Allocate ``size`` bytes on ``device_id`` (default: current) on that device's current stream."""
+    """Allocate ``size`` bytes on ``device_id`` (default: current) on that device's current stream.
+
+    The current allocator (``using_allocator``, else ``set_allocator``) is called first: when it returns a
+    ``MemoryPointer`` (e.g. ``MemoryPool.malloc`` of a pool of one's own), that memory is used; otherwise
+    (an allocator called for its side effects, such as a counter) the default pool provides it.
+    """
     if device_id is None:
         device_id = _state.current_device_id()
     device_id = _state.check_device_id(device_id)
-    allocator = getattr(_allocator_tls, "allocator", None)
+    allocator = _allocator_in_effect()
     if allocator is not None:
-        allocator(size)  # e.g. a profiling allocator: called for its side effects, memory comes from the pool
+        saved = _state.current_device_id()
+        _state._tls.device = device_id
+        try:
+            pointer = allocator(size)
+        finally:
+            _state._tls.device = saved
+        if isinstance(pointer, MemoryPointer):
+            allocation = pointer._allocation
+            if pointer.ptr != allocation.ptr or allocation.size < size or allocation.device_id != device_id:
+                raise EmulatedGPUError(f"the allocator returned {pointer!r} for {size} bytes on gpu({device_id}); "
+                                       "the emulation needs a pointer to the start of a large enough allocation of "
+                                       "that device")
+            return allocation
     return _pools[device_id].alloc(int(size), _streams.get_current_stream(device_id))
 
 
@@ -333,13 +386,47 @@ def check_pending(device_id: int) -> None:
 
 @contextlib.contextmanager
 def using_allocator(allocator: Callable[[int], Any] | None = None) -> Iterator[None]:
-    """Within the block, ``allocator(nbytes)`` is called for each allocation (the pool still provides memory)."""
-    saved = getattr(_allocator_tls, "allocator", None)
+    """Within the block (this thread), ``allocator(nbytes)`` is called for each allocation.
+
+    An allocator returning a ``MemoryPointer`` (``pool.malloc``) provides the memory; for any other
+    return value (None: e.g. a counter) the default pool does.
+    """
+    saved = getattr(_allocator_tls, "allocator", _UNSET)
     _allocator_tls.allocator = allocator
     try:
         yield
     finally:
-        _allocator_tls.allocator = saved
+        if saved is _UNSET:
+            del _allocator_tls.allocator
+        else:
+            _allocator_tls.allocator = saved
+
+
+_UNSET = object()
+
+
+def set_allocator(allocator: Callable[[int], Any] | None = None) -> None:
+    """Make ``allocator`` the allocator of every thread (None: CuPy's default pool); ``using_allocator`` wins."""
+    _allocator[0] = allocator
+
+
+def get_allocator() -> Callable[[int], Any]:
+    """The allocator in effect in this thread (``using_allocator``'s, else ``set_allocator``'s, else the default
+    pool's ``malloc``)."""
+    allocator = _allocator_in_effect()
+    return _default_pool.malloc if allocator is None else allocator
+
+
+def _allocator_in_effect() -> Callable[[int], Any] | None:
+    allocator = getattr(_allocator_tls, "allocator", _UNSET)
+    return _allocator[0] if allocator is _UNSET else allocator
+
+
+def occupant(block: _Block) -> Allocation | None:
+    """The live allocation that holds ``block`` now, if any."""
+    entry = _live.get(block.ptr)
+    allocation = entry() if entry is not None else None
+    return allocation if allocation is not None and allocation.block is block else None
 
 
 def resolve(ptr: int, nbytes: int, device_id: int | None = None) -> tuple[Allocation, int]:
@@ -367,6 +454,7 @@ def resolve(ptr: int, nbytes: int, device_id: int | None = None) -> tuple[Alloca
 def reset() -> None:
     """Drop every pool, the registry and the counters (used by install)."""
     _pools.clear()
+    _allocator[0] = None
     _counters.counters.clear()  # arrays of an earlier install, freed later, count on their own objects
     _starts.clear()
     _live.clear()

@@ -189,6 +189,10 @@ class ndarray:  # noqa: N801 - CuPy's name
             raise ValueError(f"Shape/dtype mismatch: {arr.shape} {arr.dtype} into {self._a.shape} {self._a.dtype}")
         device_id = self._mem.device_id
         stream = stream or _streams.get_current_stream(device_id)
+        if stream._capture is not None or _streams.active_captures:
+            from . import _graph  # noqa: PLC0415 - cycle
+
+            _graph.refuse_transfer(stream, "H2D", "set()")
         _core.check_access(stream, (), (self,), "set()")
         np.copyto(self._a, arr)
         _core.record_access(stream, (), (self,))

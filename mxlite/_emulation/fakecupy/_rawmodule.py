@@ -3,7 +3,9 @@
 
 A launch checks every device-array argument: it must live on the current device (rule 1), a ``const T*``
 parameter is a read and any other pointer a write, on the launch stream (``stream=`` or the current
-stream; rule 2). The launch is counted (``kernel_launches`` by name) and runs at once on the host.
+stream; rule 2). The launch is counted (``kernel_launches`` by name) and runs at once on the host. On a
+capturing stream it is recorded as a graph node (arrays passed as their NumPy views, so a launch of the
+graph uses the same addresses without keeping the arrays alive) and counts when the graph is launched.
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ class _Function:
         sig = self.signature
         if sig is not None and len(sig) != len(args):
             raise TypeError(f"kernel {self.name} takes {len(sig)} arguments, got {len(args)}")
-        reads, writes = [], []
+        reads, writes, raw = [], [], []
         for i, arg in enumerate(args):
             if not isinstance(arg, _ndarray.ndarray):
                 if isinstance(arg, np.ndarray) and arg.ndim > 0:
                     raise TypeError(f"kernel {self.name} argument {i}: a host NumPy array cannot be passed to a "
                                     "kernel (copy it to the device first)")
+                if sig is not None and sig[i][0] == "ptr" and arg:
+                    raw.append(i)  # an address: the double cannot tell what it points to
                 continue
             if sig is not None:
                 kind, _code, _width, is_const = sig[i]
@@ -63,12 +67,25 @@ class _Function:
             (reads if is_const else writes).append(arg)
         what = f"launch of kernel {self.name}"
         _core.check_device(reads + writes, device_id, what)
+        capture = None
+        if stream._capture is not None or _streams.active_captures:
+            from . import _graph  # noqa: PLC0415 - cycle
+
+            capture = _graph.issue(stream, what)
+            if capture is not None and raw:
+                raise EmulatedGPUError(f"{what} on {stream!r}, which is capturing: argument(s) {raw} are raw "
+                                       "addresses, whose memory the capture cannot track; pass the arrays")
         _core.check_access(stream, reads, writes, what)
         _core.record_access(stream, reads, writes)
-        _counters.counters[device_id].kernel_launches[self.name] += 1
         grid = (grid,) if isinstance(grid, int) else tuple(grid)
         block = (block,) if isinstance(block, int) else tuple(block)
         self._kernel(grid, block, args, shared_mem=shared_mem, stream=stream)
+        if capture is None:
+            _counters.counters[device_id].kernel_launches[self.name] += 1
+            return
+        kernel = self._kernel
+        frozen = tuple(a._a.view() if isinstance(a, _ndarray.ndarray) else a for a in args)
+        capture.add(f"kernel {self.name}", lambda: kernel(grid, block, frozen, shared_mem=shared_mem), reads, writes)
 
 
 class RawModule:

@@ -8,7 +8,11 @@ carries what its stream knew when it was recorded). The host has the same kind o
 later, on any stream, is ordered after it.
 
 Simplification (stricter than CUDA): streams made with ``non_blocking=False`` are not implicitly ordered
-with the legacy default stream; every stream behaves as a non-blocking one.
+with the legacy default stream; every stream behaves as a non-blocking one (except that the legacy stream
+may not be used while a blocking stream of its device captures, as in CUDA).
+
+Stream capture (``begin_capture`` ... ``end_capture``, CUDA graphs) lives in :mod:`._graph`; a stream and an
+event know the capture they take part in (``_capture``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from . import _counters, _state
 from ._errors import EmulatedGPUError
 
 __all__ = ["Stream", "Event", "get_current_stream", "stream_from_ptr", "host_known", "host_sync", "completed",
-           "synchronize_device"]
+           "synchronize_device", "active_captures"]
 
 _ids = itertools.count(1)
 _tls = threading.local()
@@ -31,6 +35,8 @@ host_known: dict[Any, int] = {}
 _by_ptr: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
 _per_device: dict[int, weakref.WeakSet[Stream]] = {}
 _null: dict[int, Stream] = {}
+# Stream captures in progress (:class:`._graph.Capture`), in the order they began.
+active_captures: list[Any] = []
 
 
 class Stream:
@@ -53,6 +59,7 @@ class Stream:
         self._seq = 0
         self._known: dict[Stream, int] = {}
         self._stack: list[Stream] = []
+        self._capture: Any = None  # the capture this stream takes part in (see ._graph)
         self.non_blocking = bool(non_blocking)
         self.priority = 0 if priority is None else priority
         if null:
@@ -99,25 +106,85 @@ class Stream:
         return event
 
     def wait_event(self, event: Event) -> None:
-        """Order this stream's later work after the work ``event`` captured."""
+        """Order this stream's later work after the work ``event`` captured.
+
+        During a stream capture, waiting on an event recorded in the capture forks this stream into it;
+        a capturing stream may not wait on an event recorded outside its capture (CUDARuntimeError).
+        """
         if not isinstance(event, Event):
             raise TypeError(f"wait_event expects an Event, got {type(event).__name__}")
+        if event._capture is not None or self._capture is not None:
+            from . import _graph  # noqa: PLC0415 - cycle
+
+            _graph.wait_event(self, event)
         for stream, seq in event._known.items():
             if stream is not self and seq > self._known.get(stream, 0):
                 self._known[stream] = seq
 
     def synchronize(self) -> None:
-        """Block the host until this stream's work is done (the host then knows it complete)."""
+        """Block the host until this stream's work is done (the host then knows it complete).
+
+        Raises:
+            CUDARuntimeError: the stream is capturing (cudaErrorStreamCaptureUnsupported; the capture is
+                invalidated, as in CUDA).
+        """
+        _host_wait(self, "Stream.synchronize()")
         host_sync(self)
 
     @property
     def done(self) -> bool:
-        """Whether the stream's work is done (always True; no ordering is learnt)."""
+        """Whether the stream's work is done (always True; no ordering is learnt). Refused while it captures."""
+        _host_wait(self, "Stream.done")
         return True
 
     def add_callback(self, callback: Any, arg: Any) -> None:
-        """Call ``callback(stream, 0, arg)`` (the work already ran)."""
+        """Call ``callback(stream, 0, arg)`` (the work already ran). Refused while the stream captures."""
+        _host_wait(self, "Stream.add_callback()")
         callback(self, 0, arg)
+
+    # -- capture (CUDA graphs) -----------------------------------------------------------------
+    def begin_capture(self, mode: int | None = None) -> None:
+        """Begin a stream capture: the work issued on this stream is recorded into a graph instead of run.
+
+        Args:
+            mode: ``cupy.cuda.runtime.streamCaptureModeGlobal`` / ``ThreadLocal`` / ``Relaxed`` (default:
+                relaxed, as CuPy). Outside relaxed mode, a new ``cudaMalloc`` (a pool growing) is refused.
+
+        Raises:
+            RuntimeError: the legacy null stream.
+            CUDARuntimeError: an unknown mode, or the stream already captures.
+        """
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.begin(self, mode)
+
+    def end_capture(self) -> Any:
+        """End the capture begun on this stream and return its ``cupy.cuda.graph.Graph``.
+
+        The stream (and every stream forked into the capture) leaves capture mode, also when this raises.
+
+        Raises:
+            CUDARuntimeError: not capturing (cudaErrorIllegalState), a stream other than the one that began the
+                capture (cudaErrorStreamCaptureUnmatched), the capture was invalidated by an earlier error
+                (cudaErrorStreamCaptureInvalidated), or a forked stream was not joined back
+                (cudaErrorStreamCaptureUnjoined).
+        """
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        return _graph.end(self)
+
+    def is_capturing(self) -> bool:
+        """Whether the stream is capturing.
+
+        Raises:
+            RuntimeError: the capture was invalidated by an error (as CuPy's).
+            CUDARuntimeError: the legacy null stream while a blocking stream captures.
+        """
+        if self._capture is None and not active_captures:
+            return False
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        return _graph.is_capturing(self)
 
 
 class Event:
@@ -130,6 +197,7 @@ class Event:
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
         self._known: dict[Stream, int] = {}
         self._stream: Stream | None = None
+        self._capture: Any = None  # the capture it was last recorded in
         self.ptr = 0x5EB0_0000_0000 + next(_ids) * 0x100
 
     def __repr__(self) -> str:
@@ -139,20 +207,42 @@ class Event:
         """Capture ``stream``'s work so far (default: the current stream)."""
         if stream is None:
             stream = get_current_stream()
+        if stream._capture is not None or active_captures:
+            from . import _graph  # noqa: PLC0415 - cycle
+
+            _graph.issue(stream, "Event.record()")
+        self._capture = stream._capture
         self._stream = stream
         self._known = dict(stream._known)
         self._known[stream] = stream._seq
 
     def synchronize(self) -> None:
-        """Block the host until the captured work is done."""
+        """Block the host until the captured work is done (refused for an event recorded in a capture)."""
+        if self._capture is not None:
+            _event_wait(self, "Event.synchronize()")
         if self._stream is not None:
             _counters.counters[self._stream.device_id].host_syncs += 1
         _merge_host(self._known)
 
     @property
     def done(self) -> bool:
-        """Whether the captured work is done (always True)."""
+        """Whether the captured work is done (always True; refused for an event recorded in a capture)."""
+        if self._capture is not None:
+            _event_wait(self, "Event.done")
         return True
+
+
+def _host_wait(stream: Stream, what: str) -> None:
+    if stream._capture is not None or active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.host_wait(stream, what)
+
+
+def _event_wait(event: Event, what: str) -> None:
+    from . import _graph  # noqa: PLC0415 - cycle
+
+    _graph.event_wait(event, what)
 
 
 def _merge_host(known: dict[Stream, int]) -> None:
@@ -169,7 +259,11 @@ def host_sync(stream: Stream) -> None:
 
 
 def synchronize_device(device_id: int) -> None:
-    """The host waited for every stream of ``device_id``."""
+    """The host waited for every stream of ``device_id`` (refused while one of them captures)."""
+    if active_captures:
+        from . import _graph  # noqa: PLC0415 - cycle
+
+        _graph.device_wait(device_id, "device synchronize")
     _counters.counters[device_id].host_syncs += 1
     for stream in list(_per_device.get(device_id, ())):
         _merge_host(stream._known)
@@ -229,6 +323,7 @@ def stream_from_ptr(ptr: int, device_id: int) -> Stream:
 def reset() -> None:
     """Forget all ordering state (used by install)."""
     host_known.clear()
+    active_captures.clear()
     _null.clear()
     _per_device.clear()
     _tls.streams = {}

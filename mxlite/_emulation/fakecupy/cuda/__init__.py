@@ -1,15 +1,17 @@
-"""``cupy.cuda``: devices, streams, events, memory and the runtime/NCCL bindings of the emulated GPUs."""
+"""``cupy.cuda``: devices, streams, events, graphs, memory and the runtime/NCCL bindings of the emulated GPUs."""
 
 from __future__ import annotations
 
 from .. import _state
-from .._memory import Memory, MemoryPointer, MemoryPool, using_allocator
+from .._memory import Memory, MemoryPointer, MemoryPool, get_allocator, set_allocator, using_allocator
 from .._streams import Event, Stream, get_current_stream
-from . import memory, nccl, runtime, stream
+from . import graph, memory, nccl, runtime, stream
 from ._device import Device, get_device_id
+from .graph import Graph
 
-__all__ = ["Device", "Event", "Memory", "MemoryPointer", "MemoryPool", "Stream", "get_current_stream",
-           "get_device_id", "is_available", "memory", "nccl", "runtime", "stream", "using_allocator"]
+__all__ = ["Device", "Event", "Graph", "Memory", "MemoryPointer", "MemoryPool", "Stream", "get_allocator",
+           "get_current_stream", "get_device_id", "graph", "is_available", "memory", "nccl", "runtime",
+           "set_allocator", "stream", "using_allocator"]
 
 
 def is_available() -> bool:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .. import _memory
-from .._memory import Memory, MemoryPointer, MemoryPool
+from .._memory import Memory, MemoryPointer, MemoryPool, get_allocator, set_allocator
 
-__all__ = ["Memory", "MemoryPointer", "MemoryPool", "OutOfMemoryError", "alloc"]
+__all__ = ["Memory", "MemoryPointer", "MemoryPool", "OutOfMemoryError", "alloc", "get_allocator", "set_allocator"]
 
 
 class OutOfMemoryError(MemoryError):

@@ -6,20 +6,50 @@ from typing import Any
 
 from .. import _core, _counters, _memory, _state, _streams
 
-__all__ = ["CUDARuntimeError", "getDeviceCount", "getDeviceProperties", "deviceCanAccessPeer", "getDevice",
-           "setDevice", "deviceSynchronize", "runtimeGetVersion", "driverGetVersion", "memGetInfo", "memcpyPeerAsync",
-           "is_hip"]
+__all__ = ["CUDARuntimeError", "streamCaptureModeGlobal", "streamCaptureModeThreadLocal", "streamCaptureModeRelaxed",
+           "streamCaptureStatusNone", "streamCaptureStatusActive", "streamCaptureStatusInvalidated", "getDeviceCount",
+           "getDeviceProperties", "deviceCanAccessPeer", "getDevice", "setDevice", "deviceSynchronize",
+           "runtimeGetVersion", "driverGetVersion", "memGetInfo", "memcpyPeerAsync", "is_hip"]
 
 _TOTAL_GLOBAL_MEM = 80 * 1024**3
 is_hip = False
 
 
+# CUDA's name and text of the cudaError_t codes the emulation raises (as cudaGetErrorName/String give them).
+_ERROR_TEXT = {
+    1: ("cudaErrorInvalidValue", "invalid argument"),
+    2: ("cudaErrorMemoryAllocation", "out of memory"),
+    101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    400: ("cudaErrorInvalidResourceHandle", "invalid resource handle"),
+    401: ("cudaErrorIllegalState", "the operation cannot be performed in the present state"),
+    900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
+    901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"),
+    902: ("cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"),
+    903: ("cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"),
+    904: ("cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"),
+    905: ("cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"),
+    906: ("cudaErrorStreamCaptureImplicit",
+          "operation would make the legacy stream depend on a capturing blocking stream"),
+    907: ("cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"),
+    908: ("cudaErrorStreamCaptureWrongThread",
+          "attempt to terminate a thread-local capture sequence from another thread"),
+}
+# cudaStreamCaptureMode and cudaStreamCaptureStatus, as CuPy's runtime module names them.
+streamCaptureModeGlobal = 0  # noqa: N816 - CuPy's names
+streamCaptureModeThreadLocal = 1  # noqa: N816
+streamCaptureModeRelaxed = 2  # noqa: N816
+streamCaptureStatusNone = 0  # noqa: N816
+streamCaptureStatusActive = 1  # noqa: N816
+streamCaptureStatusInvalidated = 2  # noqa: N816
+
+
 class CUDARuntimeError(RuntimeError):
-    """A CUDA runtime error (``status`` is the cudaError_t code)."""
+    """A CUDA runtime error (``status`` is the cudaError_t code; the message starts with CUDA's name and text)."""
 
     def __init__(self, status: int) -> None:
         self.status = status
-        super().__init__(f"CUDA runtime error {status}")
+        name, text = _ERROR_TEXT.get(status, (f"cudaError {status}", "CUDA runtime error"))
+        super().__init__(f"{name}: {text}")
 
     @classmethod
     def _with(cls, status: int, message: str) -> CUDARuntimeError:
@@ -91,7 +121,8 @@ def memcpyPeerAsync(dst: int, dstDevice: int, src: int, srcDevice: int, size: in
     """Copy ``size`` bytes from ``src`` on GPU ``srcDevice`` to ``dst`` on GPU ``dstDevice``, ordered on ``stream``.
 
     ``stream`` must belong to the current device, which must be one of the two. The copy reads the
-    source and writes the destination on that stream (both checked for races like any operation).
+    source and writes the destination on that stream (both checked for races like any operation); on a
+    capturing stream it is recorded into the graph.
 
     Raises:
         EmulatedGPUError: a pointer range outside a live allocation of its device, a stream of another
@@ -105,10 +136,24 @@ def memcpyPeerAsync(dst: int, dstDevice: int, src: int, srcDevice: int, size: in
     src_alloc, src_offset = _memory.resolve(src, size, srcDevice)
     on = _streams.stream_from_ptr(stream, device_id)
     what = f"memcpyPeerAsync({size} bytes, gpu({srcDevice}) -> gpu({dstDevice}))"
+    capture = None
+    if on._capture is not None or _streams.active_captures:
+        from .. import _graph  # noqa: PLC0415 - cycle
+
+        capture = _graph.issue(on, what)
     source, target = (src_alloc, src_offset, src_offset + size), (dst_alloc, dst_offset, dst_offset + size)
     _core.check_access(on, [source], [target], what)
     _core.record_access(on, [source], [target])
-    dst_alloc.view_bytes()[dst_offset:dst_offset + size] = src_alloc.view_bytes()[src_offset:src_offset + size]
+    dst_bytes = dst_alloc.view_bytes()[dst_offset:dst_offset + size]
+    src_bytes = src_alloc.view_bytes()[src_offset:src_offset + size]
+
+    def copy() -> None:
+        dst_bytes[...] = src_bytes
+
+    copy()
+    if capture is not None:
+        capture.add("memcpyPeerAsync", copy, [source], [target])
+        return
     counters = _counters.counters[dstDevice]
     counters.p2p_copies += 1
     counters.p2p_bytes += size
