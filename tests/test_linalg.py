@@ -160,6 +160,9 @@ def test_pinv_with_rcond_array_matches_numpy():
     np.testing.assert_allclose(la.pinv(t64(a), rcond=t64(rcond)).asnumpy(), np.linalg.pinv(a, rcond=rcond),
                                atol=1e-10)
     np.testing.assert_allclose(la.pinv(t64(a), hermitian=False).asnumpy(), np.linalg.pinv(a), atol=1e-10)
+    np.testing.assert_allclose(la.pinv(t64(a), rcond=[1e-15, 0.5, 1e-3]).asnumpy(),
+                               np.linalg.pinv(a, rcond=np.array([1e-15, 0.5, 1e-3])), atol=1e-6)
+    np.testing.assert_allclose(la.pinv(t64(a), rcond=None).asnumpy(), np.linalg.pinv(a, rtol=None), atol=1e-10)
 
 
 NORM_CASES = [((5,), o, None) for o in (None, 1, 2, 3, 0.5, 0, np.inf, -np.inf)] + [
@@ -395,8 +398,10 @@ def test_ops_without_gradient_raise_on_backward(name, call):
     (lambda: la.qr(mx.nd.ones((3, 3)), "raw"), r"qr: mode must be"),
 ])
 def test_shape_errors_name_the_op_and_the_shapes(call, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as info:
         call()
+    op = str(info.value).split(":")[0]
+    assert str(info.value).count(f"{op}:") == 1  # named once, not again by the op wrapper
 
 
 def test_singular_matrices_behave_as_numpy():

@@ -55,6 +55,12 @@ def _tensors(*xs: Any) -> list[Any]:
     return [x if x is None or isinstance(x, Tensor) else _array(x, dev) for x in xs]
 
 
+def _named(exc: Exception) -> Exception:
+    """Mark an error whose message already names the op, so ``ops._run`` passes it on without naming it again."""
+    exc._mx_named = True  # type: ignore[attr-defined]
+    return exc
+
+
 def _dtype(op: str, *ts: Tensor) -> np.dtype:
     """The dtype ``op`` computes in: float32 when every float operand is float32 and none is an integer, else
     float64 (NumPy's rule for linalg). Raises TypeError for float16, complex and other dtypes LAPACK lacks here."""
@@ -66,8 +72,8 @@ def _dtype(op: str, *ts: Tensor) -> np.dtype:
         elif d == np.bool_ or np.issubdtype(d, np.integer):
             found.append(np.dtype(np.float64))
         else:
-            raise TypeError(f"{op}: array type {d} is unsupported in linalg (shape {t.shape}); float32 or float64 is "
-                            "needed: cast it first, e.g. x.astype('float32')")
+            raise _named(TypeError(f"{op}: array type {d} is unsupported in linalg (shape {t.shape}); float32 or "
+                                   "float64 is needed: cast it first, e.g. x.astype('float32')"))
     return np.result_type(*found)
 
 
@@ -89,15 +95,15 @@ def _mT(x: Array) -> Array:
 
 def _need_matrix(op: str, t: Tensor, name: str = "a") -> None:
     if t.ndim < 2:
-        raise ValueError(f"{op}: {name} must be a matrix or a stack of matrices (shape (..., M, N), at least 2-D), "
-                         f"got shape {t.shape}")
+        raise _named(ValueError(f"{op}: {name} must be a matrix or a stack of matrices (shape (..., M, N), at "
+                                f"least 2-D), got shape {t.shape}"))
 
 
 def _need_square(op: str, t: Tensor, name: str = "a") -> int:
     """Raise unless ``t`` is a (stack of) square matrices; returns M."""
     if t.ndim < 2 or t.shape[-1] != t.shape[-2]:
-        raise ValueError(f"{op}: {name} must be a square matrix or a stack of square matrices (shape (..., M, M)), "
-                         f"got shape {t.shape}")
+        raise _named(ValueError(f"{op}: {name} must be a square matrix or a stack of square matrices (shape "
+                                f"(..., M, M)), got shape {t.shape}"))
     return t.shape[-1]
 
 
@@ -108,8 +114,8 @@ def _need_same_batch(op: str, named: dict[str, Tensor]) -> None:
     batches = {s[:-2] for s in shapes.values()}
     if len(ndims) != 1 or len(batches) != 1:
         listed = ", ".join(f"{k} {s}" for k, s in shapes.items())
-        raise ValueError(f"{op}: the operands must have the same number of dimensions and equal leading (batch) axes; "
-                         f"got {listed}")
+        raise _named(ValueError(f"{op}: the operands must have the same number of dimensions and equal leading "
+                                f"(batch) axes; got {listed}"))
 
 
 def _lapack(xp: Any, name: str, *args: Any, check: bool = True) -> Any:
@@ -289,8 +295,8 @@ def _solve(a: Tensor, b: Tensor) -> Tensor:
     vector = b.ndim == 1 or b.ndim == a.ndim - 1
     rows = b.shape[-1] if vector else (b.shape[-2] if b.ndim >= 2 else None)
     if b.ndim == 0 or rows != m:
-        raise ValueError(f"solve: b must have shape (..., {m}) or (..., {m}, K) to match a of shape {a.shape} "
-                         f"(b with one dimension fewer than a holds vectors), got b of shape {b.shape}")
+        raise _named(ValueError(f"solve: b must have shape (..., {m}) or (..., {m}, K) to match a of shape {a.shape} "
+                                f"(b with one dimension fewer than a holds vectors), got b of shape {b.shape}"))
     xp = a._device.xp
     dtype = _dtype("solve", a, b)
     ad, bd = _data(a, dtype), _data(b, dtype)
@@ -298,7 +304,8 @@ def _solve(a: Tensor, b: Tensor) -> Tensor:
     try:
         batch = np.broadcast_shapes(a.shape[:-2], bm.shape[:-2])
     except ValueError:
-        raise ValueError(f"solve: the leading (batch) axes of a {a.shape} and b {b.shape} do not broadcast") from None
+        raise _named(ValueError(f"solve: the leading (batch) axes of a {a.shape} and b {b.shape} do not "
+                                "broadcast")) from None
     ab = ad if ad.shape[:-2] == batch else xp.broadcast_to(ad, batch + ad.shape[-2:]).copy()
     bb = bm if bm.shape[:-2] == batch else xp.broadcast_to(bm, batch + bm.shape[-2:]).copy()
     x = _lapack(xp, "solve", ab, bb)
@@ -425,8 +432,8 @@ def _triangular(op: str, a: Tensor, b: Tensor, transpose: bool, rightside: bool,
     _need_same_batch(op, {"A": a, "B": b})
     if b.shape[-1 if rightside else -2] != m:
         side = "columns" if rightside else "rows"
-        raise ValueError(f"{op}: B must have {m} {side} to match the triangular A of shape {a.shape} "
-                         f"(rightside={rightside}), got B of shape {b.shape}")
+        raise _named(ValueError(f"{op}: B must have {m} {side} to match the triangular A of shape {a.shape} "
+                                f"(rightside={rightside}), got B of shape {b.shape}"))
     xp = a._device.xp
     dtype = _dtype(op, a, b)
     mask = _tri(xp, _data(a, dtype), lower)
@@ -483,12 +490,12 @@ def _gemm(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bool, a
         _need_matrix(op, t, name)
     if len({t.ndim for t in named.values()}) != 1:
         listed = ", ".join(f"{k} {t.shape}" for k, t in named.items())
-        raise ValueError(f"{op}: the operands must have the same number of dimensions, got {listed}")
+        raise _named(ValueError(f"{op}: the operands must have the same number of dimensions, got {listed}"))
     ndim = a.ndim
     row = axis + ndim if axis < 0 else axis
     if not 0 <= row < ndim - 1:
-        raise ValueError(f"{op}: axis (the rows' axis) must lie in [{-ndim}, {ndim - 2}] for {ndim}-D operands "
-                         f"(the last axis holds the columns), got {axis}")
+        raise _named(ValueError(f"{op}: axis (the rows' axis) must lie in [{-ndim}, {ndim - 2}] for {ndim}-D operands "
+                                f"(the last axis holds the columns), got {axis}"))
     if row == ndim - 2:
         return _run(op, _gemm_core, (op, a, b, c, ta, tb, alpha, beta), {})
     # MXNet's swapaxes/gemm/swapaxes, differentiable through the swaps.
@@ -505,12 +512,14 @@ def _gemm_core(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bo
     opa = _mT(_data(a, dtype)) if ta else _data(a, dtype)
     opb = _mT(_data(b, dtype)) if tb else _data(b, dtype)
     if opa.shape[-1] != opb.shape[-2]:
-        raise ValueError(f"{op}: inner dimensions differ: op(A) is {opa.shape[-2]}x{opa.shape[-1]} (A {a.shape}, "
-                         f"transpose_a={ta}), op(B) is {opb.shape[-2]}x{opb.shape[-1]} (B {b.shape}, transpose_b={tb})")
+        raise _named(ValueError(f"{op}: inner dimensions differ: op(A) is {opa.shape[-2]}x{opa.shape[-1]} (A "
+                                f"{a.shape}, transpose_a={ta}), op(B) is {opb.shape[-2]}x{opb.shape[-1]} (B {b.shape}, "
+                                f"transpose_b={tb})"))
     out = alpha * (opa @ opb)
     if c is not None:
         if c.shape != out.shape:
-            raise ValueError(f"{op}: C must have the product's shape {tuple(out.shape)}, got C of shape {c.shape}")
+            raise _named(ValueError(f"{op}: C must have the product's shape {tuple(out.shape)}, got C of shape "
+                                    f"{c.shape}"))
         out = out + beta * _data(c, dtype)
 
     def backward(g: Array) -> tuple[Array, ...]:
@@ -598,8 +607,8 @@ def _scatter(op: str, a: Tensor, rows: np.ndarray, cols: np.ndarray, n: int) -> 
 def _need_offset(op: str, a: Tensor, offset: int) -> int:
     n = _need_square(op, a, "A")
     if abs(offset) >= n:
-        raise ValueError(f"{op}: offset {offset} is out of range for matrices of size {n}x{n} (A {a.shape}); "
-                         f"|offset| must be below {n}")
+        raise _named(ValueError(f"{op}: offset {offset} is out of range for matrices of size {n}x{n} (A {a.shape}); "
+                                f"|offset| must be below {n}"))
     return n
 
 
@@ -632,7 +641,8 @@ def makediag(A: Any, offset: int = 0) -> Tensor:  # noqa: N803
 
 def _makediag(a: Tensor, offset: int) -> Tensor:
     if a.ndim < 1:
-        raise ValueError(f"makediag: A must have at least 1 dimension (the diagonal's entries), got shape {a.shape}")
+        raise _named(ValueError(f"makediag: A must have at least 1 dimension (the diagonal's entries), got shape "
+                                f"{a.shape}"))
     n = a.shape[-1] + abs(offset)
     return _scatter("makediag", a, *_diag_index(n, offset), n)
 
@@ -670,8 +680,8 @@ def _maketrian(a: Tensor, offset: int, lower: bool) -> Tensor:
     k = a.shape[-1] if a.ndim else -1
     m = int((np.sqrt(8 * k + 1) - 1) // 2) if k >= 0 else -1
     if m < 1 or m * (m + 1) // 2 != k:
-        raise ValueError(f"maketrian: the last axis of A must hold a triangle, m(m+1)/2 entries for some m >= 1 "
-                         f"(1, 3, 6, 10, ...), got A of shape {a.shape}")
+        raise _named(ValueError(f"maketrian: the last axis of A must hold a triangle, m(m+1)/2 entries for some m >= 1 "
+                                f"(1, 3, 6, 10, ...), got A of shape {a.shape}"))
     n = m + abs(offset)
     return _scatter("maketrian", a, *_trian_index(n, offset, lower), n)
 
@@ -772,7 +782,7 @@ def eigh(a: Any, UPLO: str = "L", upper: bool | None = None) -> tuple[Tensor, Te
     if upper is not None:
         UPLO = "U" if upper else "L"
     if UPLO not in ("L", "U"):
-        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+        raise _named(ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}"))
     return _run("eigh", _eigh, (a, UPLO), {})
 
 
@@ -799,7 +809,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
     """
     (a,) = _tensors(a)
     if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+        raise _named(ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
     return _run("qr", _qr, (a, mode), {})
 
 
@@ -852,7 +862,7 @@ def _rcond_value(rcond: Any, dtype: np.dtype, m: int, n: int) -> float:
         return eps * max(m, n)                                              # NumPy 2's default
     if isinstance(rcond, str):
         if rcond != "warn":
-            raise ValueError(f"lstsq: rcond must be a number, None or 'warn', got {rcond!r}")
+            raise _named(ValueError(f"lstsq: rcond must be a number, None or 'warn', got {rcond!r}"))
         return eps                                                          # MXNet's default: machine precision
     rcond = float(rcond)
     return eps if rcond < 0 else rcond                                      # LAPACK: negative means eps
@@ -880,8 +890,8 @@ def lstsq(a: Any, b: Any, rcond: Any = "warn") -> tuple[Tensor, Tensor, Tensor, 
 
 def _lstsq(a: Tensor, b: Tensor, rcond: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
-        raise ValueError(f"lstsq: a must be one matrix (M, N) and b of shape (M,) or (M, K) with the same M; got "
-                         f"a {a.shape}, b {b.shape}")
+        raise _named(ValueError(f"lstsq: a must be one matrix (M, N) and b of shape (M,) or (M, K) with the same "
+                                f"M; got a {a.shape}, b {b.shape}"))
     xp = a._device.xp
     dtype = _dtype("lstsq", a, b)
     ad, bd = _data(a, dtype), _data(b, dtype)
@@ -906,8 +916,9 @@ def _lstsq(a: Tensor, b: Tensor, rcond: Any) -> tuple[Tensor, Tensor, Tensor, Te
 
 def pinv(a: Any, rcond: Any = 1e-15, hermitian: bool = False) -> Tensor:
     """The Moore-Penrose pseudo-inverse of each matrix (..., M, N) -> (..., N, M), from its SVD: singular values
-    ``<= rcond * largest`` count as zero; ``rcond`` may be a number or an array broadcasting against the stack
-    (...). ``hermitian=True`` is accepted (MXNet refuses it) and computes the same thing by the general SVD.
+    ``<= rcond * largest`` count as zero; ``rcond`` may be a number, an array broadcasting against the stack
+    (...), or None (NumPy 2's default: epsilon times max(M, N)). ``hermitian=True`` is accepted (MXNet refuses
+    it) and computes the same thing by the general SVD.
 
     No gradient (MXNet's has none): back-propagating through the result raises NotImplementedError.
 
@@ -915,8 +926,9 @@ def pinv(a: Any, rcond: Any = 1e-15, hermitian: bool = False) -> Tensor:
         ValueError: ``a`` has fewer than 2 dimensions.
         numpy.linalg.LinAlgError: the SVD did not converge.
     """
-    a, rc = _tensors(a, rcond if isinstance(rcond, Tensor) or not isinstance(rcond, numbers.Number) else None)
-    return _run("pinv", _pinv, (a, rc if rc is not None else float(rcond)), {})
+    array_rcond = rcond is not None and not isinstance(rcond, numbers.Number)
+    a, rc = _tensors(a, rcond if array_rcond else None)
+    return _run("pinv", _pinv, (a, rc if array_rcond else rcond), {})
 
 
 def _pinv(a: Tensor, rcond: Any) -> Tensor:
@@ -928,7 +940,10 @@ def _pinv(a: Tensor, rcond: Any) -> Tensor:
     if data.size == 0:
         return _result("pinv", xp.zeros(data.shape[:-2] + data.shape[-2:][::-1], dtype=dtype), a._device, (a,), back)
     u, s, vt = _lapack(xp, "svd", data, False)
-    rc = rcond._data.astype(dtype)[..., None] if isinstance(rcond, Tensor) else rcond
+    if rcond is None:                                                       # NumPy 2's default
+        rc = float(np.finfo(dtype).eps) * max(data.shape[-2:])
+    else:
+        rc = rcond._data.astype(dtype)[..., None] if isinstance(rcond, Tensor) else float(rcond)
     keep = s > rc * s.max(axis=-1, keepdims=True)
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(dtype)
     return _result("pinv", _mT(vt) @ (s_inv[..., :, None] * _mT(u)), a._device, (a,), back)
@@ -968,7 +983,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
         out = _vector_norm(x, ord, axes[0], keepdims)
     elif len(axes) == 2:
         if axes[0] == axes[1]:
-            raise ValueError(f"norm: duplicate axes given: {axis}")
+            raise _named(ValueError(f"norm: duplicate axes given: {axis}"))
         out = _matrix_norm(x, ord, axes[0], axes[1])
         if keepdims:
             shape = list(out.shape)
@@ -976,8 +991,9 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
                 shape.insert(ax, 1)
             out = _ops.reshape(out, tuple(shape))
     else:
-        raise ValueError(f"norm: improper number of dimensions to norm: {len(axes)} axes of x {x.shape} (axis={axis}, "
-                         f"ord={ord!r}); give axis=None with ord=None, one axis (vectors) or two (matrices)")
+        raise _named(ValueError(f"norm: improper number of dimensions to norm: {len(axes)} axes of x {x.shape} "
+                                f"(axis={axis}, ord={ord!r}); give axis=None with ord=None, one axis (vectors) or "
+                                "two (matrices)"))
     return out
 
 
@@ -985,7 +1001,7 @@ def _vector_norm(x: Tensor, ord: Any, ax: int, keepdims: bool) -> Tensor:  # noq
     if ord is None or ord == 2:
         return _ops.sqrt(_ops.sum(_ops.square(x), axis=ax, keepdims=keepdims))
     if isinstance(ord, str):
-        raise ValueError(f"norm: invalid norm order {ord!r} for vectors")
+        raise _named(ValueError(f"norm: invalid norm order {ord!r} for vectors"))
     if ord == np.inf:
         return _ops.max(_ops.abs(x), axis=ax, keepdims=keepdims)
     if ord == -np.inf:
@@ -1013,7 +1029,8 @@ def _matrix_norm(x: Tensor, ord: Any, row: int, col: int) -> Tensor:  # noqa: A0
         sums = _ops.sum(_ops.abs(x), axis=col)
         row -= 1 if row > col else 0
         return _ops.max(sums, axis=row) if ord == np.inf else _ops.min(sums, axis=row)
-    raise ValueError(f"norm: invalid norm order {ord!r} for matrices (None, 'fro', 'nuc', 1, -1, 2, -2, inf, -inf)")
+    raise _named(ValueError(f"norm: invalid norm order {ord!r} for matrices (None, 'fro', 'nuc', 1, -1, 2, -2, "
+                            "inf, -inf)"))
 
 
 # -- the two faces ------------------------------------------------------------------------------------------------
