@@ -10,7 +10,7 @@ Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gi
 objects under Gluon's spelling. See README.md and docs/design.md.
 """
 
-from . import amp, autograd, checkpoint, datasets, gluon, kvstore, optimizer
+from . import amp, autograd, checkpoint, datasets, gluon, io, kvstore, optimizer
 from . import initializer as init
 from .arrays import (
     nd,  # MXNet's mx.nd
@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Device", "DeviceUnavailableError", "DataParallelExecutor", "NDArray", "Tensor", "Trainer",
     "amp", "arange", "array", "autograd", "checkpoint", "concat", "cpu", "current_device", "data", "datasets", "empty",
-    "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "kv", "kvstore", "loss",
+    "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "io", "kv", "kvstore", "loss",
     "lr_scheduler", "metric", "model_zoo", "nn", "rnn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..autograd import activations as _act
+from ..autograd import linalg as _linalg
 from ..autograd import nn_ops as _nn
 from ..autograd import ops as _ops
 from ..autograd import random as _random
@@ -154,6 +155,9 @@ def _into(out: Tensor | None, value: Tensor) -> Tensor:
 
 random = SimpleNamespace(uniform=_uniform, normal=_normal, randint=_randint, randn=_randn, seed=_random.seed,
                          shuffle=_random.shuffle)
+
+# mx.nd.linalg: MXNet 1.x's linear-algebra operators (gemm, potrf, trsm, ...), differentiable
+linalg = SimpleNamespace(**{name: getattr(_linalg, name) for name in _linalg.ND_LINALG})
 
 
 # -- elementwise -------------------------------------------------------------------------------

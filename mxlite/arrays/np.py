@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as _onp
 
+from ..autograd import linalg as _linalg
 from ..autograd import ops as _ops
 from ..autograd import random as _random
 from ..autograd.creation import arange as _arange
@@ -341,12 +342,8 @@ def outer(a: Any, b: Any) -> Tensor:
     return _ops.multiply(_ops.reshape(a, (-1, 1)), _ops.reshape(b, (1, -1)))
 
 
-def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
-    """L2 (``ord`` None/2/'fro') or L1 (``ord=1``) norm over ``axis``."""
-    return _ops.norm(tensor(x), ord, axis, keepdims)
-
-
-linalg = SimpleNamespace(norm=_norm)
+# mx.np.linalg: NumPy's linear algebra, differentiable where MXNet's is (mxlite.autograd.linalg)
+linalg = SimpleNamespace(**{name: getattr(_linalg, name) for name in _linalg.NP_LINALG})
 
 
 def may_share_memory(a: Any, b: Any) -> bool:
