@@ -39,8 +39,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import _hostcuda, _kernels
-from mxlite._serialization import save_arrays
+from mxlite.device import _hostcuda
+from mxlite.device import kernels as _kernels
+from mxlite.formats.archive import save_arrays
 from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.optimizer.updater import pack_states, unpack_states
@@ -124,7 +125,7 @@ extern "C" __global__ void add_one(float *x, long long n) {
 # Builds (or loads from $MXLITE_HOSTCUDA_CACHE) the tiny module, launches it and prints how many g++ runs it took.
 TINY_BUILD = f"""
 import json, numpy as np
-from mxlite import _hostcuda
+from mxlite.device import _hostcuda
 module = _hostcuda.HostModule({TINY_CU!r}, name="tiny.cu", serial=True)
 x = np.zeros(5, np.float32)
 module.get_function("add_one")((1,), (1,), (x, 5))
@@ -278,7 +279,7 @@ def test_unclear_a_compiler_that_writes_nothing_is_named_and_not_cached(tmp_path
     cxx.chmod(0o755)
     cache = str(tmp_path / "cache")
     first = run_python(f"""
-        from mxlite import _hostcuda
+        from mxlite.device import _hostcuda
         try:
             _hostcuda.HostModule({TINY_CU!r}, name="tiny.cu", serial=True).compile()
         except _hostcuda.HostCudaError as exc:
@@ -299,7 +300,7 @@ def test_unclear_a_compiler_that_writes_nothing_is_named_and_not_cached(tmp_path
 
 _STUCK_DATASET = """
 import sys, time, numpy as np
-from mxlite.data import DataLoader
+from mxlite.gluon.data import DataLoader
 
 class Stuck:
     def __len__(self):
@@ -337,7 +338,7 @@ except RuntimeError as exc:
     # (999 x 2000 values, 8 workers): after it the pytest process never exits
     "mxnet_release_pool": """
 import numpy as np
-from mxlite.data import DataLoader
+from mxlite.gluon.data import DataLoader
 for _ in range(10):
     A = np.random.rand(999, 2000)
     D = DataLoader(A, batch_size=8, num_workers=8)
@@ -366,7 +367,7 @@ def test_n2_leaving_a_loader_early_lets_the_program_exit(scenario):
 
 _KILLED_WORKER = """
 import os, signal, time, numpy as np
-from mxlite.data import DataLoader
+from mxlite.gluon.data import DataLoader
 
 class Dies:
     def __len__(self):
