@@ -134,7 +134,7 @@ def test_profile_step_reports_sections_profile_and_allocations(tmp_path, capsys,
     assert profile["ops_per_step"] >= {"mlp": 5, "cnn": 9}[model]
     assert profile["python_ms_per_step"] > 0 and profile["native_ms_per_step"] > 0
     assert 0 < len(profile["top_cumulative"]) <= 5 and 0 < len(profile["top_own"]) <= 5
-    assert any("trainer.py" in r["function"] or "autograd" in r["function"] for r in profile["top_cumulative"])
+    assert any("mxlite" in r["function"] for r in profile["top_cumulative"])  # the step's time lands in mxlite
     overhead = report["op_overhead"]
     assert overhead["add_us"] > 0 and overhead["raw_add_us"] > 0 and overhead["relu_us"] > 0
     assert overhead["chain_us_per_op"] > 0 and overhead["raw_chain_us_per_op"] > 0

@@ -1,6 +1,6 @@
-"""kernels/conv.cu against its NumPy twins in nn_ops, bit for bit: im2col, col2im, the max-pool backward.
+"""kernels/conv.cu against its NumPy twins in mxlite.autograd.conv, bit for bit: im2col, col2im, the max-pool backward.
 
-The twins are the NumPy code nn_ops runs with ``MXLITE_CPU_KERNELS=numpy``: ``_ConvGeom.im2col``
+The twins are the NumPy code the conv module runs with ``MXLITE_CPU_KERNELS=numpy``: ``_ConvGeom.im2col``
 (a copy of the strided window view), ``_scatter_taps`` (one strided add per tap) and ``_max_pool``'s
 backward (first maximum per tap, multiplied into the gradient). On CPU devices the serial host
 build (one thread per block) must give their bits exactly, in every column layout, for 1-, 2- and
@@ -20,7 +20,7 @@ import pytest
 
 import mxlite as mx
 from mxlite.autograd import _conv_kernels as ck
-from mxlite.autograd import nn_ops
+from mxlite.autograd import conv as nn_ops
 from mxlite.device import kernels as _kernels
 
 DTYPES = [np.float32, np.float64, np.float16]

@@ -1,6 +1,6 @@
 """Launching ``kernels/conv.cu``: im2col, col2im and the max-pool backward, on CPU devices and GPUs.
 
-Purpose: :mod:`.nn_ops` moves convolution and pooling data with these kernels where they apply
+Purpose: :mod:`.conv` moves convolution and pooling data with these kernels where they apply
 (:func:`enabled`) and with its NumPy code otherwise; that NumPy code (``_ConvGeom.im2col``,
 ``_scatter_taps``, ``_max_pool``'s backward) is each kernel's twin, and the kernels give its
 results bit for bit. A CPU device runs the serial host build (one thread per block, a plane of one
