@@ -37,12 +37,20 @@ BENCH_ARGS ?=
 bench:
 	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
-# One full proof run on a lent GPU machine: the GPU tests, then every benchmark, all into $(OUT).
+# One proof run on a lent GPU machine (one GPU, CuPy and PyTorch installed, no network, root is fine),
+# in at most 5 minutes: the GPU tests (stopped after PROOF_TEST_S seconds), then the benchmarks of
+# `run_all.py --proof` within PROOF_BENCH_S seconds (bench_train per measured step against PyTorch, the
+# fused optimizer, profile_step, bench_allreduce), all into $(OUT); it ends with one summary: mxlite
+# against torch per model (ms/step and ratio), the fused-optimizer table, and measured against modelled.
 OUT ?= out/gpu-proof
+PROOF_TEST_S ?= 150
+PROOF_BENCH_S ?= 130
 gpu-proof:
 	mkdir -p $(OUT)
-	PYTHONPATH=. $(PYTHON) -m pytest -q -m gpu --junitxml=$(OUT)/gpu-tests.xml 2>&1 | tee $(OUT)/gpu-tests.txt
-	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py --out $(OUT)/bench $(BENCH_ARGS)
+	PYTHONPATH=. timeout -s INT -k 10 $(PROOF_TEST_S) $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider \
+		--junitxml=$(OUT)/gpu-tests.xml 2>&1 | tee $(OUT)/gpu-tests.txt
+	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py --proof --out $(OUT)/bench --budget $(PROOF_BENCH_S) \
+		--tests-log $(OUT)/gpu-tests.txt $(BENCH_ARGS)
 
 lint: $(BIN)/python
 	$(BIN)/python -m ruff check mxlite tests benchmarks tools

@@ -273,15 +273,16 @@ def _cpu_via_mpiexec(args: argparse.Namespace) -> tuple[list[dict[str, Any]], li
     try:
         import mpi4py  # noqa: F401, PLC0415
 
-        from mxlite.cli.launch import find_mpiexec  # noqa: PLC0415
+        from mxlite.cli.launch import find_mpiexec, mpi_flavour, root_options  # noqa: PLC0415
 
         mpiexec = find_mpiexec()
+        as_root = root_options(mpi_flavour(mpiexec))  # Open MPI refuses root without --allow-run-as-root
     except (ImportError, FileNotFoundError) as exc:
         return [], [f"CPU part skipped: needs mpi4py and mpiexec, pip install 'mxlite[mpi]' ({exc})"], 0
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "records.json")
-        command = [mpiexec, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__), *_cpu_argv(args),
-                   "--records", out]
+        command = [mpiexec, *as_root, "-n", str(args.ranks), sys.executable, os.path.abspath(__file__),
+                   *_cpu_argv(args), "--records", out]
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         if result.returncode != 0 or not os.path.exists(out):

@@ -1,30 +1,45 @@
-"""Counted GPU costs of a training step on emulated GPUs, turned into H100 time by a stated roofline model.
+"""Counted costs of a training step on emulated GPUs, turned into H100 or H200 time by a stated model.
 
 Usage::
 
     PYTHONPATH=. python3 benchmarks/bench_gpu_model.py --json gpu_model.json
+    PYTHONPATH=. python3 benchmarks/bench_gpu_model.py --measured --only-measured --gpus 1 --warmup 1 --steps 1
 
-For the benchmark MLP and CNN (the models of ``benchmarks/bench_train.py``) on 1, 2 and 4 emulated
-GPUs (``MXLITE_EMULATE_GPUS``, set to the largest count asked for unless already set), with no
-store, kvstore 'device' and 'nccl', and every codec (none, fp16, bf16, 2bit, topk, threshold),
-it trains ``--warmup`` steps, then counts ``--steps`` steady-state steps per emulated GPU and
-reports per step (the largest value over the GPUs):
+For the benchmark MLP and CNN (the models of ``benchmarks/bench_train.py``, built by it; ``cnn_bn``
+on request) on 1, 2 and 4 emulated GPUs (``MXLITE_EMULATE_GPUS``, set to the largest count asked
+for unless already set), with no store, kvstore 'device' and 'nccl', and every codec (none, fp16,
+bf16, 2bit, topk, threshold), it trains ``--warmup`` steps, then counts ``--steps`` steady-state
+steps per emulated GPU and reports per step (the largest value over the GPUs):
 
-* ``launches``: kernels launched (array operations that touched data, and RawKernel launches);
-* ``host_syncs``, ``h2d_bytes``, ``d2h_bytes``: host synchronisations and host<->device copies;
+* ``cupy_calls``: CuPy array-API calls (views included), what the host spends most of a small step on;
+* ``mxlite_ops``: mxlite ops dispatched (tensors made by ops, counted at mxlite's Tensor constructor);
+* ``launches``: kernels launched (array operations that touched data, and RawKernel launches:
+  ``raw_launches``); ``gemm_calls`` and ``gemm_flops``: the GEMMs, each with its FLOPs from its operands;
+* ``host_syncs``, ``h2d_copies``/``h2d_bytes``, ``d2h_copies``/``d2h_bytes``: host synchronisations
+  (blocking reads included) and host<->device copies;
 * ``nccl_calls``, ``nccl_bytes``: NCCL collectives and the bytes each GPU sent;
 * ``kernel_bytes``: what the fused optimizer kernels must move, from their arguments and each
-  kernel's per-element traffic (``roofline.KERNEL_TRAFFIC``), counted at every launch;
+  kernel's per-element traffic (``roofline.KERNEL_TRAFFIC``), counted at every launch; other
+  RawKernel launches (im2col, col2im, pooling, compression) count the bytes of their arrays;
 * ``peak_bytes``: peak device memory during the step;
-* ``modelled_ms`` and ``roofline_ms``: the H100 estimate of ``benchmarks/roofline.py`` (whose
-  constants name their sources) and the sum of its GPU-work parts; GEMM FLOPs come from the layer
-  shapes.
+* ``host_ms``, ``gpu_ms``, ``modelled_ms`` (and ``roofline_ms``, the GPU's own work): the estimate of
+  ``benchmarks/roofline.py`` for ``--gpu h100|h200`` (every constant names its source): the host and
+  GPU sides, overlapped, with the serialisation points; ``dominant``: what the model says bounds it.
 
-Counts are split by phase (forward, backward, optimizer step) in the JSON, and the optimizer-step
-counts alone are reported as ``step_*`` (what ``Trainer.step`` costs). Each configuration the
-Trainer rejects (compression with kvstore 'nccl' or without a store, as in MXNet) gets a record
-with ``skipped`` saying why. A second table gives, for every fused rule, the bytes per element
-its kernels move and the ratio to the least its update must move (``--rules``).
+Counts are split by phase (forward, backward, optimizer step) in the JSON (``counts``), and the
+optimizer-step counts alone are reported as ``step_*`` (what ``Trainer.step`` costs). Each
+configuration the Trainer rejects (compression with kvstore 'nccl' or without a store, as in MXNet)
+gets a record with ``skipped`` saying why. A second table gives, for every fused rule, the bytes
+per element its kernels move and the ratio to the least its update must move (``--rules``).
+
+``--measured [FILE]`` (default ``benchmarks/measured_h200.json``: steps measured by bench_train.py
+on an H200, with the device and library versions) counts each measured step at its own sizes on
+one emulated GPU and prints measured against modelled, with what dominates; ``--counts-out``
+writes those counts (``benchmarks/measured_h200_counts.json``, which tests/test_roofline.py
+checks the model against). The measured sizes are emulated as they are, the 67 M-parameter MLP
+at batch 1024 included (about a minute on two cores): counts need no scaling. NumPy has no float16
+BLAS, so float16 GEMMs are computed in float32 and rounded (as cuBLAS accumulates them); what is
+counted does not change.
 
 These are counts on emulated GPUs turned into time by a model, not GPU timings. The per-GPU batch
 is the same whatever the number of GPUs (weak scaling, as in ``scaling_model.py``).
@@ -37,12 +52,14 @@ import contextlib
 import datetime
 import gc
 import json
+import math
 import os
 import platform
 import shlex
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -53,7 +70,8 @@ if HERE not in sys.path:
 
 import roofline  # noqa: E402 - benchmarks/ is not a package
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn")  # the sweep's default
+MODELS_ALL = ("mlp", "cnn", "cnn_bn")  # bench_train.py's models
 KVSTORES = ("none", "device", "nccl")
 CODECS: dict[str, dict[str, Any] | None] = {
     "none": None, "fp16": {"type": "fp16"}, "bf16": {"type": "bf16"}, "2bit": {"type": "2bit", "threshold": 0.5},
@@ -70,46 +88,114 @@ RULE_PARAMS: dict[str, dict[str, Any]] = {"sgd": {"momentum": 0.9}, "nag": {"mom
 
 
 # -- counting ------------------------------------------------------------------------------------------
-class KernelBytes:
-    """Per emulated GPU: bytes the fused optimizer kernels moved (element traffic and tables) and by kernel."""
+class BenchCounts:
+    """Per emulated GPU, what the emulation's own counters do not hold, counted by hooks while inside
+    :func:`counting`: the fused optimizer kernels' bytes (element traffic and tables, and by kernel),
+    the GEMMs with their FLOPs, the bytes of the other RawKernel launches, and the mxlite ops."""
 
     def __init__(self) -> None:
         self.element: Counter[int] = Counter()
         self.table: Counter[int] = Counter()
         self.elements: Counter[int] = Counter()
         self.by_kernel: dict[int, Counter[str]] = {}
+        self.gemms: dict[int, Counter[tuple[str, float]]] = {}
+        self.raw_bytes: Counter[int] = Counter()
+        self.mxlite_ops: Counter[int] = Counter()
 
     def reset(self) -> None:
         """Forget every count."""
         self.__init__()
 
 
-KERNEL_BYTES = KernelBytes()
+COUNTS = BenchCounts()
+
+
+def gemm_call_flops(name: str, a_shape: Sequence[int], b_shape: Sequence[int], out_size: int) -> float:
+    """FLOPs of one GEMM call ``name(a, b)`` giving ``out_size`` elements: ``2 · out_size · K``.
+
+    K is ``a``'s last axis for matmul/dot/inner (batched matmuls included); for tensordot, einsum
+    and vdot, a single contraction is assumed: ``K = sqrt(|a|·|b| / out_size)``.
+    """
+    a_size, b_size = math.prod(a_shape), math.prod(b_shape)
+    if name in ("tensordot", "einsum", "vdot") or not a_shape:
+        k = math.sqrt(a_size * b_size / max(1, out_size))
+    else:
+        k = a_shape[-1]
+    return 2.0 * max(1, out_size) * k
+
+
+def _half_gemm_in_float32(func: Any) -> Any:
+    """``func`` (a NumPy GEMM) computing float16 operands in float32 and rounding the result to float16.
+
+    NumPy has no float16 BLAS: a 1024x4096x4096 float16 matmul would take minutes. cuBLAS also
+    accumulates float16 GEMMs in float32; the counts (calls, bytes, FLOPs) do not change.
+    """
+    def gemm(*args: Any, **kwargs: Any) -> Any:
+        if not any(isinstance(a, np.ndarray) and a.dtype == np.float16 for a in args):
+            return func(*args, **kwargs)
+        out = kwargs.pop("out", None)
+        wide = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float16 else a for a in args]
+        result = np.asarray(func(*wide, **kwargs)).astype(np.float16)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+    return gemm
 
 
 @contextlib.contextmanager
-def counting_kernel_bytes() -> Iterator[KernelBytes]:
-    """Count :data:`KERNEL_BYTES` at every launch of mxlite's fused-optimizer Launcher, while inside."""
+def counting() -> Iterator[BenchCounts]:
+    """Count :data:`COUNTS` while inside, through hooks on mxlite's fused-optimizer Launcher, the
+    emulation's array-operation dispatcher and RawKernel launch, and mxlite's Tensor constructor."""
+    from mxlite._emulation.fakecupy import _core, _rawmodule, _state  # noqa: PLC0415
+    from mxlite.autograd import tensor as _tensor  # noqa: PLC0415
     from mxlite.optimizer import _fused  # noqa: PLC0415
 
-    original = _fused.Launcher.__call__
+    originals = (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__)
+    launcher, apply, launch, tensor_init = originals
 
-    def counted(self: Any, kernel: str, buffers: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+    def counted_launcher(self: Any, kernel: str, buffers: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         plan = self.plan
         elements = int(np.sum(plan.chunk_end - plan.chunk_start))
         element, table = roofline.kernel_traffic(kernel, buffers, elements, len(plan.chunk_seg), len(plan.segments))
         gpu = self.device.device_id
-        KERNEL_BYTES.element[gpu] += element
-        KERNEL_BYTES.table[gpu] += table
-        KERNEL_BYTES.elements[gpu] += elements
-        KERNEL_BYTES.by_kernel.setdefault(gpu, Counter())[kernel] += element + table
-        return original(self, kernel, buffers, *args, **kwargs)
+        COUNTS.element[gpu] += element
+        COUNTS.table[gpu] += table
+        COUNTS.elements[gpu] += elements
+        COUNTS.by_kernel.setdefault(gpu, Counter())[kernel] += element + table
+        return launcher(self, kernel, buffers, *args, **kwargs)
 
-    _fused.Launcher.__call__ = counted
+    def counted_apply(name: str, func: Any, args: tuple, kwargs: dict[str, Any], **options: Any) -> Any:
+        if name in roofline.GEMM_OPS:
+            func = _half_gemm_in_float32(func)
+        result = apply(name, func, args, kwargs, **options)
+        if name in roofline.GEMM_OPS and len(args) >= 2 and hasattr(result, "dtype"):
+            # .shape, not np.shape(): that would dispatch to the emulated cupy.shape and count as a CuPy call
+            flops = gemm_call_flops(name, getattr(args[0], "shape", ()), getattr(args[1], "shape", ()),
+                                    int(result.size))
+            COUNTS.gemms.setdefault(_state.current_device_id(), Counter())[(result.dtype.name, flops)] += 1
+        return result
+
+    def counted_launch(self: Any, grid: Any, block: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if self.name.split("<", 1)[0] not in roofline.KERNEL_TRAFFIC:  # the fused kernels count above
+            COUNTS.raw_bytes[_state.current_device_id()] += sum(
+                int(a.nbytes) for a in (args if isinstance(args, tuple) else ()) if hasattr(a, "data"))
+        return launch(self, grid, block, args, *rest, **kwargs)
+
+    def counted_init(self: Any, data: Any, device: Any = None) -> None:
+        tensor_init(self, data, device)
+        if self._device.is_gpu:
+            COUNTS.mxlite_ops[self._device.device_id] += 1
+
+    _fused.Launcher.__call__ = counted_launcher
+    _core.apply = counted_apply
+    _rawmodule._Function.__call__ = counted_launch
+    _tensor.Tensor.__init__ = counted_init
     try:
-        yield KERNEL_BYTES
+        yield COUNTS
     finally:
-        _fused.Launcher.__call__ = original
+        (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__) = originals
 
 
 def _emulation() -> Any:
@@ -125,17 +211,20 @@ def _zero_phase() -> dict[str, Any]:
     return {"launches": 0, "kernel_launches": Counter(), "op_bytes": 0, "gemm_op_bytes": 0, "host_syncs": 0,
             "h2d_copies": 0, "h2d_bytes": 0, "d2h_copies": 0, "d2h_bytes": 0, "p2p_bytes": 0, "nccl_calls": Counter(),
             "nccl_call_bytes": Counter(), "nccl_bytes": Counter(), "kernel_bytes": 0, "kernel_elements": 0,
-            "peak_bytes": 0}
+            "peak_bytes": 0, "cupy_calls": 0, "mxlite_ops": 0, "raw_launches": 0, "raw_bytes": 0,
+            "gemms": Counter()}
 
 
 def _add_counts(total: dict[int, dict[str, Any]], gpus: int) -> None:
-    """Add the emulation's counters (and the kernel bytes) of GPUs 0..gpus-1 into ``total``, then reset them."""
+    """Add the emulation's counters (and :data:`COUNTS`) of GPUs 0..gpus-1 into ``total``, then reset them."""
     install = _emulation()
     snap = install.counters()
     for g in range(gpus):
         c, t = snap[g], total.setdefault(g, _zero_phase())
         op_launches = c.get("op_launches", {})
         t["launches"] += sum(op_launches.values()) + sum(c["kernel_launches"].values())
+        t["raw_launches"] += sum(c["kernel_launches"].values())
+        t["cupy_calls"] += sum(c["ops"].values())
         t["kernel_launches"].update(c["kernel_launches"])
         op_bytes = c.get("op_bytes", {})
         t["gemm_op_bytes"] += sum(v for k, v in op_bytes.items() if k in roofline.GEMM_OPS)
@@ -145,33 +234,23 @@ def _add_counts(total: dict[int, dict[str, Any]], gpus: int) -> None:
         t["nccl_calls"].update(c["nccl_calls"])
         t["nccl_bytes"].update(c["nccl_bytes"])
         t["nccl_call_bytes"].update(c.get("nccl_call_bytes", {}))
-        t["kernel_bytes"] += KERNEL_BYTES.element[g] + KERNEL_BYTES.table[g]
-        t["kernel_elements"] += KERNEL_BYTES.elements[g]
+        t["kernel_bytes"] += COUNTS.element[g] + COUNTS.table[g]
+        t["kernel_elements"] += COUNTS.elements[g]
+        t["raw_bytes"] += COUNTS.raw_bytes[g]
+        t["mxlite_ops"] += COUNTS.mxlite_ops[g]
+        t["gemms"].update(COUNTS.gemms.get(g, {}))
         t["peak_bytes"] = max(t["peak_bytes"], c["peak_bytes"])
     install.reset_counters()
-    KERNEL_BYTES.reset()
+    COUNTS.reset()
 
 
 # -- the models ----------------------------------------------------------------------------------------
-def build_model(model: str, args: argparse.Namespace) -> Any:
-    """The bench_train model ``model`` at the sizes of ``args`` (not initialised)."""
-    import mxlite as mx  # noqa: PLC0415
+def _bench_train() -> ModuleType:
+    """``benchmarks/bench_train.py`` (its models and batches), loaded on first use: it imports mxlite,
+    which must see MXLITE_EMULATE_GPUS first."""
+    import bench_train  # noqa: PLC0415 - benchmarks/ is on sys.path
 
-    if model == "mlp":
-        net = mx.nn.Sequential(*[mx.nn.Dense(args.hidden, activation="relu") for _ in range(args.layers)])
-        net.add(mx.nn.Dense(CLASSES))
-        return net
-    return mx.nn.Sequential(
-        mx.nn.Conv2D(32, 3, padding=1, activation="relu"), mx.nn.MaxPool2D(2),
-        mx.nn.Conv2D(64, 3, padding=1, activation="relu"), mx.nn.MaxPool2D(2),
-        mx.nn.Dense(128, activation="relu"), mx.nn.Dense(CLASSES))
-
-
-def batch_for(model: str, args: argparse.Namespace, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One per-GPU batch: float32 inputs and labels in [0, 10)."""
-    rng = np.random.default_rng(seed)
-    shape = (args.batch, args.input) if model == "mlp" else (args.cnn_batch, 3, args.image, args.image)
-    return rng.normal(size=shape).astype(np.float32), rng.integers(0, CLASSES, size=shape[0]).astype(np.float32)
+    return bench_train
 
 
 def gemm_flops(net: Any, x: Any) -> tuple[float, float, list[tuple[str, int, float]]]:
@@ -203,29 +282,46 @@ def gemm_flops(net: Any, x: Any) -> tuple[float, float, list[tuple[str, int, flo
 
 
 # -- one configuration ---------------------------------------------------------------------------------
+def phase_counts(phase: dict[str, Any], steps: int) -> roofline.PhaseCounts:
+    """One GPU's counts of one phase over ``steps`` steps (a :func:`_add_counts` total), per step."""
+    return roofline.PhaseCounts(
+        gemm_flops=sum(f * n for (_, f), n in phase["gemms"].items()) / steps,
+        gemms={k: n / steps for k, n in phase["gemms"].items()},
+        launches=phase["launches"] / steps, memory_bytes=(phase["op_bytes"] + phase["raw_bytes"]) / steps,
+        fused_bytes=phase["kernel_bytes"] / steps, host_syncs=phase["host_syncs"] / steps,
+        h2d_bytes=phase["h2d_bytes"] / steps, d2h_bytes=phase["d2h_bytes"] / steps,
+        h2d_copies=phase["h2d_copies"] / steps, d2h_copies=phase["d2h_copies"] / steps,
+        p2p_bytes=phase["p2p_bytes"] / steps, cupy_calls=phase["cupy_calls"] / steps,
+        mxlite_ops=phase["mxlite_ops"] / steps, raw_launches=phase["raw_launches"] / steps,
+        nccl_calls={k: v / steps for k, v in phase["nccl_calls"].items()},
+        nccl_call_bytes={k: v / steps for k, v in phase["nccl_call_bytes"].items()})
+
+
 def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train ``--warmup`` steps, then count ``--steps`` steps of one configuration; one JSON record."""
     import mxlite as mx  # noqa: PLC0415
 
     install = _emulation()
+    bt = _bench_train()
     gc.collect()  # the previous configuration's arrays leave the emulated GPUs
     # What earlier configurations still hold (communicators, cached tables) is not this one's: peak_bytes
     # counts from the bytes in use before this configuration builds anything.
     baseline = {g: c["bytes_in_use"] for g, c in install.counters().items()}
     devices = [mx.gpu(i) for i in range(gpus)]
     record: dict[str, Any] = {"model": model, "gpus": gpus, "kvstore": kvstore, "codec": codec,
-                              "optimizer": args.optimizer}
+                              "optimizer": args.optimizer, "dtype": args.dtype, "gpu": args.gpu}
     if kvstore == "none" and codec != "none":
         record["skipped"] = "no store: the Trainer compresses nothing (compression belongs to a store)"
         return record
     mx.random.seed(0)
-    net = build_model(model, args)
+    net = bt.mxlite_model(model, args)
+    if args.dtype != "float32":
+        net.cast(args.dtype)
     net.initialize(mx.init.Xavier(), device=devices)
-    x, y = batch_for(model, args)
+    x, y = bt.make_batch(model, args)
     xs = [mx.array(x, device=d) for d in devices]
     ys = [mx.array(y, device=d) for d in devices]
-    lr = {"sgd": 0.01}.get(args.optimizer, 1e-3)
-    opt_params = {"learning_rate": lr, **RULE_PARAMS.get(args.optimizer, {})}
+    opt_params = {"learning_rate": bt.LEARNING_RATES.get(args.optimizer, 1e-3), **RULE_PARAMS.get(args.optimizer, {})}
     try:
         trainer = mx.Trainer(net.collect_params(), args.optimizer, opt_params,
                              kvstore=None if kvstore == "none" else kvstore, compression_params=CODECS[codec])
@@ -248,7 +344,7 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     with devices[0]:
         flops_fwd, flops_bwd, tensors = gemm_flops(net, xs[0])
     install.reset_counters()
-    KERNEL_BYTES.reset()
+    COUNTS.reset()
     phases: dict[str, dict[int, dict[str, Any]]] = {"forward": {}, "backward": {}, "step": {}}
     for _ in range(args.steps):
         losses = forward()
@@ -258,21 +354,14 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
         trainer.step(per_gpu_batch * gpus)
         _add_counts(phases["step"], gpus)
     steps = args.steps
+    spec = roofline.GPUS[args.gpu]
     # Per GPU and per step; the largest GPU figure is what paces a synchronous step.
     per_gpu = []
     for g in range(gpus):
-        counts = {}
-        for name, phase in phases.items():
-            counts[name] = roofline.PhaseCounts(
-                gemm_flops=flops_fwd if name == "forward" else flops_bwd if name == "backward" else 0.0,
-                launches=phase[g]["launches"] / steps,
-                memory_bytes=(phase[g]["op_bytes"] + phase[g]["kernel_bytes"]) / steps,
-                host_syncs=phase[g]["host_syncs"] / steps, h2d_bytes=phase[g]["h2d_bytes"] / steps,
-                d2h_bytes=phase[g]["d2h_bytes"] / steps, p2p_bytes=phase[g]["p2p_bytes"] / steps,
-                nccl_calls={k: v / steps for k, v in phase[g]["nccl_calls"].items()},
-                nccl_call_bytes={k: v / steps for k, v in phase[g]["nccl_call_bytes"].items()})
-        per_gpu.append((counts, roofline.step_seconds(counts, gpus)))
+        counts = {name: phase_counts(phase[g], steps) for name, phase in phases.items()}
+        per_gpu.append((counts, roofline.step_seconds(counts, gpus, spec)))
     slowest = max(range(gpus), key=lambda g: per_gpu[g][1]["modelled_s"])
+    record["counts"] = {name: roofline.counts_to_json(c) for name, c in per_gpu[slowest][0].items()}
 
     def total(key: str, g: int, only: str | None = None) -> float:
         return sum(phases[p][g][key] for p in phases if only is None or p == only) / steps
@@ -290,11 +379,15 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     model_s = per_gpu[slowest][1]
     params = sum(int(np.prod(p.shape)) for p in net.collect_params().values() if p.grad_req != "null")
     tensors_count = sum(1 for p in net.collect_params().values() if p.grad_req != "null")
+    gemm_calls: Counter[tuple[str, float]] = Counter()
+    for p in phases.values():
+        gemm_calls.update(p[slowest]["gemms"])
     record.update({
         "params": params, "param_tensors": tensors_count, "per_gpu_batch": per_gpu_batch,
         "launches": worst("launches"), "host_syncs": worst("host_syncs"), "h2d_bytes": worst("h2d_bytes"),
         "d2h_bytes": worst("d2h_bytes"), "h2d_copies": worst("h2d_copies"), "d2h_copies": worst("d2h_copies"),
-        "p2p_bytes": worst("p2p_bytes"),
+        "p2p_bytes": worst("p2p_bytes"), "cupy_calls": worst("cupy_calls"), "mxlite_ops": worst("mxlite_ops"),
+        "raw_launches": worst("raw_launches"),
         "nccl_calls": max(sum(counter_total("nccl_calls", g).values()) for g in range(gpus)),
         "nccl_bytes": max(sum(counter_total("nccl_bytes", g).values()) for g in range(gpus)),
         "nccl_calls_by_name": counter_total("nccl_calls", slowest),
@@ -303,15 +396,20 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
         "kernel_bytes_per_element": (worst("kernel_bytes") / worst("kernel_elements")
                                      if worst("kernel_elements") else 0.0),
         "peak_bytes": max(phases[p][g]["peak_bytes"] - baseline.get(g, 0) for p in phases for g in range(gpus)),
-        "memory_bytes": worst("op_bytes") + worst("kernel_bytes"),
-        "gemm_flops": flops_fwd + flops_bwd,
+        "memory_bytes": worst("op_bytes") + worst("raw_bytes") + worst("kernel_bytes"),
+        "gemm_flops": sum(f * n for (_, f), n in gemm_calls.items()) / steps,
+        "layer_gemm_flops": flops_fwd + flops_bwd,
+        "gemm_calls": sum(gemm_calls.values()) / steps,
         "kernel_launches": counter_total("kernel_launches", slowest),
         "step_launches": worst("launches", "step"), "step_host_syncs": worst("host_syncs", "step"),
         "step_h2d_bytes": worst("h2d_bytes", "step"), "step_d2h_bytes": worst("d2h_bytes", "step"),
         "step_nccl_calls": max(sum(counter_total("nccl_calls", g, "step").values()) for g in range(gpus)),
         "backward_nccl_calls": max(sum(counter_total("nccl_calls", g, "backward").values()) for g in range(gpus)),
         "modelled_ms": model_s["modelled_s"] * 1e3, "roofline_ms": model_s["roofline_s"] * 1e3,
+        "host_ms": model_s["host_s"] * 1e3, "gpu_ms": model_s["gpu_s"] * 1e3,
+        "dominant": roofline.dominant(model_s),
         "parts_ms": {ph: {k: v * 1e3 for k, v in parts.items()} for ph, parts in model_s["parts"].items()},
+        "host_parts_ms": {ph: {k: v * 1e3 for k, v in parts.items()} for ph, parts in model_s["host_parts"].items()},
         "buckets": _bucket_count(trainer),
     })
     # The gradient tensors in backward order with their modelled backward time: a scaling_model profile.
@@ -320,7 +418,7 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     fwd = model_s["parts"]["forward"]
     stp = model_s["parts"]["step"]
     total_flops = sum(f for _, _, f in tensors) or 1.0
-    itemsize = 4
+    itemsize = np.dtype(args.dtype).itemsize
     record["profile"] = {
         "name": f"{model}-counted", "forward_s": fwd["gemm"] + fwd["memory"] + fwd["launch"],
         "optimizer_s": stp["gemm"] + stp["memory"] + stp["launch"],
@@ -363,19 +461,94 @@ def rule_traffic(args: argparse.Namespace) -> list[dict[str, Any]]:
                     loss = (net(x) * net(x)).sum()
                 loss.backward()
                 if step == 1:
-                    KERNEL_BYTES.reset()
+                    COUNTS.reset()
                 trainer.step(8)
-            element, elements = KERNEL_BYTES.element[0], KERNEL_BYTES.elements[0]
-            launches = sum(KERNEL_BYTES.by_kernel.get(0, {}).values()) and len(KERNEL_BYTES.by_kernel.get(0, {}))
+            element, elements = COUNTS.element[0], COUNTS.elements[0]
+            launches = sum(COUNTS.by_kernel.get(0, {}).values()) and len(COUNTS.by_kernel.get(0, {}))
             params_n = sum(int(np.prod(p.shape)) for p in net.collect_params().values())
             per = element / params_n if params_n else 0.0
             grad_bytes = 2 if dtype == "float16" else 4
             minimum = roofline.minimum_bytes_per_element(RULE_STATES[rule], 2 if dtype == "float16" else 4,
                                                          grad_bytes, master=dtype == "float16")
-            rows.append({"rule": rule, "weights": dtype, "kernels": sorted(KERNEL_BYTES.by_kernel.get(0, {})),
+            rows.append({"rule": rule, "weights": dtype, "kernels": sorted(COUNTS.by_kernel.get(0, {})),
                          "launches": launches, "bytes_per_element": per, "minimum_bytes_per_element": minimum,
                          "ratio": per / minimum, "elements_launched": elements})
     return rows
+
+
+# -- measured steps ------------------------------------------------------------------------------------
+MEASURED_DEFAULT = os.path.join(HERE, "measured_h200.json")
+_SIZE_KEYS = ("hidden", "layers", "input", "batch", "image", "cnn_batch", "optimizer", "dtype")
+
+
+def load_measured(path: str) -> dict[str, Any]:
+    """A measured-steps file (``measured_h200.json``): ``gpu`` (a key of :data:`roofline.GPUS`), ``device``,
+    ``versions`` and ``steps``, each step with ``name``, ``model``, its sizes and ``mxlite_ms``.
+
+    Raises:
+        ValueError: a missing key or an unknown GPU or model, naming the file and the entry.
+    """
+    with open(path) as f:
+        data = json.load(f)
+    for key in ("gpu", "device", "versions", "steps"):
+        if key not in data:
+            raise ValueError(f"{path}: no {key!r} (a measured-steps file has gpu, device, versions and steps)")
+    if data["gpu"] not in roofline.GPUS:
+        raise ValueError(f"{path}: gpu {data['gpu']!r} is not one of {', '.join(roofline.GPUS)}")
+    for i, step in enumerate(data["steps"]):
+        missing = [k for k in ("name", "model", "mxlite_ms") if k not in step]
+        if missing or step["model"] not in MODELS_ALL:
+            raise ValueError(f"{path}: step {i} ({step.get('name')!r}) lacks {missing} or has an unknown model "
+                             f"{step.get('model')!r} (one of {', '.join(MODELS_ALL)})")
+    return data
+
+
+def run_measured(data: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each measured step counted at its own sizes (one emulated GPU, no store, no codec) and modelled on
+    the file's GPU: a record with ``name``, ``measured_ms``, ``torch_ms`` and ``error`` (modelled over
+    measured, less one) added."""
+    rows = []
+    for step in data["steps"]:
+        sized = argparse.Namespace(**{**vars(args), **{k: step[k] for k in _SIZE_KEYS if k in step},
+                                      "gpu": data["gpu"]})
+        print(f"counting {step['name']} ...", file=sys.stderr, flush=True)
+        record = run_config(step["model"], 1, "none", "none", sized)
+        record.update(name=step["name"], measured_ms=step["mxlite_ms"], torch_ms=step.get("torch_ms"),
+                      error=record["modelled_ms"] / step["mxlite_ms"] - 1)
+        rows.append(record)
+    return rows
+
+
+def print_measured(rows: list[dict[str, Any]], data: dict[str, Any]) -> None:
+    """Measured against modelled, side by side, with what the model says dominates."""
+    versions = ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+    print(f"Measured on {data['device']} ({versions}) against modelled ({roofline.GPUS[data['gpu']].name}):")
+    print(f"{'step':16s} {'params':>10s} {'calls':>6s} {'launch':>6s} {'GFLOP':>7s} {'measured':>8s} "
+          f"{'modelled':>8s} {'error':>6s} {'host ms':>7s} {'GPU ms':>7s} {'torch':>6s}  dominated by")
+    for r in rows:
+        d = r["dominant"]
+        torch_ms = "" if r.get("torch_ms") is None else f"{r['torch_ms']:6.2f}"
+        print(f"{r['name']:16s} {r['params']:10d} {r['cupy_calls']:6.0f} {r['launches']:6.0f} "
+              f"{r['gemm_flops'] / 1e9:7.1f} {r['measured_ms']:8.2f} {r['modelled_ms']:8.2f} {100 * r['error']:+5.0f}% "
+              f"{r['host_ms']:7.2f} {r['gpu_ms']:7.2f} {torch_ms:>6s}  {d['side']}: {d['part']} "
+              f"({100 * d['share']:.0f}%)")
+    print("calls: CuPy calls per step; launch: kernels; error: modelled / measured - 1 (the small MLP calibrates "
+          "MXLITE_PYTHON_PER_CALL_S; the others are predictions)")
+
+
+def save_counts(path: str, rows: list[dict[str, Any]], data: dict[str, Any], argv: list[str] | None) -> None:
+    """The measured steps' counts per phase (:func:`roofline.counts_to_json`), with the measured ms, as JSON."""
+    import mxlite as mx  # noqa: PLC0415
+
+    out = {"note": "counts per step on one emulated GPU of the steps in measured_h200.json (bench_gpu_model.py "
+                   "--measured --counts-out); regenerate when mxlite's step changes",
+           "command": shlex.join(["python3", "benchmarks/bench_gpu_model.py", *(argv or sys.argv[1:])]),
+           "date": datetime.date.today().isoformat(), "mxlite": mx.__version__, "gpu": data["gpu"],
+           "steps": [{"name": r["name"], "model": r["model"], "measured_ms": r["measured_ms"], "counts": r["counts"]}
+                     for r in rows]}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
 
 
 # -- output --------------------------------------------------------------------------------------------
@@ -385,18 +558,19 @@ def _mib(n: float) -> str:
 
 def print_table(records: list[dict[str, Any]]) -> None:
     """The per-configuration table (skipped configurations listed apart)."""
-    head = (f"{'model':5s} {'gpus':>4s} {'kvstore':7s} {'codec':9s} {'launch':>6s} {'syncs':>5s} {'h2d B':>8s} "
-            f"{'d2h B':>7s} {'nccl':>5s} {'nccl MiB':>8s} {'kern MiB':>8s} {'B/elem':>6s} {'peak MiB':>8s} "
-            f"{'step: syncs/h2d/d2h':>20s} {'roofl ms':>8s} {'model ms':>8s}")
+    head = (f"{'model':6s} {'gpus':>4s} {'kvstore':7s} {'codec':9s} {'calls':>5s} {'launch':>6s} {'syncs':>5s} "
+            f"{'h2d B':>8s} {'d2h B':>7s} {'nccl':>5s} {'nccl MiB':>8s} {'kern MiB':>8s} {'B/elem':>6s} "
+            f"{'peak MiB':>8s} {'step: syncs/h2d/d2h':>20s} {'roofl ms':>8s} {'host ms':>8s} {'model ms':>8s}")
     print(head)
     for r in records:
         if "skipped" in r or "error" in r:
             continue
         step = f"{r['step_host_syncs']:.0f}/{r['step_h2d_bytes']:.0f}/{r['step_d2h_bytes']:.0f}"
-        print(f"{r['model']:5s} {r['gpus']:4d} {r['kvstore']:7s} {r['codec']:9s} {r['launches']:6.0f} "
-              f"{r['host_syncs']:5.0f} {r['h2d_bytes']:8.0f} {r['d2h_bytes']:7.0f} {r['nccl_calls']:5.0f} "
-              f"{_mib(r['nccl_bytes']):>8s} {_mib(r['kernel_bytes']):>8s} {r['kernel_bytes_per_element']:6.1f} "
-              f"{_mib(r['peak_bytes']):>8s} {step:>20s} {r['roofline_ms']:8.3f} {r['modelled_ms']:8.3f}")
+        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {r['codec']:9s} {r['cupy_calls']:5.0f} "
+              f"{r['launches']:6.0f} {r['host_syncs']:5.0f} {r['h2d_bytes']:8.0f} {r['d2h_bytes']:7.0f} "
+              f"{r['nccl_calls']:5.0f} {_mib(r['nccl_bytes']):>8s} {_mib(r['kernel_bytes']):>8s} "
+              f"{r['kernel_bytes_per_element']:6.1f} {_mib(r['peak_bytes']):>8s} {step:>20s} "
+              f"{r['roofline_ms']:8.3f} {r['host_ms']:8.3f} {r['modelled_ms']:8.3f}")
     skipped = sorted({(r["kvstore"], r["codec"], r["skipped"]) for r in records if "skipped" in r})
     for kv, codec, why in skipped:
         print(f"skipped kvstore={kv} codec={codec}: {why}")
@@ -412,20 +586,28 @@ def print_rules(rows: list[dict[str, Any]]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(MODELS), help=f"from {', '.join(MODELS_ALL)}")
     p.add_argument("--gpus", default="1,2,4", help="emulated GPU counts")
     p.add_argument("--kvstores", default=",".join(KVSTORES))
     p.add_argument("--codecs", default=",".join(CODECS))
     p.add_argument("--optimizer", default="adam", choices=RULES)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="weights and inputs")
+    p.add_argument("--gpu", default="h100", choices=sorted(roofline.GPUS), help="the GPU the model describes")
     p.add_argument("--hidden", type=int, default=512, help="MLP hidden width (bench_train's default is 4096)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--input", type=int, default=512, help="MLP input features")
     p.add_argument("--batch", type=int, default=64, help="MLP batch per GPU")
-    p.add_argument("--image", type=int, default=16, help="CNN image side")
+    p.add_argument("--image", type=int, default=16, help="CNN image side (a multiple of 4)")
     p.add_argument("--cnn-batch", type=int, default=16, help="CNN batch per GPU")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="counted steps (counts are per step)")
     p.add_argument("--no-rules", dest="rules", action="store_false", help="skip the per-rule traffic table")
+    p.add_argument("--measured", nargs="?", const=MEASURED_DEFAULT,
+                   help="count the steps of a measured-steps file (default benchmarks/measured_h200.json) at "
+                        "their sizes, on their GPU, and print measured against modelled")
+    p.add_argument("--only-measured", action="store_true", help="with --measured: skip the configuration sweep")
+    p.add_argument("--counts-out", help="with --measured: write each measured step's counts per phase here (what "
+                                        "tests/test_roofline.py checks the model against: measured_h200_counts.json)")
     p.add_argument("--json", help="write every record here")
     return p
 
@@ -436,12 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MXLITE_EMULATE_GPUS", str(max(gpu_counts)))
     import mxlite as mx  # noqa: PLC0415
 
+    measured = load_measured(args.measured) if args.measured else None
     if mx.num_gpus() < max(gpu_counts):
         raise SystemExit(f"asked for {max(gpu_counts)} GPUs, {mx.num_gpus()} are emulated (MXLITE_EMULATE_GPUS)")
     _emulation()
-    records = []
-    with counting_kernel_bytes():
-        for model in args.models.split(","):
+    records: list[dict[str, Any]] = []
+    compared: list[dict[str, Any]] = []
+    with counting():
+        for model in ([] if args.only_measured else args.models.split(",")):
             for gpus in gpu_counts:
                 for kv in args.kvstores.split(","):
                     for codec in args.codecs.split(","):
@@ -452,22 +636,34 @@ def main(argv: list[str] | None = None) -> int:
                                             "error": f"{type(exc).__name__}: {exc}"})
                             print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec}: {records[-1]['error']}",
                                   file=sys.stderr)
-        rules = rule_traffic(args) if args.rules else []
-    print("Counts per step on emulated GPUs (largest GPU), modelled H100 time (benchmarks/roofline.py):")
-    print_table(records)
+        rules = rule_traffic(args) if args.rules and not args.only_measured else []
+        if measured is not None:
+            compared = run_measured(measured, args)
+    if records:
+        print(f"Counts per step on emulated GPUs (largest GPU), modelled {roofline.GPUS[args.gpu].name} time "
+              "(benchmarks/roofline.py):")
+        print_table(records)
     if rules:
         print("\nFused optimizer kernels: bytes per element moved, and the ratio to the least the update must move")
         print_rules(rules)
+    if compared:
+        print()
+        print_measured(compared, measured)
     print("\nroofline constants:")
     print(roofline.constants_table())
+    if args.counts_out and compared:
+        save_counts(args.counts_out, compared, measured, argv)
     if args.json:
         out = {"date": datetime.date.today().isoformat(), "command": shlex.join([sys.argv[0], *(argv or sys.argv[1:])]),
                "python": platform.python_version(), "numpy": np.__version__, "mxlite": mx.__version__,
                "emulated_gpus": mx.num_gpus(), "args": vars(args),
                "constants": {k: {"value": v, "unit": u, "source": s} for k, (v, u, s) in roofline.CONSTANTS.items()},
                "records": records, "rules": rules}
+        if measured is not None:
+            out["measured"] = {"device": measured["device"], "gpu": measured["gpu"], "versions": measured["versions"],
+                               "steps": compared}
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump(out, f, indent=1, default=str)
     return 0
 
 

@@ -12,7 +12,8 @@ Models (``--models mlp,cnn``; ``cnn_bn`` on request):
 Each model trains with softmax cross-entropy on one fixed random batch already on the device:
 
 * mxlite on one device (``gpu(0)`` with ``--device gpu``, else ``cpu(0)``), with the Trainer
-  over ``kvstore=None`` (no store), ``'device'`` and, on a GPU, ``'nccl'`` (world size 1);
+  over ``kvstore=None`` (no store), ``'device'`` and, on a GPU, ``'nccl'`` (world size 1;
+  ``--kvstores`` picks);
 * PyTorch eager, same layers (PyTorch's default init: only speed is compared), with
   ``torch.optim.SGD(momentum=0.9, foreach=True)`` (``Adam(foreach=True)`` with
   ``--optimizer adam``), when torch is installed.
@@ -410,6 +411,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5, help="timed runs (the median is reported)")
+    parser.add_argument("--kvstores", default="none,device,nccl",
+                        help="mxlite Trainer kvstores to run, from none, device, nccl ('nccl' on a GPU only)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     parser.add_argument("--json", help="write the records here")
     return parser
@@ -430,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps, --repeat, --hidden, --layers, --input, --batch and --cnn-batch must be positive")
     use_gpu = args.device == "gpu" or (args.device == "auto" and mx.num_gpus() > 0)
     device = mx.gpu(0) if use_gpu else mx.cpu(0)
-    kvstores: list[str | None] = [None, "device"] + (["nccl"] if use_gpu else [])
+    wanted = [k.strip() for k in args.kvstores.split(",") if k.strip()]
+    if not wanted or any(k not in ("none", "device", "nccl") for k in wanted):
+        parser.error(f"--kvstores takes none, device and nccl, got {args.kvstores!r}")
+    kvstores: list[str | None] = [None if k == "none" else k for k in wanted if use_gpu or k != "nccl"]
     have_torch = not args.no_torch and versions()["torch"] is not None
     notes = [] if have_torch else ["PyTorch skipped (--no-torch or not installed)"]
     records: list[dict[str, Any]] = []

@@ -9,17 +9,29 @@ costs on emulated GPUs (whatever the machine) and ``scaling_model`` then takes i
 from those counts (``--counts``).
 Ends with a summary of what ran, how long it took and what failed; the exit status is the
 number of failures. Run from the checkout: ``PYTHONPATH=.`` is set for the children.
+
+``--proof`` (``make gpu-proof``) runs instead what a lent GPU machine has minutes for, most
+important first: bench_train once per step of ``measured_h200.json`` at that step's sizes
+(mxlite with ``kvstore=None`` against PyTorch; 10 steps x 3 runs), bench_optimizer, profile_step's
+per-op overhead on the MLP, and bench_allreduce; then ``proof_summary.py`` prints mxlite against
+torch per model, the fused optimizer table, and measured against modelled. ``--budget SECONDS``
+bounds the whole run: each benchmark may take what is left (it is stopped when that runs out) and
+those that no longer fit are skipped; the summary is printed whatever ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)  # proof_summary, beside this file
 ROOT = os.path.dirname(HERE)
 
 
@@ -30,6 +42,30 @@ def _has_gpu() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: all mean "no GPU"
         return False
+
+
+def proof_plan(device: str, quick: bool) -> list[tuple[str, str, list[str]]]:
+    """(output name, benchmark script, arguments) of ``--proof``'s runs, most important first."""
+    import proof_summary  # noqa: PLC0415 - benchmarks/ is on sys.path
+
+    with open(proof_summary.MEASURED) as f:
+        steps = json.load(f)["steps"]
+    dev = ["--device", device]
+    timing = ["--steps", "3", "--repeat", "2", "--warmup", "1"] if quick else ["--steps", "10", "--repeat", "3",
+                                                                               "--warmup", "3"]
+    small = ["--hidden", "256", "--input", "256", "--batch", "32", "--image", "8", "--cnn-batch", "8"]
+    runs = [(proof_summary.train_output(step), "bench_train",
+             dev + proof_summary.train_arguments(step) + (small if quick else []) + ["--kvstores", "none"] + timing)
+            for step in steps]
+    runs += [
+        ("bench_optimizer", "bench_optimizer", dev + (["--params", "2000000", "--repeat", "2", "--rules", "adam,sgd"]
+                                                     if quick else ["--repeat", "3"])),
+        ("profile_step", "profile_step", dev + ["--steps", "3"] + (["--hidden", "256", "--input", "256", "--batch",
+                                                                     "32"] if quick else [])),
+        ("bench_allreduce", "bench_allreduce", ["--repeat", "5", "--large-elements", "262144", "--compress-elements",
+                                                "1048576"] if quick else ["--repeat", "10"]),
+    ]
+    return runs
 
 
 def plan(device: str, quick: bool) -> list[tuple[str, list[str]]]:
@@ -59,34 +95,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--only", help="comma-separated benchmark names to run (default: all)")
+    parser.add_argument("--proof", action="store_true", help="make gpu-proof's runs, then proof_summary.py")
+    parser.add_argument("--budget", type=float, help="seconds the whole run may take (default: no bound)")
+    parser.add_argument("--tests-log", help="with --proof: the GPU tests' log, whose outcome the summary shows")
     args = parser.parse_args(argv)
     device = args.device if args.device != "auto" else ("gpu" if _has_gpu() else "cpu")
     os.makedirs(args.out, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     wanted = set(args.only.split(",")) if args.only else None
+    deadline = None if args.budget is None else time.monotonic() + args.budget
+    runs = proof_plan(device, args.quick) if args.proof else [(n, n, extra) for n, extra in plan(device, args.quick)]
     summary = []
-    for name, extra in plan(device, args.quick):
+    for name, script, extra in runs:
         if wanted is not None and name not in wanted:
             continue
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < 5:
+            summary.append((name, "skipped (budget)", 0.0))
+            continue
         json_path = os.path.join(args.out, f"{name}.json")
-        extra = extra + (["--json", json_path] if name != "scaling_model" else
+        extra = extra + (["--json", json_path] if script != "scaling_model" else
                          ["--json", json_path, "--out", args.out])
         counts = os.path.join(args.out, "bench_gpu_model.json")
-        if name == "scaling_model" and os.path.exists(counts):
+        if script == "scaling_model" and os.path.exists(counts):
             extra += ["--counts", counts]  # compute times from the costs counted just before
-        command = [sys.executable, os.path.join(HERE, f"{name}.py"), *extra]
+        command = [sys.executable, os.path.join(HERE, f"{script}.py"), *extra]
         print(f"== {name}: {' '.join(command[1:])}", flush=True)
         start = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        # its own process group, so that a benchmark stopped by the budget takes its children (mpiexec) with it
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                                 start_new_session=True)
+        try:
+            stdout, stderr = child.communicate(timeout=left)
+            status = "ok" if child.returncode == 0 else f"FAILED ({child.returncode})"
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            stderr += f"\nstopped: the --budget ran out after {left:.0f} s"
+            status = "FAILED (budget)"
         elapsed = time.perf_counter() - start
         with open(os.path.join(args.out, f"{name}.txt"), "w") as f:
-            f.write(result.stdout + result.stderr)
-        print(result.stdout, result.stderr[-4000:] if result.returncode else "", sep="", flush=True)
-        summary.append((name, result.returncode, elapsed))
+            f.write(stdout + stderr)
+        print(stdout, stderr[-4000:] if status != "ok" else "", sep="", flush=True)
+        summary.append((name, status, elapsed))
     print(f"device: {device}; results in {args.out}")
-    for name, code, elapsed in summary:
-        print(f"  {name:18s} {'ok' if code == 0 else f'FAILED ({code})':12s} {elapsed:7.1f} s")
-    return sum(1 for _, code, _ in summary if code != 0)
+    for name, status, elapsed in summary:
+        print(f"  {name:32s} {status:16s} {elapsed:7.1f} s")
+    if args.proof:
+        import proof_summary  # noqa: PLC0415
+
+        proof_summary.main(["--bench", args.out, "--json", os.path.join(args.out, "summary.json")]
+                           + (["--tests", args.tests_log] if args.tests_log else []))
+    return sum(1 for _, status, _ in summary if status.startswith("FAILED"))
 
 
 if __name__ == "__main__":

@@ -696,11 +696,13 @@ def measure(sizes: Sequence[int] = FIT_BYTES, bench_args: Sequence[str] | None =
     Raises:
         RuntimeError: the MPI run failed (its output is in the message).
     """
-    from mxlite.cli.launch import find_mpiexec  # noqa: PLC0415
+    from mxlite.cli.launch import find_mpiexec, mpi_flavour, root_options  # noqa: PLC0415
 
+    mpiexec = find_mpiexec()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "measured.json")
-        command = [find_mpiexec(), "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--measure-worker", out,
+        command = [mpiexec, *root_options(mpi_flavour(mpiexec)), "-n", str(ranks), sys.executable,
+                   os.path.abspath(__file__), "--measure-worker", out,
                    "--fit-bytes", ",".join(map(str, sizes)), "--fit-rounds", str(rounds), "--fit-warmup", str(warmup),
                    "--fit-repeat", str(repeat), "--fit-pool-mib", str(pool_bytes / 2**20), "--fit-burst", str(burst)]
         if bench_args is not None:

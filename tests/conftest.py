@@ -5,6 +5,10 @@ The GPU-marked tests are meant to run everywhere. Where no NVIDIA driver is load
 ``import cupy`` reach mxlite's strict CuPy/NCCL double (docs/gpu-emulation.md). On a machine with
 a driver nothing is set and the same tests run on the real GPUs. An explicit
 ``MXLITE_EMULATE_GPUS`` (``0`` turns the emulation off) always wins.
+
+A test that needs several GPUs says so with ``@pytest.mark.requires_gpus(n)``: with fewer GPUs
+visible (a one-GPU machine, ``MXLITE_EMULATE_GPUS=1``) it is skipped, naming how many it needs
+and how many there are.
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ _NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # present whenever the kernel dr
 
 if "MXLITE_EMULATE_GPUS" not in os.environ and not os.path.exists(_NVIDIA_DRIVER):
     os.environ["MXLITE_EMULATE_GPUS"] = str(EMULATED_GPUS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires_gpus(n): needs n GPUs (real, or emulated); skipped with fewer")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test marked ``requires_gpus(n)`` when fewer than n GPUs are visible."""
+    marker = item.get_closest_marker("requires_gpus")
+    if marker is None:
+        return
+    import mxlite as mx  # noqa: PLC0415 - after MXLITE_EMULATE_GPUS is settled above
+
+    needed, have = int(marker.args[0]), mx.num_gpus()
+    if have < needed:
+        pytest.skip(f"needs {needed} GPUs, {have} visible (real ones, or MXLITE_EMULATE_GPUS={needed})")
 
 
 @pytest.fixture

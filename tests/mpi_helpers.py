@@ -10,22 +10,29 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The mpiexec of the MPI library mpi4py loads (a launcher of another MPI starts singletons that never
+# meet), with Open MPI's --allow-run-as-root when the tests run as root (lent GPU machines, containers).
 try:
     import mpi4py  # noqa: F401
 
-    from mxlite.cli.launch import find_mpiexec
+    from mxlite.cli.launch import find_mpiexec, mpi_flavour, root_options
 
-    MPIEXEC = find_mpiexec()
-except (ImportError, FileNotFoundError):  # pragma: no cover - CI installs the mpi extra
-    MPIEXEC = None
+    MPIEXEC: str | None = find_mpiexec()
+    MPIEXEC_OPTIONS = root_options(mpi_flavour(MPIEXEC))
+    _WHY_NOT = ""
+except (ImportError, FileNotFoundError) as exc:  # pragma: no cover - CI installs the mpi extra
+    MPIEXEC, MPIEXEC_OPTIONS = None, []
+    _WHY_NOT = f": {exc}"
 
-needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec (pip install 'mxlite[mpi]')")
+needs_mpi = pytest.mark.skipif(MPIEXEC is None,
+                               reason=f"needs mpi4py and its MPI's mpiexec (pip install 'mxlite[mpi]'){_WHY_NOT}")
 
 
 def mpirun(n: int, *args: str, timeout: float = 120, **env_vars: str) -> subprocess.CompletedProcess:
     """``mpiexec -n N python ARGS`` from the repository root, the checkout on PYTHONPATH; no status check."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars)
-    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *args], capture_output=True, text=True,
+    return subprocess.run([MPIEXEC, *MPIEXEC_OPTIONS, "-n", str(n), sys.executable, *args], capture_output=True,
+                          text=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
 

@@ -188,7 +188,7 @@ def test_mlp_training_adam_one_gpu_matches_cpu():
     _compare_training([mx.gpu(0)], [mx.cpu(0)], optimizer="adam", opt_params={"learning_rate": 0.01})
 
 
-@pytest.mark.skipif(mx.num_gpus() < 2, reason="needs two GPUs")
+@pytest.mark.requires_gpus(2)
 def test_mlp_training_two_gpus_matches_cpu():
     _compare_training([mx.gpu(0), mx.gpu(1)], [mx.cpu(0), mx.cpu(1)])
 
@@ -268,7 +268,7 @@ def test_gpu_random_keeps_the_requested_dtype(dtype):
         assert out.dtype == np.dtype(dtype) and np.isfinite(out.asnumpy()).all()
 
 
-@pytest.mark.skipif(mx.num_gpus() < 2, reason="needs two GPUs")
+@pytest.mark.requires_gpus(2)
 def test_peer_copy_of_a_strided_temporary():
     """A non-contiguous temporary copied to another GPU, then freed and its memory reused at once."""
     with mx.gpu(0).use():

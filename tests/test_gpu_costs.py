@@ -20,7 +20,7 @@ import pytest
 
 import mxlite as mx
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.requires_gpus(2)]
 
 TABLE_BYTES = 16  # HP = 4 float32 values per parameter tensor (mxlite/optimizer/_fused.py)
 

@@ -337,9 +337,9 @@ def test_prefetchingiter_refuses_iterators_that_disagree():
 
 
 def test_prefetchingiter_threads_end_when_it_is_dropped():
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # Thread objects: an ident can be reused once a thread ends
     piter = mxio.PrefetchingIter([_Counter(3), _Counter(3)])
-    threads = [t for t in threading.enumerate() if t.ident not in before]
+    threads = [t for t in threading.enumerate() if t not in before]
     assert len(threads) == 2 and all(t.daemon for t in threads)
     del piter
     gc.collect()

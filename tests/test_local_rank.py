@@ -104,7 +104,8 @@ def test_launch_places_processes_with_open_mpi_spelling(script, tmp_path):
 
 def test_launch_without_placement_is_unchanged(script):
     cmd = launch.launch_command(2, script)
-    assert cmd[1:] == ["-n", "2", sys.executable, "-m", "mxlite.cli.rank", script]
+    as_root = launch.root_options(launch.mpi_flavour(cmd[0]))  # Open MPI as root: --allow-run-as-root
+    assert cmd[1:] == ["-n", "2", *as_root, sys.executable, "-m", "mxlite.cli.rank", script]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -131,3 +132,76 @@ def test_cli_launch_needs_n_or_hosts_and_ppn(script, capsys):
         cli.main(["launch", script])
     assert "-n is required" in capsys.readouterr().err
 
+
+
+# -- which mpiexec: the one of the MPI library mpi4py loads -------------------------------------------
+def _fake_mpiexec(folder, banner):
+    """An executable ``folder/mpiexec`` whose ``--version`` prints ``banner``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "mpiexec"
+    path.write_text(f"#!/bin/sh\necho '{banner}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+OPEN_MPI_BANNER = "mpiexec (Open MPI) 4.1.5"
+MPICH_BANNER = "HYDRA build details:\n    Version: 4.2.0"
+
+
+@pytest.fixture
+def fake_mpis(tmp_path, monkeypatch):
+    """A Python without an mpiexec beside it, an Open MPI mpiexec first on PATH, and an MPICH one in
+    the prefix of the library mpi4py is made to load (``lib/libmpi.so.12``)."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python" / "bin" / "python3"))
+    openmpi = _fake_mpiexec(tmp_path / "openmpi" / "bin", OPEN_MPI_BANNER)
+    mpich = _fake_mpiexec(tmp_path / "mpich" / "bin", MPICH_BANNER)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "openmpi" / "bin"), "/usr/bin", "/bin"]))
+
+    def library(version):
+        info = {"version": version, "libraries": [str(tmp_path / "mpich" / "lib" / "libmpi.so.12")], "mpicc": None,
+                "mpiexec": None}
+        monkeypatch.setattr(launch, "_mpi_library", lambda python: info)
+
+    return openmpi, mpich, library
+
+
+def test_find_mpiexec_takes_the_launcher_of_mpi4pys_library(fake_mpis):
+    openmpi, mpich, library = fake_mpis
+    library("MPICH Version:      4.2.0\nMPICH Release date: ...")
+    assert launch.find_mpiexec() == mpich  # in the library's prefix, although Open MPI's comes first on PATH
+    library("Open MPI v4.1.5, package: Open MPI ...")
+    assert launch.find_mpiexec() == openmpi
+
+
+def test_find_mpiexec_refuses_a_launcher_of_another_mpi(fake_mpis, tmp_path, monkeypatch):
+    _, _, library = fake_mpis
+    library("Open MPI v5.0.3, package: Open MPI ...")
+    monkeypatch.setenv("PATH", str(tmp_path / "mpich" / "bin"))
+    with pytest.raises(FileNotFoundError, match=r"Open MPI v5\.0\.3.*\(openmpi\).*mpich/bin/mpiexec \(mpich\)"):
+        launch.find_mpiexec()
+
+
+def test_find_mpiexec_without_mpi4py_takes_the_first_found(fake_mpis, monkeypatch):
+    openmpi, _, _ = fake_mpis
+    monkeypatch.setattr(launch, "_mpi_library", lambda python: None)  # mpi4py cannot be asked
+    assert launch.find_mpiexec() == openmpi
+
+
+def test_this_machines_mpiexec_matches_mpi4pys_library():
+    pytest.importorskip("mpi4py")
+    try:
+        mpiexec = launch.find_mpiexec()
+    except FileNotFoundError:
+        pytest.skip("no mpiexec")
+    library = launch._mpi_library(sys.executable)
+    assert library is not None and launch._library_flavour(library["version"]) in (launch.mpi_flavour(mpiexec), None)
+
+
+@pytest.mark.parametrize("flavour", ["openmpi", "mpich"])
+def test_root_gets_open_mpis_allow_run_as_root(script, monkeypatch, flavour):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    cmd = launch.launch_command(2, script, flavour=flavour)
+    assert ("--allow-run-as-root" in cmd) == (flavour == "openmpi")
+    assert cmd[1:3] == ["-n", "2"] and cmd[-3:] == ["-m", "mxlite.cli.rank", script]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "--allow-run-as-root" not in launch.launch_command(2, script, flavour="openmpi")

@@ -310,8 +310,13 @@ def test_optimizers_take_gpu_tensors():
         klass = getattr(mx.optimizer, name)
         compare_optimizer(klass(learning_rate=0.05), klass(learning_rate=0.05), SHAPES[:2], "float32",
                           device=mx.gpu(0))
+
+
+@gpu
+@pytest.mark.requires_gpus(2)
+def test_optimizer_state_lives_on_the_weights_gpu():
     opt = mx.optimizer.Adam()
-    state = opt.create_state(0, mx.ones((3,), device=mx.gpu(1)))
+    state = opt.create_state(0, mx.ones((3,), device=mx.gpu(1)))  # not the default gpu(0)
     assert all(s.device == mx.gpu(1) for s in state)
 
 

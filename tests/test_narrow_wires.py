@@ -25,7 +25,7 @@ from mxlite.optimizer._fused_rules import fused_rule
 from tests.test_fused_update import FUSED, _bf16_bits, _bf16_value, _optimizer
 from tests.training_helpers import random_backward
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(mx.num_gpus() < 2, reason="needs 2 GPUs (or the emulation)")]
+pytestmark = [pytest.mark.gpu, pytest.mark.requires_gpus(2)]
 
 STEPS = 2
 

@@ -24,7 +24,7 @@ def test_main_job_reaches_95_percent_and_writes_outputs(tmp_path, capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(mx.num_gpus() < 2, reason="needs two GPUs (real, or MXLITE_EMULATE_GPUS=2)")
+@pytest.mark.requires_gpus(2)
 def test_main_job_on_two_gpus_reaches_the_cpu_accuracy(tmp_path):
     """`mxlite train --devices gpu:0,1`: the fused kernels, peer copies and the 'device' store on GPUs give
     the accuracy of the two-CPU run (the same data order and seed: within a point)."""
