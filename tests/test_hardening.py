@@ -135,7 +135,7 @@ print(json.dumps({{"x": x.tolist(), "builds": _hostcuda.build_count()}}))
 
 def _needs_host_build():
     try:
-        _hostcuda._compiler()
+        _hostcuda.compiler()
         _hostcuda.cuda_include_dirs()
     except _hostcuda.HostCudaError as exc:
         pytest.skip(f"no host build here: {exc}")

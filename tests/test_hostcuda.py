@@ -519,7 +519,7 @@ def test_build_cache_is_reused_and_compile_errors_name_the_file(tmp_path: os.Pat
     built = hostcuda.build_count()
     assert built > before  # the module (and, in a fresh cache, the shared header and runtime)
     assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 1
-    monkeypatch.setattr(hostcuda, "_libraries", {})  # a fresh process: only the disk cache is left
+    monkeypatch.setattr(hostcuda.build, "_libraries", {})  # a fresh process: only the disk cache is left
     kernel = HostModule(source, name="cached.cu").get_function("k")
     assert hostcuda.build_count() == built  # no g++ run
     x = np.zeros(8, np.int32)
@@ -532,8 +532,8 @@ def test_build_cache_is_reused_and_compile_errors_name_the_file(tmp_path: os.Pat
 
 
 def test_missing_header_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hostcuda, "_include_dirs", None)
-    monkeypatch.setattr(hostcuda, "_nvidia_roots", lambda: [])
+    monkeypatch.setattr(hostcuda.build, "_include_dirs", None)
+    monkeypatch.setattr(hostcuda.build, "_nvidia_roots", lambda: [])
     with pytest.raises(HostCudaSetupError, match="pip install nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl"):
         hostcuda.cuda_include_dirs()
 
@@ -794,8 +794,8 @@ def test_a_compiler_that_cannot_run_is_a_setup_error(tmp_path: os.PathLike, monk
     os.chmod(not_a_program, 0o755)
     monkeypatch.setenv("MXLITE_HOSTCUDA_CXX", not_a_program)
     monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", str(tmp_path))
-    monkeypatch.setattr(hostcuda, "_compiler_version", lambda cxx: "fake")
-    monkeypatch.setattr(hostcuda, "_native_target", lambda cxx: "fake")
+    monkeypatch.setattr(hostcuda.build, "_compiler_version", lambda cxx: "fake")
+    monkeypatch.setattr(hostcuda.build, "_native_target", lambda cxx: "fake")
     with pytest.raises(HostCudaSetupError, match="cannot run the C\\+\\+ compiler"):
         HostModule(SERIAL + f"\n// {uuid.uuid4()}\n", name="a.cu", serial=True).compile()
 
@@ -820,8 +820,8 @@ def test_cache_keys_name_the_compiler_that_builds(tmp_path: os.PathLike) -> None
     """Each compiler's own version goes into the key, not the first one a process happened to use."""
     old = _fake_compiler(str(tmp_path), "old-g++", "g++ 11.1")
     new = _fake_compiler(str(tmp_path), "new-g++", "g++ 14.2")
-    assert "g++ 11.1" in hostcuda._compiler_version(old)
-    assert "g++ 14.2" in hostcuda._compiler_version(new)
+    assert "g++ 11.1" in hostcuda.build._compiler_version(old)
+    assert "g++ 14.2" in hostcuda.build._compiler_version(new)
 
 
 def test_serial_cache_key_follows_what_march_native_means(tmp_path: os.PathLike,
@@ -832,6 +832,6 @@ def test_serial_cache_key_follows_what_march_native_means(tmp_path: os.PathLike,
     source = SERIAL + f"\n// {uuid.uuid4()}\n"
     for target in ("-march= znver3\n-mavx512f [enabled]", "-march= znver3\n-mavx512f [enabled]",
                    "-march= znver3\n-mavx512f [disabled]"):
-        monkeypatch.setattr(hostcuda, "_native_target", lambda cxx, t=target: t)
+        monkeypatch.setattr(hostcuda.build, "_native_target", lambda cxx, t=target: t)
         HostModule(source, name="a.cu", serial=True).compile()
     assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 2

@@ -173,7 +173,7 @@ def cpu_kernels_status() -> str:
     if mode == "numpy":
         return f"NumPy twins ({CPU_KERNELS_ENV}=numpy)"
     try:
-        cxx = _hostcuda._compiler()
+        cxx = _hostcuda.compiler()
         _hostcuda.cuda_include_dirs()
     except _hostcuda.HostCudaError as exc:
         return f"NumPy twins: {exc}" if mode == "auto" else f"unavailable ({CPU_KERNELS_ENV}=compiled): {exc}"
