@@ -148,7 +148,7 @@ def test_damaged_or_foreign_files_are_rejected(tmp_path, damage):
 def test_save_states_replaces_the_file_atomically(tmp_path, monkeypatch):
     _, trainer, path = _saved(tmp_path, "adam", {"learning_rate": 0.01})
     good = path.read_bytes()
-    import mxlite.gluon.trainer as trainer_module
+    import mxlite.gluon._trainer_states as trainer_module  # where save_states writes
 
     real_write = trainer_module.atomic_write
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,16 +42,15 @@ import numpy as np
 
 from .. import comm as _comm
 from .. import optimizer as _opt
-from ..amp import LossScaler, all_gradients_finite, gradients_finite
+from ..amp import all_gradients_finite, gradients_finite
 from ..autograd import sparse
 from ..comm.base import Communicator
 from ..comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
 from ..comm.narrow import narrow_gradient
-from ..formats.archive import as_host, atomic_write
+from ..formats.archive import as_host
 from ..optimizer._arena import ArenaUpdater, fused_rule
 from ..optimizer._fused_rules import from_structure
-from ..optimizer.optimizer import MultiPrecisionState
-from ..optimizer.updater import pack_states, unpack_states
+from ._trainer_states import TrainerStates, copy_state
 from .parameter import Parameter
 
 __all__ = ["Trainer"]
@@ -61,7 +59,7 @@ _KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "d
                   "local_allreduce_cpu", "local_allreduce_device", "local_update_cpu")  # the last 3: MXNet's aliases
 
 
-class Trainer:
+class Trainer(TrainerStates):
     """Applies an optimizer to Parameters (Gluon's ``Trainer``).
 
     Args:
@@ -583,7 +581,7 @@ class Trainer:
             if key not in self._states:
                 with data.device.use():
                     if index in self._loaded:
-                        self._states[key] = _copy_state(self._loaded[index], data.device)
+                        self._states[key] = copy_state(self._loaded[index], data.device)
                         self._applied.add(key)
                     else:
                         self._states[key] = opt.create_state(index, weight)
@@ -592,290 +590,12 @@ class Trainer:
             with data.device.use():
                 opt.update(index, weight, raw_grad, self._states[key])
 
-    # -- saving and loading optimizer states ----------------------------------------------
-    def save_states(self, fname: str | os.PathLike) -> None:
-        """Save the optimizer, every parameter's optimizer state and the compression residuals.
-
-        The file is an ``.npz`` archive in the :mod:`mxlite.optimizer.updater` layout (never
-        pickled): the optimizer's hyperparameters, per-device update counts and scheduler
-        position; each parameter's state (mirror 0's: every mirror holds the same state); each
-        mirror's compression residual (``'residual:<index>:<mirror>'``); and the parameters'
-        names and shapes and the compression parameters, checked on load. With
-        ``update_on_kvstore`` the store writes it (:meth:`KVStore.save_optimizer_states`). It is
-        written to a temporary file, fsynced and renamed, so a crash during the save leaves the
-        previous file intact.
-        """
-        self._init_kvstore()
-        if self._update_on_kvstore:
-            self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
-            return
-        states: dict[Any, Any] = {}
-        for index, param in enumerate(self._params):
-            state = self._saved_state(index, param)
-            if state is not None:
-                states[index] = state
-        for (index, mirror), residual in self._residuals().items():
-            states[f"residual:{index}:{mirror}"] = residual
-        extra = {"trainer_params": [[p.label, list(p.shape) if p.shape else None] for p in self._params],
-                 "compression": self._codec.params if self._codec is not None else None,
-                 "loss_scaler": self._amp_loss_scaler.state_dict() if self._amp_loss_scaler is not None else None,
-                 "partial_turn": self._partial_turn}
-        data = pack_states(states, self._optimizer.state_dict(), extra)
-        atomic_write(fname, lambda f: f.write(data))
-
-    def load_states(self, fname: str | os.PathLike) -> None:
-        """Restore a :meth:`save_states` file; continuing then matches the saved run bit for bit.
-
-        Everything is checked before anything changes: the file must be a state file of a
-        Trainer with the same parameters (names and shapes), the same optimizer and scheduler
-        classes and the same compression. States move to each mirror at its next update;
-        parameters absent from the file start from fresh states.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: a damaged or foreign file, or one that does not fit this Trainer
-                (the message names the file and what differs).
-        """
-        self._apply_states(self._read_states(fname))
-
-    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
-        """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
-
-        Args:
-            fname: the file; only named in errors when ``data`` is given.
-            data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
-                these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
-                None reads ``fname`` (once).
-
-        Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
-        no file (also with ``update_on_kvstore``, where the store's own parse is kept).
-
-        Raises:
-            FileNotFoundError: no such file (``data`` None).
-            ValueError: a damaged or foreign file, or one that does not fit this Trainer.
-        """
-        self._init_kvstore()
-        fname = os.fspath(fname)
-        if self._update_on_kvstore:
-            parsed = self._kvstore.read_optimizer_states(data, fname)
-            try:  # the store checks shapes only against values it holds: none before the first step
-                self._check_store_states(parsed)
-            except ValueError as exc:
-                raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
-            return ("kvstore", parsed)
-        if data is None:
-            with open(fname, "rb") as f:
-                data = f.read()
-        try:
-            states, optimizer_state, extra = unpack_states(data)
-            if optimizer_state is None or not isinstance(extra, dict) or "trainer_params" not in extra:
-                raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
-            self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
-            residuals = self._split_residuals(states, extra.get("compression"))
-            self._check_saved_params(extra["trainer_params"], states)
-            scaler_state = extra.get("loss_scaler")
-            if scaler_state is not None and self._amp_loss_scaler is not None:
-                LossScaler().load_state_dict(scaler_state)  # validates
-        except ValueError as exc:
-            raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
-        turn = extra.get("partial_turn", 0)
-        if not isinstance(turn, int) or turn < 0:
-            raise ValueError(f"cannot load trainer states from {fname!r}: bad partial_turn {turn!r}")
-        return "trainer", (states, optimizer_state, residuals, scaler_state, turn)
-
-    def _apply_states(self, parsed: tuple[str, Any]) -> None:
-        """Apply what :meth:`_read_states` read and checked (cannot fail; reads no file)."""
-        kind, content = parsed
-        if kind == "kvstore":  # the store's own parse of the same bytes, installed as load_optimizer_states does
-            self._kvstore.apply_optimizer_states(content)
-            return
-        states, optimizer_state, residuals, scaler_state, self._partial_turn = content
-        self._optimizer.load_state_dict(optimizer_state)
-        if scaler_state is not None and self._amp_loss_scaler is not None:
-            self._amp_loss_scaler.load_state_dict(scaler_state)
-        self._states.clear()
-        self._arena_updaters.clear()
-        self._loaded, self._applied = states, set()
-        self._loaded_residuals = residuals
-        self._restore_residuals()
-
-    def _residuals(self) -> dict[tuple[int, int], np.ndarray]:
-        """Host copies of every (parameter index, mirror) compression residual, shaped like the parameter."""
-        out = dict(self._loaded_residuals)
-        for _, sync in self._syncs.values():
-            if sync is None or sync.codec is None or not sync.codec.needs_residual:
-                continue
-            for param in sync.params:
-                index = self._position[id(param)]
-                for mirror in range(len(param.list_device())):
-                    if (index, mirror) in self._loaded_residuals:
-                        continue  # restored at the sync's first plan, not yet applied
-                    flat = sync.residual(param, mirror)[:int(np.prod(param.shape))]
-                    out[(index, mirror)] = np.array(as_host(flat)).reshape(param.shape)
-        return out
-
-    def _split_residuals(self, states: dict[Any, Any], compression: Any) -> dict[tuple[int, int], np.ndarray]:
-        """Take the ``'residual:i:m'`` entries out of ``states``, checked against this Trainer."""
-        mine = self._codec.params if self._codec is not None else None
-        residuals = {}
-        for key in [k for k in states if isinstance(k, str)]:
-            parts = key.split(":")
-            if len(parts) != 3 or parts[0] != "residual" or not (parts[1].isdigit() and parts[2].isdigit()):
-                raise ValueError(f"unexpected entry {key!r}")
-            index, mirror = int(parts[1]), int(parts[2])
-            value = states.pop(key)
-            if index >= len(self._params) or not isinstance(value, np.ndarray):
-                raise ValueError(f"entry {key!r} is not a residual of one of this Trainer's parameters")
-            if value.dtype.kind != "f" or not np.all(np.isfinite(value)):
-                raise ValueError(f"the residual {key!r} holds {value.dtype.name} values, or inf or NaN; residuals are "
-                                 "finite floating-point arrays")
-            param = self._params[index]
-            shape = param.shape
-            if param._shape_known() and value.shape != tuple(shape):
-                raise ValueError(f"the residual of parameter {self._params[index].label!r} has shape "
-                                 f"{value.shape}, the parameter has shape {tuple(shape)}")
-            residuals[(index, mirror)] = value
-        if compression != mine:
-            raise ValueError(f"it was saved with compression {compression}, this Trainer uses {mine}")
-        return residuals
-
-    def _restore_residuals(self) -> None:
-        """Copy loaded residuals into the syncs that exist now (later syncs restore theirs when built)."""
-        for _, sync in self._syncs.values():
-            if sync is None or sync.codec is None or not sync.codec.needs_residual:
-                continue
-            for param in sync.params:
-                index = self._position[id(param)]
-                for mirror, device in enumerate(param.list_device()):
-                    value = self._loaded_residuals.pop((index, mirror), None)
-                    if value is not None:
-                        flat = sync.residual(param, mirror)
-                        with device.use():
-                            flat[:value.size] = device.xp.asarray(value.reshape(-1), dtype=np.float32)
-
-    def _saved_state(self, index: int, param: Parameter) -> Any:
-        """Mirror 0's state of parameter ``index`` (host arrays), or None when it has none yet."""
-        if index in self._loaded and (index, 0) not in self._applied:
-            return self._loaded[index]
-        if (index, 0) in self._states:
-            return self._states[(index, 0)]
-        if not param.is_initialized or param.grad_req == "null":
-            return None
-        arena, slot = param.arena_slots()[0]
-        updater = self._arena_updaters.get((id(arena), 0))
-        return updater.get_state(slot) if updater is not None else None
-
-    def _check_store_states(self, parsed: tuple[Any, Any, Any]) -> None:
-        """States and residuals of a store file (``update_on_kvstore``) against this Trainer's parameters.
-
-        The store's keys are the parameter indices; every state and residual must have its
-        parameter's shape (when known).
-
-        Raises:
-            ValueError: a key that is not a parameter index, or an array of another shape.
-        """
-        states, _, residuals = parsed
-        entries = [(key, _state_arrays(state), "state") for key, state in states.items()]
-        entries += [(key, [value], f"residual (position {pos})") for (key, pos), value in residuals.items()]
-        for key, leaves, what in entries:
-            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(self._params):
-                raise ValueError(f"{what} key {key!r} is not a parameter index of this Trainer "
-                                 f"({len(self._params)} parameters)")
-            param = self._params[key]
-            if not param._shape_known():
-                continue
-            for leaf in leaves:
-                if tuple(leaf.shape) != tuple(param.shape):
-                    raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
-                                     f"the parameter has shape {tuple(param.shape)}")
-
-    def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
-        names = [p.label for p in self._params]
-        try:
-            saved_names = [entry[0] for entry in saved]
-            saved_shapes = [tuple(entry[1]) if entry[1] is not None else None for entry in saved]
-        except (TypeError, IndexError) as exc:
-            raise ValueError(f"malformed parameter section ({exc})") from exc
-        if saved_names != names:
-            missing = [n for n in names if n not in saved_names]
-            unexpected = [n for n in saved_names if n not in names]
-            raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
-                             + ("" if missing or unexpected else " (same names, another order)"))
-        for index, state in states.items():
-            if not isinstance(index, int) or not 0 <= index < len(self._params):
-                raise ValueError(f"state index {index!r} is not a parameter index")
-            param = self._params[index]
-            shape = tuple(param.shape) if param._shape_known() else saved_shapes[index]
-            for leaf in _state_arrays(state):
-                if shape is not None and tuple(leaf.shape) != shape:
-                    raise ValueError(f"the state of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
-                                     f"the parameter has shape {shape}")
-                kind = np.dtype(leaf.dtype)
-                if kind.kind != "f" and kind.name != "bfloat16":
-                    raise ValueError(f"the state of parameter {param.label!r} holds {kind.name} values; optimizer "
-                                     "states are floating-point arrays")
-                if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
-                    raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
-            if shape is not None:
-                problem = _structure_difference(self._template_state(index, param, shape), state)
-                if problem:
-                    raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
-                                     f"{type(self._optimizer).__name__} creates: {problem}")
-
-    def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
-        """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""
-        import warnings  # noqa: PLC0415
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return self._optimizer.create_state(index, np.zeros(shape, dtype=param.dtype))
-
     @staticmethod
     def _check_batch_size(batch_size: int) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Real):
             raise TypeError(f"batch_size must be a positive number, got {type(batch_size).__name__} {batch_size!r}")
         if not batch_size > 0 or not math.isfinite(batch_size):  # `not > 0` also rejects NaN
             raise ValueError(f"batch_size must be a positive number, got {batch_size!r}")
-
-
-def _state_arrays(state: Any) -> list[Any]:
-    """The array leaves of a (nested) optimizer state."""
-    if isinstance(state, (tuple, list)):
-        return [leaf for part in state for leaf in _state_arrays(part)]
-    return [state] if hasattr(state, "shape") else []
-
-
-def _structure_difference(template: Any, state: Any, where: str = "the state") -> str:
-    """'' when ``state`` is shaped like ``template`` (tuples and lists alike), else what differs."""
-    if isinstance(template, MultiPrecisionState) != isinstance(state, MultiPrecisionState):
-        return f"{where} {'lacks' if isinstance(template, MultiPrecisionState) else 'has'} float32 master weights"
-    if template is None or state is None:
-        return "" if template is None and state is None else \
-            f"{where} is {'empty' if state is None else type(state).__name__}, expected " \
-            f"{'none' if template is None else type(template).__name__}"
-    if isinstance(template, (tuple, list)):
-        if not isinstance(state, (tuple, list)) or len(state) != len(template):
-            return f"{where} should be {len(template)} arrays, got {type(state).__name__}"
-        for i, (t, s) in enumerate(zip(template, state)):
-            problem = _structure_difference(t, s, f"{where}[{i}]")
-            if problem:
-                return problem
-        return ""
-    if hasattr(template, "shape") != hasattr(state, "shape"):
-        return f"{where} should be {'an array' if hasattr(template, 'shape') else repr(template)}, got {state!r}"
-    return ""
-
-
-def _copy_state(state: Any, device: Any) -> Any:
-    """A copy of a host state on ``device`` (each mirror gets its own arrays)."""
-    if isinstance(state, MultiPrecisionState):
-        return MultiPrecisionState(*(_copy_state(s, device) for s in state))
-    if isinstance(state, (tuple, list)):
-        return type(state)(_copy_state(s, device) for s in state)
-    if hasattr(state, "shape"):
-        with device.use():
-            return device.xp.array(np.asarray(state))
-    return state
 
 
 def _sum_row_sparse_into_all(param: Parameter) -> None:

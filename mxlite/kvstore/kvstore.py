@@ -71,9 +71,10 @@ from ..comm.mpi import mpi_module
 from ..device import Device, cpu
 from ..device.copy import copy_between
 from ..formats.archive import atomic_write
+from ..optimizer import states_archive
 from ..optimizer.optimizer import Optimizer
 from ..optimizer.updater import Updater, get_updater
-from . import _reduce, _states
+from . import _reduce
 
 __all__ = ["KVStore", "create", "TYPES"]
 
@@ -637,7 +638,7 @@ class KVStore:
     def save_optimizer_states(self, fname: str | os.PathLike, dump_optimizer: bool = False) -> None:
         """Write the optimizer states (and the optimizer when ``dump_optimizer``) and the residuals to ``fname``.
 
-        The ``.npz`` layout is :mod:`mxlite.kvstore._states`' (never pickled); the file is
+        The ``.npz`` layout is :mod:`mxlite.optimizer.states_archive`' (never pickled); the file is
         written to a temporary file and renamed, so a crash leaves any previous file intact.
 
         Raises:
@@ -647,7 +648,8 @@ class KVStore:
         residuals = {k: _reduce.host(r.array).astype(np.float32, copy=False) for k, r in self._residuals.items()}
         optimizer_state = updater.optimizer.state_dict() if dump_optimizer else None
         params = getattr(self._codec, "params", self._compression_params) if self._codec is not None else None
-        data = _states.pack(updater.states, optimizer_state, residuals, params)
+        data = states_archive.pack(updater.states, optimizer_state, residuals, states_archive.KVSTORE,
+                                   {"compression": params})
         atomic_write(fname, lambda f: f.write(data))
 
     def load_optimizer_states(self, fname: str | os.PathLike) -> None:
@@ -687,9 +689,9 @@ class KVStore:
             with open(fname, "rb") as f:
                 data = f.read()
         try:
-            states, optimizer_state, residuals = _states.unpack(data)
+            states, optimizer_state, residuals, _ = states_archive.unpack(data, states_archive.KVSTORE)
             for k, state in states.items():
-                self._check_saved(k, _state_arrays(state), "the optimizer state")
+                self._check_saved(k, states_archive.state_arrays(state), "the optimizer state")
             for (k, pos), r in residuals.items():
                 self._check_saved(k, [r], f"the residual of position {pos}")
             if optimizer_state is not None:
@@ -742,8 +744,3 @@ class KVStore:
         self._compression_params = None if self._codec is None else dict(compression_params or {})
 
 
-def _state_arrays(state: Any) -> list[Any]:
-    """The array leaves of a (nested) optimizer state."""
-    if isinstance(state, (tuple, list)):
-        return [leaf for part in state for leaf in _state_arrays(part)]
-    return [state] if hasattr(state, "shape") else []

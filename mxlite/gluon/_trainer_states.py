@@ -1,0 +1,294 @@
+"""Saving and loading a Trainer's optimizer states: the half of the Trainer that deals with state files.
+
+:class:`TrainerStates` is a base class of :class:`mxlite.gluon.Trainer` holding ``save_states`` and
+``load_states`` and the checks behind them; it reads and writes the layout of
+:mod:`mxlite.optimizer.states_archive`, the one the KVStore uses. Loading is two-phase so that
+``mx.checkpoint.load`` can verify everything before anything changes: :meth:`TrainerStates._read_states`
+parses and checks a file (or bytes already read), :meth:`TrainerStates._apply_states` installs the result
+and cannot fail.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..amp import LossScaler
+from ..device.copy import as_host
+from ..formats.archive import atomic_write
+from ..optimizer import states_archive
+from ..optimizer.optimizer import MultiPrecisionState
+from .parameter import Parameter
+
+__all__ = ["TrainerStates", "copy_state"]
+
+
+class TrainerStates:
+    """``save_states``/``load_states`` of the Trainer (a base class: the attributes are the Trainer's)."""
+
+    # -- saving and loading optimizer states ----------------------------------------------
+    def save_states(self, fname: str | os.PathLike) -> None:
+        """Save the optimizer, every parameter's optimizer state and the compression residuals.
+
+        The file is an ``.npz`` archive in the :mod:`mxlite.optimizer.states_archive` layout, the
+        KVStore's (never pickled): the optimizer's hyperparameters, per-device update counts and
+        scheduler position; each parameter's state (mirror 0's: every mirror holds the same state);
+        each mirror's compression residual; and the parameters' names and shapes and the compression
+        parameters, checked on load. With
+        ``update_on_kvstore`` the store writes it (:meth:`KVStore.save_optimizer_states`). It is
+        written to a temporary file, fsynced and renamed, so a crash during the save leaves the
+        previous file intact.
+        """
+        self._init_kvstore()
+        if self._update_on_kvstore:
+            self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
+            return
+        states: dict[Any, Any] = {}
+        for index, param in enumerate(self._params):
+            state = self._saved_state(index, param)
+            if state is not None:
+                states[index] = state
+        fields = {"trainer_params": [[p.label, list(p.shape) if p.shape else None] for p in self._params],
+                  "compression": self._codec.params if self._codec is not None else None,
+                  "loss_scaler": self._amp_loss_scaler.state_dict() if self._amp_loss_scaler is not None else None,
+                  "partial_turn": self._partial_turn}
+        data = states_archive.pack(states, self._optimizer.state_dict(), self._residuals(), states_archive.TRAINER,
+                                   fields)
+        atomic_write(fname, lambda f: f.write(data))
+
+    def load_states(self, fname: str | os.PathLike) -> None:
+        """Restore a :meth:`save_states` file; continuing then matches the saved run bit for bit.
+
+        Everything is checked before anything changes: the file must be a state file of a
+        Trainer with the same parameters (names and shapes), the same optimizer and scheduler
+        classes and the same compression. States move to each mirror at its next update;
+        parameters absent from the file start from fresh states.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer
+                (the message names the file and what differs).
+        """
+        self._apply_states(self._read_states(fname))
+
+    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
+        """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
+
+        Args:
+            fname: the file; only named in errors when ``data`` is given.
+            data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
+                these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
+                None reads ``fname`` (once).
+
+        Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
+        no file (also with ``update_on_kvstore``, where the store's own parse is kept).
+
+        Raises:
+            FileNotFoundError: no such file (``data`` None).
+            ValueError: a damaged or foreign file, or one that does not fit this Trainer.
+        """
+        self._init_kvstore()
+        fname = os.fspath(fname)
+        if self._update_on_kvstore:
+            parsed = self._kvstore.read_optimizer_states(data, fname)
+            try:  # the store checks shapes only against values it holds: none before the first step
+                self._check_store_states(parsed)
+            except ValueError as exc:
+                raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+            return ("kvstore", parsed)
+        if data is None:
+            with open(fname, "rb") as f:
+                data = f.read()
+        try:
+            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER)
+            if optimizer_state is None or "trainer_params" not in extra:
+                raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
+            self._check_residuals(residuals, extra.get("compression"))
+            self._check_saved_params(extra["trainer_params"], states)
+            scaler_state = extra.get("loss_scaler")
+            if scaler_state is not None and self._amp_loss_scaler is not None:
+                LossScaler().load_state_dict(scaler_state)  # validates
+        except ValueError as exc:
+            raise ValueError(f"cannot load trainer states from {fname!r}: {exc}") from exc
+        turn = extra.get("partial_turn", 0)
+        if not isinstance(turn, int) or turn < 0:
+            raise ValueError(f"cannot load trainer states from {fname!r}: bad partial_turn {turn!r}")
+        return "trainer", (states, optimizer_state, residuals, scaler_state, turn)
+
+    def _apply_states(self, parsed: tuple[str, Any]) -> None:
+        """Apply what :meth:`_read_states` read and checked (cannot fail; reads no file)."""
+        kind, content = parsed
+        if kind == "kvstore":  # the store's own parse of the same bytes, installed as load_optimizer_states does
+            self._kvstore.apply_optimizer_states(content)
+            return
+        states, optimizer_state, residuals, scaler_state, self._partial_turn = content
+        self._optimizer.load_state_dict(optimizer_state)
+        if scaler_state is not None and self._amp_loss_scaler is not None:
+            self._amp_loss_scaler.load_state_dict(scaler_state)
+        self._states.clear()
+        self._arena_updaters.clear()
+        self._loaded, self._applied = states, set()
+        self._loaded_residuals = residuals
+        self._restore_residuals()
+
+    def _residuals(self) -> dict[tuple[int, int], np.ndarray]:
+        """Host copies of every (parameter index, mirror) compression residual, shaped like the parameter."""
+        out = dict(self._loaded_residuals)
+        for _, sync in self._syncs.values():
+            if sync is None or sync.codec is None or not sync.codec.needs_residual:
+                continue
+            for param in sync.params:
+                index = self._position[id(param)]
+                for mirror in range(len(param.list_device())):
+                    if (index, mirror) in self._loaded_residuals:
+                        continue  # restored at the sync's first plan, not yet applied
+                    flat = sync.residual(param, mirror)[:int(np.prod(param.shape))]
+                    out[(index, mirror)] = np.array(as_host(flat)).reshape(param.shape)
+        return out
+
+    def _check_residuals(self, residuals: dict[tuple[Any, int], np.ndarray], compression: Any) -> None:
+        """Residuals read from a file against this Trainer: its parameters, their shapes, finite values, its codec."""
+        mine = self._codec.params if self._codec is not None else None
+        for (index, mirror), value in residuals.items():
+            key = f"residual of parameter index {index!r}, mirror {mirror}"
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self._params) \
+                    or not isinstance(value, np.ndarray):
+                raise ValueError(f"the {key} is not a residual of one of this Trainer's parameters")
+            if value.dtype.kind != "f" or not np.all(np.isfinite(value)):
+                raise ValueError(f"the {key} holds {value.dtype.name} values, or inf or NaN; residuals are "
+                                 "finite floating-point arrays")
+            param = self._params[index]
+            shape = param.shape
+            if param._shape_known() and value.shape != tuple(shape):
+                raise ValueError(f"the residual of parameter {self._params[index].label!r} has shape "
+                                 f"{value.shape}, the parameter has shape {tuple(shape)}")
+        if compression != mine:
+            raise ValueError(f"it was saved with compression {compression}, this Trainer uses {mine}")
+
+    def _restore_residuals(self) -> None:
+        """Copy loaded residuals into the syncs that exist now (later syncs restore theirs when built)."""
+        for _, sync in self._syncs.values():
+            if sync is None or sync.codec is None or not sync.codec.needs_residual:
+                continue
+            for param in sync.params:
+                index = self._position[id(param)]
+                for mirror, device in enumerate(param.list_device()):
+                    value = self._loaded_residuals.pop((index, mirror), None)
+                    if value is not None:
+                        flat = sync.residual(param, mirror)
+                        with device.use():
+                            flat[:value.size] = device.xp.asarray(value.reshape(-1), dtype=np.float32)
+
+    def _saved_state(self, index: int, param: Parameter) -> Any:
+        """Mirror 0's state of parameter ``index`` (host arrays), or None when it has none yet."""
+        if index in self._loaded and (index, 0) not in self._applied:
+            return self._loaded[index]
+        if (index, 0) in self._states:
+            return self._states[(index, 0)]
+        if not param.is_initialized or param.grad_req == "null":
+            return None
+        arena, slot = param.arena_slots()[0]
+        updater = self._arena_updaters.get((id(arena), 0))
+        return updater.get_state(slot) if updater is not None else None
+
+    def _check_store_states(self, parsed: tuple[Any, Any, Any]) -> None:
+        """States and residuals of a store file (``update_on_kvstore``) against this Trainer's parameters.
+
+        The store's keys are the parameter indices; every state and residual must have its
+        parameter's shape (when known).
+
+        Raises:
+            ValueError: a key that is not a parameter index, or an array of another shape.
+        """
+        states, _, residuals = parsed
+        entries = [(key, states_archive.state_arrays(state), "state") for key, state in states.items()]
+        entries += [(key, [value], f"residual (position {pos})") for (key, pos), value in residuals.items()]
+        for key, leaves, what in entries:
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < len(self._params):
+                raise ValueError(f"{what} key {key!r} is not a parameter index of this Trainer "
+                                 f"({len(self._params)} parameters)")
+            param = self._params[key]
+            if not param._shape_known():
+                continue
+            for leaf in leaves:
+                if tuple(leaf.shape) != tuple(param.shape):
+                    raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {tuple(param.shape)}")
+
+    def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
+        names = [p.label for p in self._params]
+        try:
+            saved_names = [entry[0] for entry in saved]
+            saved_shapes = [tuple(entry[1]) if entry[1] is not None else None for entry in saved]
+        except (TypeError, IndexError) as exc:
+            raise ValueError(f"malformed parameter section ({exc})") from exc
+        if saved_names != names:
+            missing = [n for n in names if n not in saved_names]
+            unexpected = [n for n in saved_names if n not in names]
+            raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
+                             + ("" if missing or unexpected else " (same names, another order)"))
+        for index, state in states.items():
+            if not isinstance(index, int) or not 0 <= index < len(self._params):
+                raise ValueError(f"state index {index!r} is not a parameter index")
+            param = self._params[index]
+            shape = tuple(param.shape) if param._shape_known() else saved_shapes[index]
+            for leaf in states_archive.state_arrays(state):
+                if shape is not None and tuple(leaf.shape) != shape:
+                    raise ValueError(f"the state of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
+                                     f"the parameter has shape {shape}")
+                kind = np.dtype(leaf.dtype)
+                if kind.kind != "f" and kind.name != "bfloat16":
+                    raise ValueError(f"the state of parameter {param.label!r} holds {kind.name} values; optimizer "
+                                     "states are floating-point arrays")
+                if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
+                    raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
+            if shape is not None:
+                problem = _structure_difference(self._template_state(index, param, shape), state)
+                if problem:
+                    raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
+                                     f"{type(self._optimizer).__name__} creates: {problem}")
+
+    def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
+        """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""
+        import warnings  # noqa: PLC0415
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._optimizer.create_state(index, np.zeros(shape, dtype=param.dtype))
+
+
+def _structure_difference(template: Any, state: Any, where: str = "the state") -> str:
+    """'' when ``state`` is shaped like ``template`` (tuples and lists alike), else what differs."""
+    if isinstance(template, MultiPrecisionState) != isinstance(state, MultiPrecisionState):
+        return f"{where} {'lacks' if isinstance(template, MultiPrecisionState) else 'has'} float32 master weights"
+    if template is None or state is None:
+        return "" if template is None and state is None else \
+            f"{where} is {'empty' if state is None else type(state).__name__}, expected " \
+            f"{'none' if template is None else type(template).__name__}"
+    if isinstance(template, (tuple, list)):
+        if not isinstance(state, (tuple, list)) or len(state) != len(template):
+            return f"{where} should be {len(template)} arrays, got {type(state).__name__}"
+        for i, (t, s) in enumerate(zip(template, state)):
+            problem = _structure_difference(t, s, f"{where}[{i}]")
+            if problem:
+                return problem
+        return ""
+    if hasattr(template, "shape") != hasattr(state, "shape"):
+        return f"{where} should be {'an array' if hasattr(template, 'shape') else repr(template)}, got {state!r}"
+    return ""
+
+
+
+def copy_state(state: Any, device: Any) -> Any:
+    """A copy of a host state on ``device`` (each mirror gets its own arrays)."""
+    if isinstance(state, MultiPrecisionState):
+        return MultiPrecisionState(*(copy_state(s, device) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(copy_state(s, device) for s in state)
+    if hasattr(state, "shape"):
+        with device.use():
+            return device.xp.array(np.asarray(state))
+    return state
