@@ -16,6 +16,10 @@ Three levels:
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+
 import numpy as np
 import pytest
 from gradcheck import check_grad
@@ -564,3 +568,18 @@ def test_op_on_a_gpu_equals_the_cpu_and_launches_two_kernels_per_step(mode_name)
         results[device.is_gpu] = got
     for k, (a, b) in enumerate(zip(results[True], results[False])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"result {k}")
+
+
+def test_bench_rnn_runs_at_toy_sizes_and_writes_its_json(tmp_path, capsys):
+    """benchmarks/bench_rnn.py end to end in this process at toy sizes (no timings asserted)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("bench_rnn", os.path.join(root, "benchmarks", "bench_rnn.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "rnn.json"
+    assert bench.main(["--threads", "0", "--repeat", "1", "--length", "3", "--batch", "2", "--hidden", "4",
+                       "--features", "5,6", "--json", str(out)]) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [(r["cell"], r["features"]) for r in records] == [("lstm", 5), ("lstm", 6), ("gru", 5), ("gru", 6)]
+    assert all(r["fused_ms"] > 0 and r["twins_ms"] > 0 and r["steps_ms"] > 0 for r in records)
+    assert "fused_vs_steps" in capsys.readouterr().out

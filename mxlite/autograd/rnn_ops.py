@@ -20,8 +20,13 @@ Example (what ``_steps.rnn_sequence`` does per layer ``l`` and direction ``d``):
 
     out, last = recurrence("lstm", layer_in, [h0, c0], weights[l * dirs + d], reverse=d == 1, clip=clip)
 
-Saved for backward (training only): the activated gates (LSTM: i, f, g, o; GRU: r, z, n and
-``W_hn h + b_hn``; RNN: nothing) and the states of every step, ``(T+1, N, H)`` each.
+Passes over memory: a forward step reads the step's input projection, ``h @ W_h^T`` and the previous
+cell state once and writes the new states (and, training, the activated gates: LSTM i, f, g, o; GRU
+r, z, n and ``W_hn h + b_hn``; RNN nothing, its state is its output) once; ``b_h`` is added in the
+kernel, not in a pass of its own. A backward step reads the saved gates, the previous cell state and
+the three parts of ``dh'`` and writes the gate gradients, ``dc`` and the carried part of ``dh``.
+``dW_h`` and ``db_h`` are one GEMM and one sum over all steps after the loop (the states of every step
+are kept, ``(T+1, N, H)``), not a small GEMM per step.
 """
 
 from __future__ import annotations
@@ -495,7 +500,7 @@ class _Layer:
             if i2h_bias is not None:
                 proj += i2h_bias
             proj = proj.reshape(T, N, gh)
-            self.bias = h2h_bias if h2h_bias is not None else xp.zeros(gh, dtype=self.dtype)
+            self.bias = xp.ascontiguousarray(h2h_bias) if h2h_bias is not None else xp.zeros(gh, dtype=self.dtype)
             lstm = self.mode == "lstm"
             first = T if self.backwards else 0
             self.hs = xp.empty((T + 1, N, H), dtype=self.dtype)
