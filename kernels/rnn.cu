@@ -12,10 +12,11 @@
 //   rnn_forward<T>    h' = tanh(pre) or relu(pre) (`relu` flag). Saves nothing: h' is the state.
 //   rnn_backward<T>   d(pre-activation) (N, H) from dh' and h'.
 //
-// One launch is one time step. Every kernel takes the input projection's slice of the step, xg (N, G*H,
-// i2h bias included), the recurrent product hg = h @ W_h^T (N, G*H, no bias) and the recurrent bias
-// (G*H, zeros when the layer has none); the pre-activation of gate k is xg[k] + (hg[k] + bias[k]), the
-// order of mxlite/rnn/_steps.py (i2h + (h @ W_h^T + b_h)). The launcher is mxlite/autograd/rnn_ops.py,
+// One launch is one time step. Every forward kernel takes the input projection's slice of the step,
+// xg = x @ W_i^T (N, G*H), the recurrent product hg = h @ W_h^T (N, G*H) and both biases (G*H each, zeros
+// when the layer has none), added here rather than in passes of their own over the projections; the
+// pre-activation of gate k is (xg[k] + b_i[k]) + (hg[k] + b_h[k]), the order of mxlite/rnn/_steps.py
+// ((x W_i^T + b_i) + (h W_h^T + b_h)). The launcher is mxlite/autograd/rnn_ops.py,
 // whose NumPy twins (_lstm_forward, ...) are each kernel operation by operation; tests/test_rnn_kernels.py
 // holds the kernels to them bit for bit.
 //
@@ -216,11 +217,13 @@ __device__ __forceinline__ void pass_row(const T *__restrict__ dh_rec, T *__rest
         carry[j] = store_as<T>(arith(dh_rec[j]) + arith(carry[j]));
 }
 
-// Gate block k's pre-activation at column j of a row: xg + (hg + bias), the order of _steps (i2h + h2h).
+// Gate block k's pre-activation at column j of a row: (xg + b_i) + (hg + b_h), the order of _steps.
 template <typename T>
 __device__ __forceinline__ Math<T> pre_activation(const T *__restrict__ x, const T *__restrict__ p,
-                                                  const T *__restrict__ bias, int k, int H, int j) {
-    return arith(x[k * H + j]) + (arith(p[k * H + j]) + arith(bias[k * H + j]));
+                                                  const T *__restrict__ bias_i, const T *__restrict__ bias_h,
+                                                  int k, int H, int j) {
+    const int c = k * H + j;
+    return (arith(x[c]) + arith(bias_i[c])) + (arith(p[c]) + arith(bias_h[c]));
 }
 
 // A live row's results at column j of row r: the state h (and the output y when kOut) and, when kSave,
@@ -242,12 +245,12 @@ __device__ __forceinline__ void store_live(T *__restrict__ h_next, T *__restrict
 }  // namespace
 
 // ---- LSTM -----------------------------------------------------------------------------------------
-// xg, hg: (rows, 4H); bias: (4H); h_prev, c_prev, h_next, c_next: (rows, H); y: (rows, H) or null;
+// xg, hg: (rows, 4H); bias_i, bias_h: (4H); h_prev, c_prev, h_next, c_next: (rows, H); y: (rows, H) or null;
 // gates: (rows, 4H) or null (inference). clip != 0 bounds c' to [lo, hi] (+-inf for an open side).
 template <typename T>
-__global__ void lstm_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias,
-                             const T *__restrict__ h_prev, const T *__restrict__ c_prev, T *__restrict__ h_next,
-                             T *__restrict__ c_next, T *__restrict__ y, T *__restrict__ gates,
+__global__ void lstm_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                             const T *__restrict__ bias_h, const T *__restrict__ h_prev, const T *__restrict__ c_prev,
+                             T *__restrict__ h_next, T *__restrict__ c_next, T *__restrict__ y, T *__restrict__ gates,
                              const int *__restrict__ lengths, int step, int rows, int hidden, int clip,
                              Math<T> lo, Math<T> hi) {
     using A = Math<T>;
@@ -264,10 +267,10 @@ __global__ void lstm_forward(const T *__restrict__ xg, const T *__restrict__ hg,
             const T *__restrict__ x = xg + g4;
             const T *__restrict__ p = hg + g4;
             for (int j = threadIdx.x; j < H; j += blockDim.x) {
-                const A i = sigmoid(pre_activation(x, p, bias, 0, H, j));
-                const A f = sigmoid(pre_activation(x, p, bias, 1, H, j));
-                const A g = tanh_of(pre_activation(x, p, bias, 2, H, j));
-                const A o = sigmoid(pre_activation(x, p, bias, 3, H, j));
+                const A i = sigmoid(pre_activation(x, p, bias_i, bias_h, 0, H, j));
+                const A f = sigmoid(pre_activation(x, p, bias_i, bias_h, 1, H, j));
+                const A g = tanh_of(pre_activation(x, p, bias_i, bias_h, 2, H, j));
+                const A o = sigmoid(pre_activation(x, p, bias_i, bias_h, 3, H, j));
                 A c = f * arith(c_prev[r * H + j]) + i * g;
                 if constexpr (decltype(clipped)::value) c = clamp_keep_nan(c, low, high);
                 const A h = o * tanh_of(c);
@@ -320,13 +323,13 @@ __global__ void lstm_backward(const T *__restrict__ gates, const T *__restrict__
 }
 
 // ---- GRU ------------------------------------------------------------------------------------------
-// xg, hg: (rows, 3H); bias (3H); h_prev, h_next: (rows, H); y: (rows, H) or null; saved: (rows, 4H) or
-// null, r, z, n and hh_n = hg_n + bias_n (the recurrent term r multiplies).
+// xg, hg: (rows, 3H); bias_i, bias_h (3H); h_prev, h_next: (rows, H); y: (rows, H) or null; saved: (rows, 4H) or
+// null, r, z, n and hh_n = hg_n + bias_h_n (the recurrent term r multiplies).
 template <typename T>
-__global__ void gru_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias,
-                            const T *__restrict__ h_prev, T *__restrict__ h_next, T *__restrict__ y,
-                            T *__restrict__ saved, const int *__restrict__ lengths, int step, int rows,
-                            int hidden) {
+__global__ void gru_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                            const T *__restrict__ bias_h, const T *__restrict__ h_prev, T *__restrict__ h_next,
+                            T *__restrict__ y, T *__restrict__ saved, const int *__restrict__ lengths, int step,
+                            int rows, int hidden) {
     using A = Math<T>;
     with_flags(saved != nullptr, y != nullptr, [&](auto save, auto out) {
         const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
@@ -340,10 +343,10 @@ __global__ void gru_forward(const T *__restrict__ xg, const T *__restrict__ hg, 
             const T *__restrict__ x = xg + g3;
             const T *__restrict__ p = hg + g3;
             for (int j = threadIdx.x; j < H; j += blockDim.x) {
-                const A rg = sigmoid(pre_activation(x, p, bias, 0, H, j));
-                const A z = sigmoid(pre_activation(x, p, bias, 1, H, j));
-                const A hn = arith(p[2 * H + j]) + arith(bias[2 * H + j]);
-                const A n = tanh_of(arith(x[2 * H + j]) + rg * hn);
+                const A rg = sigmoid(pre_activation(x, p, bias_i, bias_h, 0, H, j));
+                const A z = sigmoid(pre_activation(x, p, bias_i, bias_h, 1, H, j));
+                const A hn = arith(p[2 * H + j]) + arith(bias_h[2 * H + j]);
+                const A n = tanh_of((arith(x[2 * H + j]) + arith(bias_i[2 * H + j])) + rg * hn);
                 const A h = (A(1) - z) * n + z * arith(h_prev[r * H + j]);
                 store_live<decltype(out)::value, decltype(save)::value>(h_next, y, saved, r, j, H, h, rg, z, n, hn);
             }
@@ -352,7 +355,7 @@ __global__ void gru_forward(const T *__restrict__ xg, const T *__restrict__ hg, 
 }
 
 // saved: the forward's (rows, 4H); h_prev, dy, dh_rec: (rows, H); carry (rows, H) in and out (out:
-// z*dh'); dx_gates: d(input projection) (rows, 3H); dh_gates: d(recurrent projection hg + bias) (rows, 3H).
+// z*dh'); dx_gates: d(input projection) (rows, 3H); dh_gates: d(recurrent projection hg + bias_h) (rows, 3H).
 template <typename T>
 __global__ void gru_backward(const T *__restrict__ saved, const T *__restrict__ h_prev, const T *__restrict__ dy,
                              const T *__restrict__ dh_rec, T *__restrict__ carry, T *__restrict__ dx_gates,
@@ -386,12 +389,13 @@ __global__ void gru_backward(const T *__restrict__ saved, const T *__restrict__ 
 }
 
 // ---- RNN (tanh or relu) -----------------------------------------------------------------------------
-// xg, hg: (rows, H); bias (H); h_prev, h_next: (rows, H); y: (rows, H) or null. relu != 0: max(pre, 0)
+// xg, hg: (rows, H); bias_i, bias_h (H); h_prev, h_next: (rows, H); y: (rows, H) or null. relu != 0: max(pre, 0)
 // (NaN stays NaN), else tanh.
 template <typename T>
-__global__ void rnn_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias,
-                            const T *__restrict__ h_prev, T *__restrict__ h_next, T *__restrict__ y,
-                            const int *__restrict__ lengths, int step, int rows, int hidden, int relu) {
+__global__ void rnn_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                            const T *__restrict__ bias_h, const T *__restrict__ h_prev, T *__restrict__ h_next,
+                            T *__restrict__ y, const int *__restrict__ lengths, int step, int rows, int hidden,
+                            int relu) {
     using A = Math<T>;
     with_flags(relu != 0, y != nullptr, [&](auto rectify, auto out) {
         const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
@@ -404,7 +408,7 @@ __global__ void rnn_forward(const T *__restrict__ xg, const T *__restrict__ hg, 
             }
             for (int j = threadIdx.x; j < H; j += blockDim.x) {
                 const long long e = r * H + j;
-                const A pre = pre_activation(xg + r * H, hg + r * H, bias, 0, H, j);
+                const A pre = pre_activation(xg + r * H, hg + r * H, bias_i, bias_h, 0, H, j);
                 A h;
                 if constexpr (decltype(rectify)::value) h = (pre > A(0) || pre != pre) ? pre : A(0);
                 else h = tanh_of(pre);
@@ -447,22 +451,23 @@ __global__ void rnn_backward(const T *__restrict__ h_next, const T *__restrict__
 // Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
 #define RNN_INSTANTIATE(T)                                                                                       \
     template __global__ void lstm_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
-                                             const T *__restrict__, const T *__restrict__, T *__restrict__,        \
-                                             T *__restrict__, T *__restrict__, T *__restrict__,                    \
+                                             const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
+                                             T *__restrict__, T *__restrict__, T *__restrict__, T *__restrict__,   \
                                              const int *__restrict__, int, int, int, int, Math<T>, Math<T>);       \
     template __global__ void lstm_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__, \
                                               const T *__restrict__, T *__restrict__, T *__restrict__,             \
                                               T *__restrict__, const int *__restrict__, int, int, int, int,        \
                                               Math<T>, Math<T>);                                                   \
     template __global__ void gru_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,   \
-                                            const T *__restrict__, T *__restrict__, T *__restrict__,               \
-                                            T *__restrict__, const int *__restrict__, int, int, int);              \
+                                            const T *__restrict__, const T *__restrict__, T *__restrict__,         \
+                                            T *__restrict__, T *__restrict__, const int *__restrict__, int, int,   \
+                                            int);                                                                  \
     template __global__ void gru_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
                                              const T *__restrict__, T *__restrict__, T *__restrict__,              \
                                              T *__restrict__, const int *__restrict__, int, int, int);             \
     template __global__ void rnn_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,   \
-                                            const T *__restrict__, T *__restrict__, T *__restrict__,               \
-                                            const int *__restrict__, int, int, int, int);                          \
+                                            const T *__restrict__, const T *__restrict__, T *__restrict__,         \
+                                            T *__restrict__, const int *__restrict__, int, int, int, int);         \
     template __global__ void rnn_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
                                              T *__restrict__, T *__restrict__, const int *__restrict__, int, int,  \
                                              int, int);

@@ -22,8 +22,8 @@ Example (what ``_steps.rnn_sequence`` does per layer ``l`` and direction ``d``):
 
 Passes over memory: a forward step reads the step's input projection, ``h @ W_h^T`` and the previous
 cell state once and writes the new states (and, training, the activated gates: LSTM i, f, g, o; GRU
-r, z, n and ``W_hn h + b_hn``; RNN nothing, its state is its output) once; ``b_h`` is added in the
-kernel, not in a pass of its own. A backward step reads the saved gates, the previous cell state and
+r, z, n and ``W_hn h + b_hn``; RNN nothing, its state is its output) once; both biases are added in
+the kernel, not in passes of their own over the projections. A backward step reads the saved gates, the previous cell state and
 the three parts of ``dh'`` and writes the gate gradients, ``dc`` and the carried part of ``dh``.
 ``dW_h`` and ``db_h`` are one GEMM and one sum over all steps after the loop (the states of every step
 are kept, ``(T+1, N, H)``), not a small GEMM per step.
@@ -157,21 +157,23 @@ def _active(lengths: np.ndarray | None, step: Any) -> np.ndarray | None:
     return None if lengths is None else int(step) < lengths
 
 
-def _recurrent(xg: np.ndarray, hg: np.ndarray, bias: np.ndarray, k: int, hidden: int) -> np.ndarray:
-    """Gate block ``k``'s pre-activation: xg + (hg + bias), in the math dtype."""
+def _recurrent(xg: np.ndarray, hg: np.ndarray, bias_i: np.ndarray, bias_h: np.ndarray, k: int,
+               hidden: int) -> np.ndarray:
+    """Gate block ``k``'s pre-activation: (xg + b_i) + (hg + b_h), in the math dtype."""
     cols = slice(k * hidden, (k + 1) * hidden)
-    return _load(xg[:, cols]) + (_load(hg[:, cols]) + _load(bias[cols]))
+    return (_load(xg[:, cols]) + _load(bias_i[cols])) + (_load(hg[:, cols]) + _load(bias_h[cols]))
 
 
-def _lstm_forward(xg: Any, hg: Any, bias: Any, h_prev: Any, c_prev: Any, h_next: Any, c_next: Any, y: Any,
-                  gates: Any, lengths: Any, step: Any, rows: Any, hidden: Any, clip: Any, lo: Any, hi: Any) -> None:
+def _lstm_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, c_prev: Any, h_next: Any, c_next: Any,
+                  y: Any, gates: Any, lengths: Any, step: Any, rows: Any, hidden: Any, clip: Any, lo: Any,
+                  hi: Any) -> None:
     """Twin of ``lstm_forward<T>`` (same arguments, None for a null pointer)."""
     H = int(hidden)
     active = _active(lengths, step)
-    i = _sigmoid(_recurrent(xg, hg, bias, 0, H))
-    f = _sigmoid(_recurrent(xg, hg, bias, 1, H))
-    g = _tanh(_recurrent(xg, hg, bias, 2, H))
-    o = _sigmoid(_recurrent(xg, hg, bias, 3, H))
+    i = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 0, H))
+    f = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 1, H))
+    g = _tanh(_recurrent(xg, hg, bias_i, bias_h, 2, H))
+    o = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 3, H))
     c = f * _load(c_prev)
     c += i * g                                       # c' = f*c + i*g
     if clip:
@@ -216,15 +218,15 @@ def _lstm_backward(gates: Any, c_prev: Any, dy: Any, dh_rec: Any, carry: Any, dc
         _pass_rows(active, rec, carry, (dgates,))
 
 
-def _gru_forward(xg: Any, hg: Any, bias: Any, h_prev: Any, h_next: Any, y: Any, saved: Any, lengths: Any,
-                 step: Any, rows: Any, hidden: Any) -> None:
+def _gru_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, h_next: Any, y: Any, saved: Any,
+                 lengths: Any, step: Any, rows: Any, hidden: Any) -> None:
     """Twin of ``gru_forward<T>``."""
     H = int(hidden)
     active = _active(lengths, step)
-    r = _sigmoid(_recurrent(xg, hg, bias, 0, H))
-    z = _sigmoid(_recurrent(xg, hg, bias, 1, H))
-    hn = _load(hg[:, 2 * H:]) + _load(bias[2 * H:])
-    n = _tanh(_load(xg[:, 2 * H:]) + r * hn)
+    r = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 0, H))
+    z = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 1, H))
+    hn = _load(hg[:, 2 * H:]) + _load(bias_h[2 * H:])
+    n = _tanh((_load(xg[:, 2 * H:]) + _load(bias_i[2 * H:])) + r * hn)
     one = r.dtype.type(1)
     h = (one - z) * n
     h += z * _load(h_prev)                           # h' = (1-z)*n + z*h
@@ -252,11 +254,11 @@ def _gru_backward(saved: Any, h_prev: Any, dy: Any, dh_rec: Any, carry: Any, dx_
         _pass_rows(active, rec, carry, (dx_gates, dh_gates))
 
 
-def _rnn_forward(xg: Any, hg: Any, bias: Any, h_prev: Any, h_next: Any, y: Any, lengths: Any, step: Any, rows: Any,
-                 hidden: Any, relu: Any) -> None:
+def _rnn_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, h_next: Any, y: Any, lengths: Any,
+                 step: Any, rows: Any, hidden: Any, relu: Any) -> None:
     """Twin of ``rnn_forward<T>``."""
     active = _active(lengths, step)
-    pre = _recurrent(xg, hg, bias, 0, int(hidden))
+    pre = _recurrent(xg, hg, bias_i, bias_h, 0, int(hidden))
     h = np.where((pre > 0) | (pre != pre), pre, pre.dtype.type(0)) if relu else _tanh(pre)
     _store_live(h_next, y, None, h, (), active, h_prev)
 
@@ -496,11 +498,9 @@ class _Layer:
         gh = h2h_weight.shape[0]
         with self.device.use():
             self.x2 = self._time_order(self.x._data).reshape(T * N, self.features)
-            proj = xp.matmul(self.x2, i2h_weight.T)  # the whole sequence's input projection: one GEMM
-            if i2h_bias is not None:
-                proj += i2h_bias
-            proj = proj.reshape(T, N, gh)
-            self.bias = xp.ascontiguousarray(h2h_bias) if h2h_bias is not None else xp.zeros(gh, dtype=self.dtype)
+            proj = xp.matmul(self.x2, i2h_weight.T).reshape(T, N, gh)  # the whole input projection: one GEMM
+            zeros = xp.zeros(gh, dtype=self.dtype)  # for a missing bias (the kernels add both biases)
+            biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
             lstm = self.mode == "lstm"
             first = T if self.backwards else 0
             self.hs = xp.empty((T + 1, N, H), dtype=self.dtype)
@@ -518,7 +518,7 @@ class _Layer:
                 xp.matmul(self.hs[prev], w_t, out=hg)
                 y_t = None if y is None else y[t]
                 saved_t = None if self.saved is None else self.saved[t]
-                common = (proj[t], hg, self.bias, self.hs[prev])
+                common = (proj[t], hg, *biases, self.hs[prev])
                 if lstm:
                     self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
                                                 self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
