@@ -14,9 +14,11 @@ float32, with the gradient of every weight, the input and the begin states:
 Every implementation gets the same output gradient and begin states. Cases and implementations are
 interleaved, ``--repeat`` rounds after one warm-up call each; the median round is reported, with the
 fused op's speed relative to each other (> 1: fused is faster). Threads: by default the script runs
-itself twice in child processes, once with one thread (``OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1``,
-``torch.set_num_threads(1)``) and once with the libraries' default, since BLAS reads its thread count
-when NumPy is imported; ``--threads N`` runs one setting in this process (0: the default).
+itself in child processes, with one thread (``OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1``,
+``torch.set_num_threads(1)``) and with the libraries' default, since BLAS reads its thread count when
+NumPy is imported; mxlite and PyTorch run in separate children, since OpenBLAS's and OpenMP's thread
+pools both spin-wait after each call and, on a small machine, slow each other down when they share a
+process. ``--threads N`` runs one setting in this process (0: the default), ``--only`` one library.
 
 Usage: ``PYTHONPATH=. python3 benchmarks/bench_rnn.py [--repeat 7] [--json out.json]``.
 """
@@ -120,14 +122,15 @@ def _torch_case(mode: str, arrays: dict[str, np.ndarray]) -> Callable[[], None] 
 
 
 def measure(repeat: int, length: int, batch: int, hidden: int, features: tuple[int, ...], threads: int,
-            cells: tuple[str, ...] = CELLS) -> tuple[list[dict], list[str]]:
+            cells: tuple[str, ...] = CELLS, implementations: tuple[str, ...] = IMPLEMENTATIONS
+            ) -> tuple[list[dict], list[str]]:
     """Median milliseconds of forward + backward per (cell, features, implementation), in this process."""
     notes: list[str] = []
     runs: list[tuple[tuple[str, int], str, Callable[[], None]]] = []
     for mode in cells:
         for c in features:
             arrays = _problem(mode, length, batch, c, hidden)
-            for impl in IMPLEMENTATIONS:
+            for impl in implementations:
                 fn = _torch_case(mode, arrays) if impl == "torch" else _mxlite_case(impl, mode, arrays)
                 if fn is None:
                     note = "PyTorch is not installed: no torch column (pip install torch)"
@@ -153,12 +156,23 @@ def measure(repeat: int, length: int, batch: int, hidden: int, features: tuple[i
     records = []
     for case in dict.fromkeys(c for c, _, _ in runs):
         ms = {impl: 1e3 * statistics.median(times[(case, impl)]) for impl in IMPLEMENTATIONS if (case, impl) in times}
-        record = {"cell": case[0], "features": case[1], "length": length, "batch": batch, "hidden": hidden,
-                  "threads": threads or "default", **{f"{impl}_ms": ms.get(impl) for impl in IMPLEMENTATIONS}}
+        records.append({"cell": case[0], "features": case[1], "length": length, "batch": batch, "hidden": hidden,
+                        "threads": threads or "default", **{f"{impl}_ms": ms.get(impl) for impl in IMPLEMENTATIONS}})
+    return _with_ratios(records), notes
+
+
+def _with_ratios(records: list[dict]) -> list[dict]:
+    """Records of the same case merged (the non-None times of each), with fused's speed relative to each other."""
+    merged: dict[tuple, dict] = {}
+    for r in records:
+        key = (r["threads"], r["cell"], r["features"], r["length"], r["batch"], r["hidden"])
+        into = merged.setdefault(key, dict(r))
+        into.update({k: v for k, v in r.items() if k.endswith("_ms") and v is not None})
+    for r in merged.values():
         for impl in IMPLEMENTATIONS[1:]:
-            record[f"fused_vs_{impl}"] = ms[impl] / ms["fused"] if impl in ms else None
-        records.append(record)
-    return records, notes
+            other, fused = r.get(f"{impl}_ms"), r.get("fused_ms")
+            r[f"fused_vs_{impl}"] = other / fused if other and fused else None
+    return list(merged.values())
 
 
 def _table(records: list[dict], notes: list[str], repeat: int) -> None:
@@ -184,12 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=HIDDEN)
     parser.add_argument("--features", default=",".join(map(str, FEATURES)), help="comma-separated input widths")
     parser.add_argument("--cells", default=",".join(CELLS), help="comma-separated: lstm, gru")
+    parser.add_argument("--only", choices=("mxlite", "torch"), help="run one library's implementations")
     parser.add_argument("--json", help="write the records here")
     args = parser.parse_args(argv)
     features = tuple(int(v) for v in args.features.split(","))
     cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
+    libraries = {"mxlite": IMPLEMENTATIONS[:3], "torch": IMPLEMENTATIONS[3:]}
     if args.threads is not None:
-        records, notes = measure(args.repeat, args.length, args.batch, args.hidden, features, args.threads, cells)
+        implementations = libraries[args.only] if args.only else IMPLEMENTATIONS
+        records, notes = measure(args.repeat, args.length, args.batch, args.hidden, features, args.threads, cells,
+                                 implementations)
     else:
         records, notes = [], []
         for threads in (1, 0):
@@ -199,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                     env[var] = str(threads)
                 else:
                     env.pop(var, None)
-            child = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--repeat", str(args.repeat),
-                     "--length", str(args.length), "--batch", str(args.batch), "--hidden", str(args.hidden),
-                     "--features", args.features, "--cells", args.cells, "--json", "/dev/stdout"]
-            found = subprocess.run(child, env=env, capture_output=True, text=True, check=True).stdout
-            part = json.loads(found[found.index("{\n"):])
-            records += part["records"]
-            notes += [n for n in part["meta"]["notes"] if n not in notes]
+            for library in libraries:
+                child = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--only", library,
+                         "--repeat", str(args.repeat), "--length", str(args.length), "--batch", str(args.batch),
+                         "--hidden", str(args.hidden), "--features", args.features, "--cells", args.cells,
+                         "--json", "/dev/stdout"]
+                found = subprocess.run(child, env=env, capture_output=True, text=True, check=True).stdout
+                part = json.loads(found[found.index("{\n"):])
+                records += part["records"]
+                notes += [n for n in part["meta"]["notes"] if n not in notes]
+        records = _with_ratios(records)
     if args.json != "/dev/stdout":
         _table(records, notes, args.repeat)
     if args.json:

@@ -598,3 +598,31 @@ def test_bench_rnn_runs_at_toy_sizes_and_writes_its_json(tmp_path, capsys):
     assert [(r["cell"], r["features"]) for r in records] == [("lstm", 5), ("lstm", 6), ("gru", 5), ("gru", 6)]
     assert all(r["fused_ms"] > 0 and r["twins_ms"] > 0 and r["steps_ms"] > 0 for r in records)
     assert "fused_vs_steps" in capsys.readouterr().out
+
+
+def test_scratch_buffers_are_reused_only_once_the_graph_lets_go():
+    """CPU devices keep the large temporaries (projection, saved gates, cell states, gate gradients) for the next
+    call; a graph kept with retain_graph keeps its own: another call in between does not change its gradients."""
+    rng = np.random.default_rng(110)
+    first = _problem(rng, "lstm", length=5, batch=3, features=4, hidden=6)
+    other = _problem(rng, "lstm", length=5, batch=3, features=4, hidden=6)
+
+    def call(arrays):
+        x, h0, c0 = _leaves([arrays["x"], arrays["states"][0][0], arrays["states"][1][0]])
+        weights = tuple(_leaves(arrays["weights"][0]))
+        with mx.autograd.record():
+            out, (h, c) = rnn_ops.recurrence("lstm", x, [h0, c0], weights)
+            loss = _loss(out, [h, c])
+        return loss, (x, h0, c0, *weights)
+
+    loss, leaves = call(first)
+    loss.backward(retain_graph=True)
+    want = [t.grad.asnumpy().copy() for t in leaves]
+    for _ in range(2):  # other calls in between take (and give back) spare buffers of the same shapes
+        other_loss, _ = call(other)
+        other_loss.backward()
+    loss.backward()
+    for k, t in enumerate(leaves):
+        _same_bits(t.grad.asnumpy(), want[k], f"gradient {k} after other calls")
+    shapes = {(a.shape, a.dtype) for a in rnn_ops._SPARES._free}
+    assert ((5, 3, 24), np.dtype(np.float64)) in shapes and ((6, 3, 6), np.dtype(np.float64)) in shapes

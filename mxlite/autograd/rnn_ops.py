@@ -23,8 +23,9 @@ Example (what ``_steps.rnn_sequence`` does per layer ``l`` and direction ``d``):
 Passes over memory: a forward step reads the step's input projection, ``h @ W_h^T`` and the previous
 cell state once and writes the new states (and, training, the activated gates: LSTM i, f, g, o; GRU
 r, z, n and ``W_hn h + b_hn``; RNN nothing, its state is its output) once; both biases are added in
-the kernel, not in passes of their own over the projections. A backward step reads the saved gates, the previous cell state and
-the three parts of ``dh'`` and writes the gate gradients, ``dc`` and the carried part of ``dh``.
+the kernel, not in passes of their own over the projections. A backward step reads the saved gates,
+the previous cell state and the three parts of ``dh'`` and writes the gate gradients, ``dc`` and the
+carried part of ``dh``.
 ``dW_h`` and ``db_h`` are one GEMM and one sum over all steps after the loop (the states of every step
 are kept, ``(T+1, N, H)``), not a small GEMM per step.
 """
@@ -32,6 +33,8 @@ are kept, ``(T+1, N, H)``), not a small GEMM per step.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -312,6 +315,42 @@ class _Cells:
         function((min(rows, _MAX_BLOCKS),), (threads,), args)
 
 
+# -- host scratch buffers ---------------------------------------------------------------------------------------
+class _Spares:
+    """Large host arrays handed back after use and handed out again (CPU devices; CuPy pools device memory).
+
+    Why: glibc serves a request as large as the largest block freed so far with a fresh mapping, so
+    every call's 4.6 MB projection or saved gates (T=35, N=32, 4H=1024, float32) was faulted in page by
+    page again: about 1,900 page faults per LSTM layer-direction, a quarter of its time on a 2-core VM,
+    where PyTorch's caching allocator had none. Only arrays that never leave this module are handed
+    back (never the outputs, states or gradients a caller holds). At most ``limit`` arrays are kept,
+    the most recently returned.
+    """
+
+    def __init__(self, limit: int = 8) -> None:
+        self._lock = threading.Lock()
+        self._free: list[np.ndarray] = []
+        self.limit = limit
+
+    def empty(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised array: a spare one of this shape and dtype if there is one (NumPy only)."""
+        if xp is np:
+            with self._lock:
+                for k, spare in enumerate(self._free):
+                    if spare.shape == shape and spare.dtype == dtype:
+                        return self._free.pop(k)
+        return xp.empty(shape, dtype=dtype)
+
+    def give(self, *arrays: Any) -> None:
+        """Take back arrays that nothing else references any more (None and device arrays are skipped)."""
+        with self._lock:
+            self._free.extend(a for a in arrays if isinstance(a, np.ndarray))
+            del self._free[:-self.limit]
+
+
+_SPARES = _Spares()
+
+
 # -- the op ---------------------------------------------------------------------------------------------------
 def recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence[Tensor | None],
                reverse: bool = False, clip: tuple[float | None, float | None] | None = None,
@@ -498,19 +537,20 @@ class _Layer:
         gh = h2h_weight.shape[0]
         with self.device.use():
             self.x2 = self._time_order(self.x._data).reshape(T * N, self.features)
-            proj = xp.matmul(self.x2, i2h_weight.T).reshape(T, N, gh)  # the whole input projection: one GEMM
+            proj = _SPARES.empty(xp, (T, N, gh), self.dtype)
+            xp.matmul(self.x2, i2h_weight.T, out=proj.reshape(T * N, gh))  # the whole input projection: one GEMM
             zeros = xp.zeros(gh, dtype=self.dtype)  # for a missing bias (the kernels add both biases)
             biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
             lstm = self.mode == "lstm"
             first = T if self.backwards else 0
             self.hs = xp.empty((T + 1, N, H), dtype=self.dtype)
             self.hs[first] = self.states[0]._data
-            self.cs = xp.empty((T + 1, N, H), dtype=self.dtype) if lstm else None
+            self.cs = _SPARES.empty(xp, (T + 1, N, H), self.dtype) if lstm else None
             if lstm:
                 self.cs[first] = self.states[1]._data
             y = xp.empty((T, N, H), dtype=self.dtype) if self.lengths is not None else None
             width = _SAVED[self.mode] * H
-            self.saved = xp.empty((T, N, width), dtype=self.dtype) if save and width else None
+            self.saved = _SPARES.empty(xp, (T, N, width), self.dtype) if save and width else None
             hg = xp.empty((N, gh), dtype=self.dtype)
             w_t = h2h_weight.T
             for s in range(T):
@@ -532,7 +572,10 @@ class _Layer:
             else:
                 outputs = self.hs[:T] if self.backwards else self.hs[1:]
             last = 0 if self.backwards else T
-            finals = [self.hs[last]] + ([self.cs[last]] if lstm else [])
+            finals = [self.hs[last]] + ([self.cs[last].copy()] if lstm else [])  # cs stays in this module
+            _SPARES.give(proj)
+            # the saved gates and cell states go back when the graph lets go of this layer
+            weakref.finalize(self, _SPARES.give, self.saved, self.cs)
         return outputs, finals
 
     def backward(self, grads: dict[str, Any], parents: tuple[Tensor, ...]) -> list[Any]:
@@ -553,8 +596,8 @@ class _Layer:
         dc = xp.zeros((N, H), dtype=self.dtype) if lstm else None
         if lstm and grads.get("c") is not None:
             dc[...] = grads["c"]
-        d_gates = xp.empty((T, N, gh), dtype=self.dtype)
-        dh_gates = xp.empty((T, N, gh), dtype=self.dtype) if gru else d_gates
+        d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
+        dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else d_gates
         w = h2h_weight._data
         for s in range(T - 1, -1, -1):
             t, prev, nxt = self._slots(s)
@@ -583,5 +626,6 @@ class _Layer:
         for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
             if bias is not None:
                 out.append(rows.sum(axis=0, out=grad_out(bias, self.dtype)) if bias._requires_grad() else None)
+        _SPARES.give(d_gates, *((dh_gates,) if gru else ()))  # nothing returned is a view of them
         # parents: x, states, i2h_weight, h2h_weight, then the biases present
         return out
