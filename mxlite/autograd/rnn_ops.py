@@ -324,10 +324,12 @@ class _Spares:
     page again: about 1,900 page faults per LSTM layer-direction, a quarter of its time on a 2-core VM,
     where PyTorch's caching allocator had none. Only arrays that never leave this module are handed
     back (never the outputs, states or gradients a caller holds). At most ``limit`` arrays are kept,
-    the most recently returned.
+    the most recently returned (16: a two-layer bidirectional LSTM has 9 in use at its peak, 4 saved
+    gates, 4 cell-state buffers and a projection), so what stays allocated is never more than recent
+    steps had in use, as with PyTorch's caching allocator.
     """
 
-    def __init__(self, limit: int = 8) -> None:
+    def __init__(self, limit: int = 16) -> None:
         self._lock = threading.Lock()
         self._free: list[np.ndarray] = []
         self.limit = limit
