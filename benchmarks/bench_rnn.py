@@ -16,9 +16,11 @@ interleaved, ``--repeat`` rounds after one warm-up call each; the median round i
 fused op's speed relative to each other (> 1: fused is faster). Threads: by default the script runs
 itself in child processes, with one thread (``OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1``,
 ``torch.set_num_threads(1)``) and with the libraries' default, since BLAS reads its thread count when
-NumPy is imported; mxlite and PyTorch run in separate children, since OpenBLAS's and OpenMP's thread
-pools both spin-wait after each call and, on a small machine, slow each other down when they share a
-process. ``--threads N`` runs one setting in this process (0: the default), ``--only`` one library.
+NumPy is imported. With one thread all four run interleaved in one child, so that a machine whose
+load drifts affects them alike; with the default threads mxlite and PyTorch run in separate children,
+since OpenBLAS's and OpenMP's thread pools both spin-wait after each call and, on a small machine, slow
+each other down when they share a process. ``--threads N`` runs one setting in this process (0: the
+default), ``--only`` one library.
 
 Usage: ``PYTHONPATH=. python3 benchmarks/bench_rnn.py [--repeat 7] [--json out.json]``.
 """
@@ -217,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                     env[var] = str(threads)
                 else:
                     env.pop(var, None)
-            for library in libraries:
-                child = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--only", library,
+            for library in libraries if not threads else [None]:
+                child = [sys.executable, os.path.abspath(__file__), "--threads", str(threads),
+                         *(["--only", library] if library else []),
                          "--repeat", str(args.repeat), "--length", str(args.length), "--batch", str(args.batch),
                          "--hidden", str(args.hidden), "--features", args.features, "--cells", args.cells,
                          "--json", "/dev/stdout"]
