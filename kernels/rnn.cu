@@ -1,0 +1,476 @@
+// Recurrent cells: one fused kernel per cell type and direction of the pass, all gates of a time step
+// in one pass over memory. The GEMMs (the input projection of the whole sequence, h @ W_h^T per step,
+// and every weight gradient) are BLAS / cuBLAS calls made by the launcher, outside these kernels.
+//
+//   lstm_forward<T>   gates i, f, g, o (MXNet's order): c' = sig(f)*c + sig(i)*tanh(g), clipped to
+//                     [lo, hi] when `clip`; h' = sig(o)*tanh(c'). Saves the activated gates (N, 4H).
+//   lstm_backward<T>  from dh', dc' and the saved gates: d(pre-activations) (N, 4H) and dc (in place).
+//   gru_forward<T>    gates r, z, n (MXNet's / cuDNN's variant): r = sig(x_r + hh_r), z likewise,
+//                     n = tanh(x_n + r*hh_n), h' = (1 - z)*n + z*h. Saves r, z, n, hh_n (N, 4H).
+//   gru_backward<T>   d(input projection) and d(recurrent projection) (N, 3H) each: they differ in the
+//                     n gate, where r multiplies the recurrent term.
+//   rnn_forward<T>    h' = tanh(pre) or relu(pre) (`relu` flag). Saves nothing: h' is the state.
+//   rnn_backward<T>   d(pre-activation) (N, H) from dh' and h'.
+//
+// One launch is one time step. Every forward kernel takes the input projection's slice of the step,
+// xg = x @ W_i^T (N, G*H), the recurrent product hg = h @ W_h^T (N, G*H) and both biases (G*H each, zeros
+// when the layer has none), added here rather than in passes of their own over the projections; the
+// pre-activation of gate k is (xg[k] + b_i[k]) + (hg[k] + b_h[k]), the order of mxlite/rnn/_steps.py
+// ((x W_i^T + b_i) + (h W_h^T + b_h)). The launcher is mxlite/autograd/rnn_ops.py,
+// whose NumPy twins (_lstm_forward, ...) are each kernel operation by operation; tests/test_rnn_kernels.py
+// holds the kernels to them bit for bit.
+//
+// Sequence lengths (MXNet's use_sequence_length): `lengths` (N int32, or null) and `step`, the index of
+// this launch in processing order. A row with step >= lengths[row] is past its end: the forward copies
+// its state unchanged (h' = h, c' = c), writes 0 to its output y and leaves its saved gates alone; the
+// backward writes zero gate gradients, leaves dc alone and passes the state gradient on through
+// `carry`. y is null when there are no lengths (the launcher's outputs are the states then).
+//
+// Backward data flow per step. dh' = (dh_rec + carry) + dy: dh_rec is d(gates of the next step) @ W_h
+// (a GEMM by the launcher; at the last step the final state's gradient), carry the part of dh' that does
+// not go through W_h (GRU's z*dh', a frozen row's whole gradient; the kernel overwrites it with the
+// value for the step before), dy the output's gradient (zeros when the output has none).
+//
+// Transcendentals. sigmoid and tanh are not the C library's or CUDA's: expf/tanhf differ between
+// glibc, CUDA's libdevice and NumPy's SIMD loops by an ulp here and there, so no twin could match all of
+// them. Here they are built from + - * /, comparisons and bit moves only, which IEEE fixes exactly:
+// the host build, the emulated GPUs, a real GPU (NVRTC's --fmad=false) and the NumPy twin all give the
+// same bits. exp(y) for y <= 0 is 2^k * (1 + q): k = rint(y / ln 2) by the 1.5*2^m "magic number"
+// rounding, r = y - k ln 2 with ln 2 split in two (Cody and Waite, fdlibm's split for double; k*LN2_HI
+// is exact), q = r * Q(r) with Q the Taylor polynomial of (e^r - 1)/r to 1/8! (float) or 1/14! (double),
+// whose truncation error is below 2^-26 (2^-55) relative to q for |r| <= ln(2)/2, and 2^k made from
+// its exponent bits. Then
+//   sigmoid(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|)            (never overflows)
+//   tanh(x) = copysign(-m / (2 + m), x), m = expm1(-2|x|) = (2^k - 1) + 2^k * q
+// (expm1 keeps tanh's relative accuracy near 0 without a second polynomial). Measured against long
+// double on a dense sweep: within 3 ulp of the exact value in float and double (NumPy's own tanh: 1.4
+// ulp); tests/test_rnn_kernels.py checks it. The argument of exp is clamped at -87.3 (float) / -708.3
+// (double), where 2^k is still a normal number: sigmoid(x) for x below that returns about 1.2e-38
+// (2.4e-308) instead of a smaller number, tanh is exactly +-1 long before. NaN stays NaN (the clamp is a
+// comparison and select). Polynomial coefficients are 1/n! rounded to double (exact n!, one correctly
+// rounded division, as Python's 1 / math.factorial(n)), then to float for float math.
+//
+// Arithmetic, kept equal to the twins: float32 math for float and __half (stored as half, rounded to
+// nearest even, as NumPy's astype), double for double; no contraction (--fmad=false; the host build
+// uses -ffp-contract=off), so a*b + c rounds twice as in NumPy. CuPy builds with -ftz=true: subnormal
+// inputs flush to zero on a GPU and not in the twins (no intermediate here is subnormal for normal
+// inputs: 2^k stays normal by the clamp). NaN payloads: where two NaNs meet, which one comes out depends
+// on operand order; tests compare NaNs as NaNs.
+//
+// Work split: block b handles rows b, b + gridDim.x, ... (a row is one sample of the batch); the threads
+// of a block share the H columns of a row. A one-thread block (the serial host build CPU devices run,
+// mxlite/_hostcuda) walks a row's columns in a unit-stride loop that g++ vectorises, the transcendentals
+// included (they are straight-line arithmetic, not library calls). Optional buffers (saved gates, the
+// output y) are tested once per launch, outside the element loop.
+//
+// Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
+// instantiation, by `nvcc --ptx -arch=sm_80` in the test suite, and by g++ for the host
+// (mxlite/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
+
+#include <cuda_fp16.h>
+
+namespace {
+
+// ---- storage and math types -----------------------------------------------------------------------
+// Values in the precision of the twin's arithmetic: half goes through float (NumPy's float16 ufuncs
+// compute in float32 and round), float and double stay themselves.
+__device__ __forceinline__ float arith(__half x) { return __half2float(x); }
+__device__ __forceinline__ float arith(float x) { return x; }
+__device__ __forceinline__ double arith(double x) { return x; }
+
+template <typename T> struct MathOf { using type = float; };
+template <> struct MathOf<double> { using type = double; };
+template <typename T> using Math = typename MathOf<T>::type;
+
+template <typename T> __device__ __forceinline__ T store_as(Math<T> x);
+template <> __device__ __forceinline__ float store_as<float>(float x) { return x; }
+template <> __device__ __forceinline__ double store_as<double>(double x) { return x; }
+template <> __device__ __forceinline__ __half store_as<__half>(float x) { return __float2half_rn(x); }
+
+// ---- exp, sigmoid and tanh from IEEE arithmetic (see the header) -------------------------------------
+// c0 + r*(c1 + r*(c2 + ...)): Horner's rule, innermost coefficient last.
+template <typename A> __device__ __forceinline__ A horner(A, A c) { return c; }
+template <typename A, typename... Rest> __device__ __forceinline__ A horner(A r, A c, Rest... rest) {
+    return c + r * horner<A>(r, rest...);
+}
+
+template <typename A> struct Exp;
+template <> struct Exp<float> {
+    using Bits = unsigned int;
+    static constexpr float kLowest = (float)-87.3;          // 2^k >= 2^-126, a normal number
+    static constexpr float kLog2e = (float)1.4426950408889634;
+    static constexpr float kLn2Hi = 0.693359375f;           // 9 significant bits: k * kLn2Hi is exact
+    static constexpr float kLn2Lo = (float)(0.6931471805599453 - 0.693359375);
+    static constexpr float kMagic = 12582912.0f;            // 1.5 * 2^23: adding it rounds to an integer
+    static constexpr Bits kMagicBits = 0x4B400000u, kBias = 127u, kMantissa = 23u;
+    __device__ static Bits bits(float x) { return __float_as_uint(x); }
+    __device__ static float from_bits(Bits b) { return __uint_as_float(b); }
+    // (e^r - 1) / r to 1/8!
+    __device__ static float poly(float r) {
+        return horner<float>(r, 1.0f, (float)(1.0 / 2), (float)(1.0 / 6), (float)(1.0 / 24), (float)(1.0 / 120),
+                             (float)(1.0 / 720), (float)(1.0 / 5040), (float)(1.0 / 40320));
+    }
+};
+template <> struct Exp<double> {
+    using Bits = unsigned long long;
+    static constexpr double kLowest = -708.3;               // 2^k >= 2^-1022
+    static constexpr double kLog2e = 1.4426950408889634;
+    static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2
+    static constexpr double kLn2Lo = 1.90821492927058770002e-10;
+    static constexpr double kMagic = 6755399441055744.0;    // 1.5 * 2^52
+    static constexpr Bits kMagicBits = 0x4338000000000000ull, kBias = 1023ull, kMantissa = 52ull;
+    __device__ static Bits bits(double x) { return (Bits)__double_as_longlong(x); }
+    __device__ static double from_bits(Bits b) { return __longlong_as_double((long long)b); }
+    // (e^r - 1) / r to 1/14!
+    __device__ static double poly(double r) {
+        return horner<double>(r, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
+                              1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0,
+                              1.0 / 87178291200.0);
+    }
+};
+
+// exp(y) = s * (1 + q) for y <= 0 (clamped at Exp<A>::kLowest), s = 2^k.
+template <typename A> struct ExpParts {
+    A s, q;
+};
+
+template <typename A> __device__ __forceinline__ ExpParts<A> exp_parts(A y) {
+    using E = Exp<A>;
+    y = y < E::kLowest ? E::kLowest : y;  // NaN stays NaN
+    const A j = y * E::kLog2e + E::kMagic;  // k in the low bits of the mantissa
+    const A kf = j - E::kMagic;
+    const A r = (y - kf * E::kLn2Hi) - kf * E::kLn2Lo;
+    const A q = r * E::poly(r);
+    const typename E::Bits k = E::bits(j) - E::kMagicBits;  // two's complement k, modulo 2^32 (2^64)
+    return ExpParts<A>{E::from_bits((k + E::kBias) << E::kMantissa), q};
+}
+
+__device__ __forceinline__ float magnitude(float x) { return fabsf(x); }
+__device__ __forceinline__ double magnitude(double x) { return fabs(x); }
+__device__ __forceinline__ float with_sign(float x, float sign) { return copysignf(x, sign); }
+__device__ __forceinline__ double with_sign(double x, double sign) { return copysign(x, sign); }
+
+template <typename A> __device__ __forceinline__ A sigmoid(A x) {
+    const ExpParts<A> p = exp_parts(-magnitude(x));
+    const A e = p.s + p.s * p.q;  // exp(-|x|)
+    return (x >= A(0) ? A(1) : e) / (A(1) + e);
+}
+
+template <typename A> __device__ __forceinline__ A tanh_of(A x) {
+    const ExpParts<A> p = exp_parts(A(-2) * magnitude(x));
+    const A m = (p.s - A(1)) + p.s * p.q;  // expm1(-2|x|)
+    return with_sign(-m / (A(2) + m), x);
+}
+
+// min(max(x, lo), hi), NaN staying NaN (np.clip), as comparisons and selects.
+template <typename A> __device__ __forceinline__ A clamp_keep_nan(A x, A lo, A hi) {
+    x = x < lo ? lo : x;
+    return x > hi ? hi : x;
+}
+
+template <bool B> struct Flag {
+    static constexpr bool value = B;
+};
+
+// Calls f(Flag<b>()): a runtime flag becomes a compile-time constant, tested once per launch (a flag
+// tested inside the element loop stops g++ from vectorising it).
+template <typename F> __device__ __forceinline__ void with_flag(bool b, F f) {
+    if (b) f(Flag<true>());
+    else f(Flag<false>());
+}
+
+template <typename F> __device__ __forceinline__ void with_flags(bool a, bool b, F f) {
+    with_flag(a, [&](auto x) { with_flag(b, [&](auto y) { f(x, y); }); });
+}
+
+template <typename F> __device__ __forceinline__ void with_flags(bool a, bool b, bool c, F f) {
+    with_flag(a, [&](auto x) { with_flag(b, [&](auto y) { with_flag(c, [&](auto z) { f(x, y, z); }); }); });
+}
+
+// Whether row `row` is still inside its sequence at processing step `step`.
+__device__ __forceinline__ bool active_row(const int *__restrict__ lengths, int row, int step) {
+    return lengths == nullptr || step < lengths[row];
+}
+
+// A row past its end, forward: the state is carried over (h' = h and, with c, c' = c), the output is 0.
+template <typename T>
+__device__ __forceinline__ void freeze_row(const T *__restrict__ h_prev, T *__restrict__ h_next,
+                                           const T *__restrict__ c_prev, T *__restrict__ c_next,
+                                           T *__restrict__ y, int hidden) {
+    for (int j = threadIdx.x; j < hidden; j += blockDim.x) {
+        h_next[j] = h_prev[j];
+        if (c_next) c_next[j] = c_prev[j];
+        if (y) y[j] = store_as<T>(Math<T>(0));
+    }
+}
+
+// A row past its end, backward: zero gate gradients (width columns in each of d1 and, if given, d2);
+// carry = dh_rec + carry, the state gradient handed on unchanged (dy does not reach a frozen row).
+template <typename T>
+__device__ __forceinline__ void pass_row(const T *__restrict__ dh_rec, T *__restrict__ carry,
+                                         T *__restrict__ d1, T *__restrict__ d2, int width, int hidden) {
+    for (int j = threadIdx.x; j < width; j += blockDim.x) {
+        d1[j] = store_as<T>(Math<T>(0));
+        if (d2) d2[j] = store_as<T>(Math<T>(0));
+    }
+    for (int j = threadIdx.x; j < hidden; j += blockDim.x)
+        carry[j] = store_as<T>(arith(dh_rec[j]) + arith(carry[j]));
+}
+
+// Gate block k's pre-activation at column j of a row: (xg + b_i) + (hg + b_h), the order of _steps.
+template <typename T>
+__device__ __forceinline__ Math<T> pre_activation(const T *__restrict__ x, const T *__restrict__ p,
+                                                  const T *__restrict__ bias_i, const T *__restrict__ bias_h,
+                                                  int k, int H, int j) {
+    const int c = k * H + j;
+    return (arith(x[c]) + arith(bias_i[c])) + (arith(p[c]) + arith(bias_h[c]));
+}
+
+// A live row's results at column j of row r: the state h (and the output y when kOut) and, when kSave,
+// four values into the H-wide blocks of the saved row (4H wide).
+template <bool kOut, bool kSave, typename T, typename A>
+__device__ __forceinline__ void store_live(T *__restrict__ h_next, T *__restrict__ y, T *__restrict__ saved,
+                                           long long r, int j, int H, A h, A v0, A v1, A v2, A v3) {
+    h_next[r * H + j] = store_as<T>(h);
+    if constexpr (kOut) y[r * H + j] = store_as<T>(h);
+    if constexpr (kSave) {
+        T *__restrict__ row = saved + r * 4 * H;
+        row[j] = store_as<T>(v0);
+        row[H + j] = store_as<T>(v1);
+        row[2 * H + j] = store_as<T>(v2);
+        row[3 * H + j] = store_as<T>(v3);
+    }
+}
+
+}  // namespace
+
+// ---- LSTM -----------------------------------------------------------------------------------------
+// xg, hg: (rows, 4H); bias_i, bias_h: (4H); h_prev, c_prev, h_next, c_next: (rows, H); y: (rows, H) or null;
+// gates: (rows, 4H) or null (inference). clip != 0 bounds c' to [lo, hi] (+-inf for an open side).
+template <typename T>
+__global__ void lstm_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                             const T *__restrict__ bias_h, const T *__restrict__ h_prev, const T *__restrict__ c_prev,
+                             T *__restrict__ h_next, T *__restrict__ c_next, T *__restrict__ y, T *__restrict__ gates,
+                             const int *__restrict__ lengths, int step, int rows, int hidden, int clip,
+                             Math<T> lo, Math<T> hi) {
+    using A = Math<T>;
+    with_flags(gates != nullptr, y != nullptr, clip != 0, [&](auto save, auto out, auto clipped) {
+        const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
+        const A low = lo, high = hi;
+        for (int row = blockIdx.x; row < n_rows; row += gridDim.x) {
+            const long long r = row, g4 = r * 4 * H;
+            if (!active_row(lengths, row, at)) {
+                freeze_row<T>(h_prev + r * H, h_next + r * H, c_prev + r * H, c_next + r * H,
+                              decltype(out)::value ? y + r * H : nullptr, H);
+                continue;
+            }
+            const T *__restrict__ x = xg + g4;
+            const T *__restrict__ p = hg + g4;
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const A i = sigmoid(pre_activation(x, p, bias_i, bias_h, 0, H, j));
+                const A f = sigmoid(pre_activation(x, p, bias_i, bias_h, 1, H, j));
+                const A g = tanh_of(pre_activation(x, p, bias_i, bias_h, 2, H, j));
+                const A o = sigmoid(pre_activation(x, p, bias_i, bias_h, 3, H, j));
+                A c = f * arith(c_prev[r * H + j]) + i * g;
+                if constexpr (decltype(clipped)::value) c = clamp_keep_nan(c, low, high);
+                const A h = o * tanh_of(c);
+                c_next[r * H + j] = store_as<T>(c);
+                store_live<decltype(out)::value, decltype(save)::value>(h_next, y, gates, r, j, H, h, i, f, g, o);
+            }
+        }
+    });
+}
+
+// gates: the forward's saved (rows, 4H); c_prev (rows, H); dy, dh_rec (rows, H); carry, dc (rows, H) in
+// and out; dgates (rows, 4H) out: d(pre-activation) of i, f, g, o. c' is recomputed from the gates (its
+// unclipped value decides where the clip passes the gradient, as ops.clip: lo <= c <= hi).
+template <typename T>
+__global__ void lstm_backward(const T *__restrict__ gates, const T *__restrict__ c_prev, const T *__restrict__ dy,
+                              const T *__restrict__ dh_rec, T *__restrict__ carry, T *__restrict__ dc,
+                              T *__restrict__ dgates, const int *__restrict__ lengths, int step, int rows,
+                              int hidden, int clip, Math<T> lo, Math<T> hi) {
+    using A = Math<T>;
+    with_flag(clip != 0, [&](auto clipped) {
+        const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
+        const A low = lo, high = hi;
+        for (int row = blockIdx.x; row < n_rows; row += gridDim.x) {
+            const long long r = row, g4 = r * 4 * H;
+            if (!active_row(lengths, row, at)) {
+                pass_row<T>(dh_rec + r * H, carry + r * H, dgates + g4, nullptr, 4 * H, H);
+                continue;
+            }
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const long long e = r * H + j;
+                const A dh = (arith(dh_rec[e]) + arith(carry[e])) + arith(dy[e]);
+                const A i = arith(gates[g4 + j]), f = arith(gates[g4 + H + j]);
+                const A g = arith(gates[g4 + 2 * H + j]), o = arith(gates[g4 + 3 * H + j]);
+                const A cp = arith(c_prev[e]);
+                const A raw = f * cp + i * g;
+                A c = raw;
+                if constexpr (decltype(clipped)::value) c = clamp_keep_nan(raw, low, high);
+                const A tc = tanh_of(c);
+                A dct = arith(dc[e]) + (dh * o) * (A(1) - tc * tc);
+                if constexpr (decltype(clipped)::value) dct = (raw >= low && raw <= high) ? dct : A(0);
+                dgates[g4 + j] = store_as<T>((dct * g) * (i * (A(1) - i)));
+                dgates[g4 + H + j] = store_as<T>((dct * cp) * (f * (A(1) - f)));
+                dgates[g4 + 2 * H + j] = store_as<T>((dct * i) * (A(1) - g * g));
+                dgates[g4 + 3 * H + j] = store_as<T>((dh * tc) * (o * (A(1) - o)));
+                dc[e] = store_as<T>(dct * f);
+                carry[e] = store_as<T>(A(0));
+            }
+        }
+    });
+}
+
+// ---- GRU ------------------------------------------------------------------------------------------
+// xg, hg: (rows, 3H); bias_i, bias_h (3H); h_prev, h_next: (rows, H); y: (rows, H) or null; saved: (rows, 4H) or
+// null, r, z, n and hh_n = hg_n + bias_h_n (the recurrent term r multiplies).
+template <typename T>
+__global__ void gru_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                            const T *__restrict__ bias_h, const T *__restrict__ h_prev, T *__restrict__ h_next,
+                            T *__restrict__ y, T *__restrict__ saved, const int *__restrict__ lengths, int step,
+                            int rows, int hidden) {
+    using A = Math<T>;
+    with_flags(saved != nullptr, y != nullptr, [&](auto save, auto out) {
+        const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
+        for (int row = blockIdx.x; row < n_rows; row += gridDim.x) {
+            const long long r = row, g3 = r * 3 * H;
+            if (!active_row(lengths, row, at)) {
+                freeze_row<T>(h_prev + r * H, h_next + r * H, nullptr, nullptr,
+                              decltype(out)::value ? y + r * H : nullptr, H);
+                continue;
+            }
+            const T *__restrict__ x = xg + g3;
+            const T *__restrict__ p = hg + g3;
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const A rg = sigmoid(pre_activation(x, p, bias_i, bias_h, 0, H, j));
+                const A z = sigmoid(pre_activation(x, p, bias_i, bias_h, 1, H, j));
+                const A hn = arith(p[2 * H + j]) + arith(bias_h[2 * H + j]);
+                const A n = tanh_of((arith(x[2 * H + j]) + arith(bias_i[2 * H + j])) + rg * hn);
+                const A h = (A(1) - z) * n + z * arith(h_prev[r * H + j]);
+                store_live<decltype(out)::value, decltype(save)::value>(h_next, y, saved, r, j, H, h, rg, z, n, hn);
+            }
+        }
+    });
+}
+
+// saved: the forward's (rows, 4H); h_prev, dy, dh_rec: (rows, H); carry (rows, H) in and out (out:
+// z*dh'); dx_gates: d(input projection) (rows, 3H); dh_gates: d(recurrent projection hg + bias_h) (rows, 3H).
+template <typename T>
+__global__ void gru_backward(const T *__restrict__ saved, const T *__restrict__ h_prev, const T *__restrict__ dy,
+                             const T *__restrict__ dh_rec, T *__restrict__ carry, T *__restrict__ dx_gates,
+                             T *__restrict__ dh_gates, const int *__restrict__ lengths, int step, int rows,
+                             int hidden) {
+    using A = Math<T>;
+    const int H = hidden;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long r = row, g3 = r * 3 * H, s4 = r * 4 * H;
+        if (!active_row(lengths, row, step)) {
+            pass_row<T>(dh_rec + r * H, carry + r * H, dx_gates + g3, dh_gates + g3, 3 * H, H);
+            continue;
+        }
+        for (int j = threadIdx.x; j < H; j += blockDim.x) {
+            const long long e = r * H + j;
+            const A dh = (arith(dh_rec[e]) + arith(carry[e])) + arith(dy[e]);
+            const A rg = arith(saved[s4 + j]), z = arith(saved[s4 + H + j]);
+            const A n = arith(saved[s4 + 2 * H + j]), hn = arith(saved[s4 + 3 * H + j]);
+            const A dn = (dh * (A(1) - z)) * (A(1) - n * n);  // d(pre-activation of n)
+            const A dr = (dn * hn) * (rg * (A(1) - rg));
+            const A dz = (dh * (arith(h_prev[e]) - n)) * (z * (A(1) - z));
+            dx_gates[g3 + j] = store_as<T>(dr);
+            dx_gates[g3 + H + j] = store_as<T>(dz);
+            dx_gates[g3 + 2 * H + j] = store_as<T>(dn);
+            dh_gates[g3 + j] = store_as<T>(dr);
+            dh_gates[g3 + H + j] = store_as<T>(dz);
+            dh_gates[g3 + 2 * H + j] = store_as<T>(dn * rg);
+            carry[e] = store_as<T>(dh * z);
+        }
+    }
+}
+
+// ---- RNN (tanh or relu) -----------------------------------------------------------------------------
+// xg, hg: (rows, H); bias_i, bias_h (H); h_prev, h_next: (rows, H); y: (rows, H) or null. relu != 0: max(pre, 0)
+// (NaN stays NaN), else tanh.
+template <typename T>
+__global__ void rnn_forward(const T *__restrict__ xg, const T *__restrict__ hg, const T *__restrict__ bias_i,
+                            const T *__restrict__ bias_h, const T *__restrict__ h_prev, T *__restrict__ h_next,
+                            T *__restrict__ y, const int *__restrict__ lengths, int step, int rows, int hidden,
+                            int relu) {
+    using A = Math<T>;
+    with_flags(relu != 0, y != nullptr, [&](auto rectify, auto out) {
+        const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
+        for (int row = blockIdx.x; row < n_rows; row += gridDim.x) {
+            const long long r = row;
+            if (!active_row(lengths, row, at)) {
+                freeze_row<T>(h_prev + r * H, h_next + r * H, nullptr, nullptr,
+                              decltype(out)::value ? y + r * H : nullptr, H);
+                continue;
+            }
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const long long e = r * H + j;
+                const A pre = pre_activation(xg + r * H, hg + r * H, bias_i, bias_h, 0, H, j);
+                A h;
+                if constexpr (decltype(rectify)::value) h = (pre > A(0) || pre != pre) ? pre : A(0);
+                else h = tanh_of(pre);
+                h_next[e] = store_as<T>(h);
+                if constexpr (decltype(out)::value) y[e] = store_as<T>(h);
+            }
+        }
+    });
+}
+
+// h_next: the forward's state after the step (= its output on a live row); dy, dh_rec: (rows, H); carry
+// (rows, H) in and out (out: 0 on a live row); dgates (rows, H): d(pre-activation).
+template <typename T>
+__global__ void rnn_backward(const T *__restrict__ h_next, const T *__restrict__ dy, const T *__restrict__ dh_rec,
+                             T *__restrict__ carry, T *__restrict__ dgates, const int *__restrict__ lengths,
+                             int step, int rows, int hidden, int relu) {
+    using A = Math<T>;
+    with_flag(relu != 0, [&](auto rectify) {
+        const int H = hidden, n_rows = rows, at = step;  // locals: loop bounds no store can change
+        for (int row = blockIdx.x; row < n_rows; row += gridDim.x) {
+            const long long r = row;
+            if (!active_row(lengths, row, at)) {
+                pass_row<T>(dh_rec + r * H, carry + r * H, dgates + r * H, nullptr, H, H);
+                continue;
+            }
+            for (int j = threadIdx.x; j < H; j += blockDim.x) {
+                const long long e = r * H + j;
+                const A dh = (arith(dh_rec[e]) + arith(carry[e])) + arith(dy[e]);
+                const A h = arith(h_next[e]);
+                A d;
+                if constexpr (decltype(rectify)::value) d = h > A(0) ? dh : A(0);
+                else d = dh * (A(1) - h * h);
+                dgates[e] = store_as<T>(d);
+                carry[e] = store_as<T>(A(0));
+            }
+        }
+    });
+}
+
+// Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
+#define RNN_INSTANTIATE(T)                                                                                       \
+    template __global__ void lstm_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
+                                             const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
+                                             T *__restrict__, T *__restrict__, T *__restrict__, T *__restrict__,   \
+                                             const int *__restrict__, int, int, int, int, Math<T>, Math<T>);       \
+    template __global__ void lstm_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__, \
+                                              const T *__restrict__, T *__restrict__, T *__restrict__,             \
+                                              T *__restrict__, const int *__restrict__, int, int, int, int,        \
+                                              Math<T>, Math<T>);                                                   \
+    template __global__ void gru_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,   \
+                                            const T *__restrict__, const T *__restrict__, T *__restrict__,         \
+                                            T *__restrict__, T *__restrict__, const int *__restrict__, int, int,   \
+                                            int);                                                                  \
+    template __global__ void gru_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
+                                             const T *__restrict__, T *__restrict__, T *__restrict__,              \
+                                             T *__restrict__, const int *__restrict__, int, int, int);             \
+    template __global__ void rnn_forward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,   \
+                                            const T *__restrict__, const T *__restrict__, T *__restrict__,         \
+                                            T *__restrict__, const int *__restrict__, int, int, int, int);         \
+    template __global__ void rnn_backward<T>(const T *__restrict__, const T *__restrict__, const T *__restrict__,  \
+                                             T *__restrict__, T *__restrict__, const int *__restrict__, int, int,  \
+                                             int, int);
+RNN_INSTANTIATE(float)
+RNN_INSTANTIATE(double)
+RNN_INSTANTIATE(__half)

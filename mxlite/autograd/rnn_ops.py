@@ -1,0 +1,635 @@
+"""One recurrent layer in one direction over a whole sequence, as one autograd op on fused cell kernels.
+
+Purpose: :func:`recurrence` runs what ``mxlite/rnn/_steps.py`` composes step by step (RNN with tanh
+or relu, LSTM, GRU; MXNet's gate order and formulas) with a handful of launches per time step
+instead of a dozen recorded ops: the input projection of the whole sequence is one GEMM before the
+time loop; each step is one GEMM (``h @ W_h^T``) and one fused cell kernel (``kernels/rnn.cu``);
+the whole layer-direction is one autograd node, whose backward runs the loop in reverse (one cell
+kernel and one GEMM per step) and then forms ``dW_i``, ``db_i``, ``dW_h``, ``db_h`` and ``dx`` as
+whole-sequence GEMMs and sums.
+
+Where it runs: on a GPU the kernels go through CuPy and the GEMMs through ``cupy.matmul`` (cuBLAS):
+no host synchronisation and no host-to-device copy inside the loops (scalars travel as launch
+arguments). On a CPU device the serial host build of the same kernels runs when
+:func:`mxlite._kernels.cpu_kernels_enabled` allows it, else the NumPy twins below
+(``MXLITE_CPU_KERNELS=numpy``), which are the kernels operation by operation: same results, bit
+for bit. sigmoid and tanh are computed from IEEE arithmetic (``_exp_parts``; ``kernels/rnn.cu``'s
+header says why and how accurate) so that the twins, the host build and a GPU agree exactly.
+
+Example (what ``_steps.rnn_sequence`` does per layer ``l`` and direction ``d``)::
+
+    out, last = recurrence("lstm", layer_in, [h0, c0], weights[l * dirs + d], reverse=d == 1, clip=clip)
+
+Passes over memory: a forward step reads the step's input projection, ``h @ W_h^T`` and the previous
+cell state once and writes the new states (and, training, the activated gates: LSTM i, f, g, o; GRU
+r, z, n and ``W_hn h + b_hn``; RNN nothing, its state is its output) once; both biases are added in
+the kernel, not in passes of their own over the projections. A backward step reads the saved gates,
+the previous cell state and the three parts of ``dh'`` and writes the gate gradients, ``dc`` and the
+carried part of ``dh``.
+``dW_h`` and ``db_h`` are one GEMM and one sum over all steps after the loop (the states of every step
+are kept, ``(T+1, N, H)``), not a small GEMM per step.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._kernels import cpu_kernels_enabled, get_kernel
+from . import _state
+from .ops import _op
+from .tensor import Tensor, _result, grad_out
+
+__all__ = ["GATES", "KERNEL_FILE", "NUM_STATES", "recurrence"]
+
+KERNEL_FILE = "rnn.cu"
+GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}  # gate blocks of H rows in the weights
+NUM_STATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 2, "gru": 1}
+_SAVED = {"rnn_relu": 0, "rnn_tanh": 0, "lstm": 4, "gru": 4}  # H-wide blocks saved per step for backward
+_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
+_KERNELS = ("lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward")
+_ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
+_MAX_BLOCKS = 65535  # a block per row; blocks loop over rows past it
+_MAX_THREADS = 256  # threads per block on a GPU (fewer for a narrow hidden size)
+_NULL = np.uint64(0)  # an 8-byte zero is a null pointer argument
+
+
+# -- the NumPy twins of kernels/rnn.cu's arithmetic -------------------------------------------------------------
+class _ExpConstants:
+    """kernels/rnn.cu's ``Exp<A>``: the constants of exp(y) = 2^k (1 + q) in math dtype ``dtype``."""
+
+    def __init__(self, dtype: Any, bits: Any, lowest: float, ln2_hi: float, ln2_lo: float, magic: float,
+                 magic_bits: int, bias: int, mantissa: int, degree: int) -> None:
+        self.dtype, self.bits = np.dtype(dtype), bits
+        self.lowest = dtype(lowest)
+        self.log2e = dtype(1.4426950408889634)
+        self.ln2_hi, self.ln2_lo = dtype(ln2_hi), dtype(ln2_lo)
+        self.magic, self.magic_bits = dtype(magic), bits(magic_bits)
+        self.bias, self.mantissa = bits(bias), bits(mantissa)
+        # (e^r - 1)/r to 1/(degree+1)!: 1/n! rounded to double (n! is exact), then to the math dtype
+        self.poly = tuple(dtype(1 / math.factorial(n)) for n in range(1, degree + 2))
+
+
+_EXP = {
+    np.dtype(np.float32): _ExpConstants(np.float32, np.uint32, -87.3, 0.693359375, 0.6931471805599453 - 0.693359375,
+                                        12582912.0, 0x4B400000, 127, 23, 7),
+    np.dtype(np.float64): _ExpConstants(np.float64, np.uint64, -708.3, 6.93147180369123816490e-01,
+                                        1.90821492927058770002e-10, 6755399441055744.0, 0x4338000000000000,
+                                        1023, 52, 13),
+}
+
+
+def _exp_parts(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, q)`` with exp(y) = s * (1 + q), s = 2^k, for y <= 0 (kernels/rnn.cu: exp_parts)."""
+    c = _EXP[y.dtype]
+    y = np.where(y < c.lowest, c.lowest, y)          # clamp; NaN stays NaN
+    j = y * c.log2e
+    j += c.magic                                     # k in the low mantissa bits
+    kf = j - c.magic
+    r = y - kf * c.ln2_hi
+    r -= kf * c.ln2_lo                               # r = y - k ln 2
+    poly = np.full_like(r, c.poly[-1])
+    for coefficient in c.poly[-2::-1]:               # Horner: c0 + r*(c1 + r*(...))
+        poly *= r
+        poly += coefficient
+    q = r * poly
+    k = j.view(c.bits) - c.magic_bits                # two's complement k, modulo 2^32 / 2^64
+    s = ((k + c.bias) << c.mantissa).view(y.dtype)
+    return s, q
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """sigmoid as kernels/rnn.cu computes it: (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|)."""
+    s, q = _exp_parts(-np.abs(x))
+    e = s * q
+    e += s
+    one = x.dtype.type(1)
+    return np.where(x >= 0, one, e) / (one + e)
+
+
+def _tanh(x: np.ndarray) -> np.ndarray:
+    """tanh as kernels/rnn.cu computes it: copysign(-m / (2 + m), x), m = expm1(-2|x|)."""
+    s, q = _exp_parts(x.dtype.type(-2) * np.abs(x))
+    m = s - x.dtype.type(1)
+    m += s * q
+    return np.copysign(-m / (x.dtype.type(2) + m), x)
+
+
+def _math_dtype(dtype: Any) -> np.dtype:
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def _load(a: np.ndarray) -> np.ndarray:
+    """``a`` in its math dtype (float16 computes in float32, as the kernels' ``arith``)."""
+    return a.astype(_math_dtype(a.dtype), copy=False)
+
+
+def _rows(active: np.ndarray | None) -> np.ndarray | None:
+    return None if active is None else active[:, None]
+
+
+def _put(dst: np.ndarray, value: Any, active: np.ndarray | None, frozen: Any = None) -> None:
+    """dst = value on live rows; ``frozen`` (or nothing, when None) on rows past their end; rounded to dst's dtype."""
+    if active is None:
+        np.copyto(dst, value, casting="same_kind")
+        return
+    np.copyto(dst, value, casting="same_kind", where=active[:, None])
+    if frozen is not None:
+        np.copyto(dst, frozen, casting="same_kind", where=~active[:, None])
+
+
+def _store_live(h_next: Any, y: Any, saved: Any, h: np.ndarray, values: Sequence[np.ndarray], active: Any,
+                h_prev: Any) -> None:
+    """A step's results (kernels/rnn.cu: freeze_row, store_live): the state (frozen rows keep ``h_prev``),
+    the output (0 on frozen rows) and the saved H-wide blocks (frozen rows untouched)."""
+    _put(h_next, h, active, h_prev)
+    if y is not None:
+        _put(y, h, active, 0)
+    if saved is not None:
+        width = h.shape[1]
+        for k, value in enumerate(values):
+            _put(saved[:, k * width:(k + 1) * width], value, active)
+
+
+def _active(lengths: np.ndarray | None, step: Any) -> np.ndarray | None:
+    return None if lengths is None else int(step) < lengths
+
+
+def _recurrent(xg: np.ndarray, hg: np.ndarray, bias_i: np.ndarray, bias_h: np.ndarray, k: int,
+               hidden: int) -> np.ndarray:
+    """Gate block ``k``'s pre-activation: (xg + b_i) + (hg + b_h), in the math dtype."""
+    cols = slice(k * hidden, (k + 1) * hidden)
+    return (_load(xg[:, cols]) + _load(bias_i[cols])) + (_load(hg[:, cols]) + _load(bias_h[cols]))
+
+
+def _lstm_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, c_prev: Any, h_next: Any, c_next: Any,
+                  y: Any, gates: Any, lengths: Any, step: Any, rows: Any, hidden: Any, clip: Any, lo: Any,
+                  hi: Any) -> None:
+    """Twin of ``lstm_forward<T>`` (same arguments, None for a null pointer)."""
+    H = int(hidden)
+    active = _active(lengths, step)
+    i = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 0, H))
+    f = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 1, H))
+    g = _tanh(_recurrent(xg, hg, bias_i, bias_h, 2, H))
+    o = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 3, H))
+    c = f * _load(c_prev)
+    c += i * g                                       # c' = f*c + i*g
+    if clip:
+        c = np.where(c < lo, lo, c)
+        c = np.where(c > hi, hi, c)                  # clamp, NaN kept
+    h = o * _tanh(c)
+    _put(c_next, c, active, c_prev)
+    _store_live(h_next, y, gates, h, (i, f, g, o), active, h_prev)
+
+
+def _pass_rows(active: np.ndarray, rec: np.ndarray, carry: Any, grads: Sequence[Any]) -> None:
+    """Rows past their end, backward: zero gate gradients, carry = dh_rec + carry."""
+    for d in grads:
+        np.copyto(d, 0, where=~active[:, None])
+    np.copyto(carry, rec, casting="same_kind", where=~active[:, None])
+
+
+def _lstm_backward(gates: Any, c_prev: Any, dy: Any, dh_rec: Any, carry: Any, dc: Any, dgates: Any, lengths: Any,
+                   step: Any, rows: Any, hidden: Any, clip: Any, lo: Any, hi: Any) -> None:
+    """Twin of ``lstm_backward<T>``."""
+    H = int(hidden)
+    active = _active(lengths, step)
+    rec = _load(dh_rec) + _load(carry)
+    dh = rec + _load(dy)
+    i, f, g, o = (_load(gates[:, k * H:(k + 1) * H]) for k in range(4))
+    cp = _load(c_prev)
+    raw = f * cp
+    raw += i * g
+    c = np.where(raw > hi, hi, np.where(raw < lo, lo, raw)) if clip else raw
+    tc = _tanh(c)
+    one = raw.dtype.type(1)
+    dct = _load(dc) + (dh * o) * (one - tc * tc)
+    if clip:
+        dct = np.where((raw >= lo) & (raw <= hi), dct, raw.dtype.type(0))
+    parts = ((dct * g) * (i * (one - i)), (dct * cp) * (f * (one - f)), (dct * i) * (one - g * g),
+             (dh * tc) * (o * (one - o)))
+    for k, value in enumerate(parts):
+        _put(dgates[:, k * H:(k + 1) * H], value, active)
+    _put(dc, dct * f, active)
+    _put(carry, 0, active)
+    if active is not None:
+        _pass_rows(active, rec, carry, (dgates,))
+
+
+def _gru_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, h_next: Any, y: Any, saved: Any,
+                 lengths: Any, step: Any, rows: Any, hidden: Any) -> None:
+    """Twin of ``gru_forward<T>``."""
+    H = int(hidden)
+    active = _active(lengths, step)
+    r = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 0, H))
+    z = _sigmoid(_recurrent(xg, hg, bias_i, bias_h, 1, H))
+    hn = _load(hg[:, 2 * H:]) + _load(bias_h[2 * H:])
+    n = _tanh((_load(xg[:, 2 * H:]) + _load(bias_i[2 * H:])) + r * hn)
+    one = r.dtype.type(1)
+    h = (one - z) * n
+    h += z * _load(h_prev)                           # h' = (1-z)*n + z*h
+    _store_live(h_next, y, saved, h, (r, z, n, hn), active, h_prev)
+
+
+def _gru_backward(saved: Any, h_prev: Any, dy: Any, dh_rec: Any, carry: Any, dx_gates: Any, dh_gates: Any,
+                  lengths: Any, step: Any, rows: Any, hidden: Any) -> None:
+    """Twin of ``gru_backward<T>``."""
+    H = int(hidden)
+    active = _active(lengths, step)
+    rec = _load(dh_rec) + _load(carry)
+    dh = rec + _load(dy)
+    r, z, n, hn = (_load(saved[:, k * H:(k + 1) * H]) for k in range(4))
+    one = r.dtype.type(1)
+    dn = (dh * (one - z)) * (one - n * n)
+    dr = (dn * hn) * (r * (one - r))
+    dz = (dh * (_load(h_prev) - n)) * (z * (one - z))
+    for k, value in enumerate((dr, dz, dn)):
+        _put(dx_gates[:, k * H:(k + 1) * H], value, active)
+    for k, value in enumerate((dr, dz, dn * r)):
+        _put(dh_gates[:, k * H:(k + 1) * H], value, active)
+    _put(carry, dh * z, active)
+    if active is not None:
+        _pass_rows(active, rec, carry, (dx_gates, dh_gates))
+
+
+def _rnn_forward(xg: Any, hg: Any, bias_i: Any, bias_h: Any, h_prev: Any, h_next: Any, y: Any, lengths: Any,
+                 step: Any, rows: Any, hidden: Any, relu: Any) -> None:
+    """Twin of ``rnn_forward<T>``."""
+    active = _active(lengths, step)
+    pre = _recurrent(xg, hg, bias_i, bias_h, 0, int(hidden))
+    h = np.where((pre > 0) | (pre != pre), pre, pre.dtype.type(0)) if relu else _tanh(pre)
+    _store_live(h_next, y, None, h, (), active, h_prev)
+
+
+def _rnn_backward(h_next: Any, dy: Any, dh_rec: Any, carry: Any, dgates: Any, lengths: Any, step: Any, rows: Any,
+                  hidden: Any, relu: Any) -> None:
+    """Twin of ``rnn_backward<T>``."""
+    active = _active(lengths, step)
+    rec = _load(dh_rec) + _load(carry)
+    dh = rec + _load(dy)
+    h = _load(h_next)
+    d = np.where(h > 0, dh, dh.dtype.type(0)) if relu else dh * (h.dtype.type(1) - h * h)
+    _put(dgates, d, active)
+    _put(carry, 0, active)
+    if active is not None:
+        _pass_rows(active, rec, carry, (dgates,))
+
+
+_TWINS = {"lstm_forward": _lstm_forward, "lstm_backward": _lstm_backward, "gru_forward": _gru_forward,
+          "gru_backward": _gru_backward, "rnn_forward": _rnn_forward, "rnn_backward": _rnn_backward}
+
+
+# -- launching ------------------------------------------------------------------------------------------------
+class _Cells:
+    """The cell kernels (or, on a CPU device without the host build, their twins) for one dtype and device."""
+
+    def __init__(self, device: Any, dtype: Any, threads: int | None = None) -> None:
+        name = np.dtype(dtype).name
+        if name not in _TYPE_NAMES:
+            raise TypeError(f"recurrent kernels take float16, float32 or float64 data, got {name}")
+        self.device, self.type_name = device, _TYPE_NAMES[name]
+        self.math = np.float64 if name == "float64" else np.float32
+        self.compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+        self.threads = threads
+
+    def __call__(self, kernel: str, buffers: Sequence[Any], ints: Sequence[int], reals: Sequence[float] = ()) -> None:
+        """``kernel<T>(*buffers, *ints as int32, *reals in the math dtype)``; a None buffer is a null pointer."""
+        rows, hidden = int(ints[1]), int(ints[2])  # every kernel's ints: step, rows, hidden, [clip | relu]
+        if not self.compiled:
+            with np.errstate(all="ignore"):  # NaN and inf flow through as in the kernels, silently
+                _TWINS[kernel](*buffers, *(np.int32(i) for i in ints), *(self.math(r) for r in reals))
+            return
+        if rows == 0:
+            return  # a grid of 0 blocks is a CUDA error
+        function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+        threads = self.threads
+        if threads is None:
+            threads = min(_MAX_THREADS, max(32, -(-hidden // 32) * 32)) if self.device.is_gpu else 1
+        args = (*(b if b is not None else _NULL for b in buffers), *(np.int32(i) for i in ints),
+                *(self.math(r) for r in reals))
+        function((min(rows, _MAX_BLOCKS),), (threads,), args)
+
+
+# -- host scratch buffers ---------------------------------------------------------------------------------------
+class _Spares:
+    """Large host arrays handed back after use and handed out again (CPU devices; CuPy pools device memory).
+
+    Why: glibc serves a request as large as the largest block freed so far with a fresh mapping, so
+    every call's 4.6 MB projection or saved gates (T=35, N=32, 4H=1024, float32) was faulted in page by
+    page again: about 1,900 page faults per LSTM layer-direction, a quarter of its time on a 2-core VM,
+    where PyTorch's caching allocator had none. Only arrays that never leave this module are handed
+    back (never the outputs, states or gradients a caller holds). At most ``limit`` arrays are kept,
+    the most recently returned (16: a two-layer bidirectional LSTM has 9 in use at its peak, 4 saved
+    gates, 4 cell-state buffers and a projection), so what stays allocated is never more than recent
+    steps had in use, as with PyTorch's caching allocator.
+    """
+
+    def __init__(self, limit: int = 16) -> None:
+        self._lock = threading.Lock()
+        self._free: list[np.ndarray] = []
+        self.limit = limit
+
+    def empty(self, xp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised array: a spare one of this shape and dtype if there is one (NumPy only)."""
+        if xp is np:
+            with self._lock:
+                for k, spare in enumerate(self._free):
+                    if spare.shape == shape and spare.dtype == dtype:
+                        return self._free.pop(k)
+        return xp.empty(shape, dtype=dtype)
+
+    def give(self, *arrays: Any) -> None:
+        """Take back arrays that nothing else references any more (None and device arrays are skipped)."""
+        with self._lock:
+            self._free.extend(a for a in arrays if isinstance(a, np.ndarray))
+            del self._free[:-self.limit]
+
+
+_SPARES = _Spares()
+
+
+# -- the op ---------------------------------------------------------------------------------------------------
+def recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence[Tensor | None],
+               reverse: bool = False, clip: tuple[float | None, float | None] | None = None,
+               valid_length: Any = None) -> tuple[Tensor, list[Tensor]]:
+    """One layer of a recurrence in one direction over a whole sequence (MXNet's fused ``RNN`` op, one layer).
+
+    Computes what ``mxlite.rnn._steps`` composes step by step, with the same gate order, formulas
+    and arguments (``_steps.rnn_sequence`` calls it per layer and direction), as one autograd node:
+
+    - RNN: ``h' = act(W_i x + b_i + W_h h + b_h)``, act tanh (``'rnn_tanh'``) or relu (``'rnn_relu'``);
+    - LSTM (gates ``i, f, c, o``): ``c' = sig(f) c + sig(i) tanh(g)``, ``h' = sig(o) tanh(c')``;
+    - GRU (gates ``r, z, n``, MXNet's / cuDNN's variant): ``n = tanh(W_in x + b_in + r (W_hn h + b_hn))``,
+      ``h' = (1 - z) n + z h``.
+
+    Args:
+        mode: 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.
+        x: the input sequence ``(T, N, C)``, time-major.
+        states: begin states ``[h]``, or ``[h, c]`` for LSTM, each ``(N, H)``.
+        weights: ``(i2h_weight (G*H, C), h2h_weight (G*H, H), i2h_bias (G*H,) or None,
+            h2h_bias (G*H,) or None)``, G = 4 (LSTM), 3 (GRU) or 1, gates stacked in MXNet's order.
+        reverse: run from the last step to the first (the backward direction of a bidirectional layer).
+        clip: LSTM only: ``(min, max)`` bounds of the cell state (MXNet's ``state_clip_min/max``; a None
+            side is open), or None.
+        valid_length: optional per-sample sequence lengths ``(N,)`` (a Tensor on ``x``'s device, or a
+            NumPy array or list; integers stored in any real dtype), MXNet's ``use_sequence_length``:
+            sample ``b`` runs its first ``valid_length[b]`` steps (the reverse direction runs them from
+            the last valid step back to step 0), its state is frozen after them, and its outputs there
+            are 0. On a CPU device the lengths must be integers in ``[0, T]``; on a GPU they are not
+            checked (that would wait for the device) and act as clamped into ``[0, T]``.
+
+    Returns:
+        ``(outputs, final_states)``: outputs ``(T, N, H)`` in time order, and the final ``[h]`` or
+        ``[h, c]``, each ``(N, H)`` (after the last valid step of each sample).
+
+    All tensors share one device and one dtype: float16 (float32 math, half storage), float32 or
+    float64. The outputs of one call are recorded as one node; their gradients may come from any
+    subset of them.
+
+    Raises:
+        ValueError: an unknown mode, shapes or dtypes that disagree (the message names the tensor,
+            its shape and the shape expected), clip for a mode other than LSTM, or (CPU devices)
+            lengths that are not integers in ``[0, T]``.
+        TypeError: a dtype other than float16, float32 or float64.
+    """
+    if mode not in GATES:
+        raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
+    weights = tuple(weights)
+    if len(weights) != 4:
+        raise ValueError(f"recurrence: weights must be (i2h_weight, h2h_weight, i2h_bias, h2h_bias), "
+                         f"got {len(weights)} entries")
+    return _recurrence(mode, x, list(states), weights, valid_length, bool(reverse), clip)
+
+
+def _check(mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tensor | None, ...]) -> tuple[int, int, int, int]:
+    """(T, N, C, H) after checking every shape and dtype against ``x`` and ``h2h_weight``."""
+    if x.ndim != 3:
+        raise ValueError(f"x must be (T, N, C), got shape {x.shape}")
+    length, batch, features = x.shape
+    i2h_weight, h2h_weight, i2h_bias, h2h_bias = weights
+    if i2h_weight is None or h2h_weight is None or h2h_weight.ndim != 2:
+        raise ValueError("i2h_weight and h2h_weight are required; h2h_weight must be (G*H, H)")
+    gates, hidden = h2h_weight.shape
+    if gates != GATES[mode] * hidden:
+        raise ValueError(f"h2h_weight has shape {h2h_weight.shape}; {mode} needs ({GATES[mode]}*H, H)")
+    if len(states) != NUM_STATES[mode]:
+        raise ValueError(f"{mode} takes {NUM_STATES[mode]} begin state(s), got {len(states)}")
+    expected = {"i2h_weight": (gates, features), "i2h_bias": (gates,), "h2h_bias": (gates,)}
+    named = [("i2h_weight", i2h_weight), ("i2h_bias", i2h_bias), ("h2h_bias", h2h_bias)]
+    named += [(f"states[{k}]", s) for k, s in enumerate(states)]
+    expected.update({f"states[{k}]": (batch, hidden) for k in range(len(states))})
+    for name, t in named:
+        if t is not None and t.shape != expected[name]:
+            raise ValueError(f"{name} has shape {t.shape}, expected {expected[name]} (x {x.shape}, H = {hidden})")
+    for name, t in [("h2h_weight", h2h_weight), *named]:
+        if t is not None and t.dtype != x.dtype:
+            raise ValueError(f"{name} is {t.dtype} but x is {x.dtype}; cast them to one dtype")
+    if x.dtype.name not in _TYPE_NAMES:
+        raise TypeError(f"recurrent layers take float16, float32 or float64 data, got {x.dtype}")
+    return length, batch, features, hidden
+
+
+def _lengths(device: Any, valid_length: Any, length: int, batch: int) -> Any:
+    """The lengths as an int32 (N,) array on ``device``: checked on a CPU device, clamped on a GPU."""
+    xp = device.xp
+    data = valid_length._data if isinstance(valid_length, Tensor) else valid_length
+    if not device.is_gpu:
+        host = np.asarray(data)
+        if host.shape != (batch,) or host.dtype.kind not in "iuf":
+            raise ValueError(f"valid_length must be ({batch},) real numbers, got {host.dtype} {host.shape}")
+        if host.size and (not np.all(np.isfinite(host)) or np.any(host != np.trunc(host))
+                          or host.min() < 0 or host.max() > length):
+            raise ValueError(f"valid_length must hold integers in [0, {length}] (the sequence length), got "
+                             f"{host.tolist()}")
+        return host.astype(np.int32)
+    arr = xp.asarray(data)
+    if arr.shape != (batch,):
+        raise ValueError(f"valid_length must have shape ({batch},), got {arr.shape}")
+    return xp.clip(arr, 0, length).astype(np.int32)
+
+
+@_op("recurrence")
+def _recurrence(mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tensor | None, ...], valid_length: Any,
+                reverse: bool, clip: tuple[float | None, float | None] | None) -> tuple[Tensor, list[Tensor]]:
+    length, batch, _, hidden = _check(mode, x, states, weights)
+    if clip is not None and mode != "lstm":
+        raise ValueError(f"clip bounds the LSTM cell state; {mode} has none, got clip={clip}")
+    lengths = None if valid_length is None else _lengths(x.device, valid_length, length, batch)
+    parents = (x, *states, *(w for w in weights if w is not None))
+    record = _state.is_recording() and any(p._requires_grad() for p in parents)
+    layer = _Layer(mode, x, states, weights, lengths, reverse, clip)
+    outputs, finals = layer.forward(save=record)
+    device = x.device
+    if not record:
+        return Tensor(outputs, device), [Tensor(f, device) for f in finals]
+    # One node for the layer: the outputs and final states are views of it (`anchor`, a 0-d token). Their nodes
+    # hand their gradients to `handed` and a zero to the anchor, whose node the engine runs after all of them
+    # (it waits for every consumer), so the layer's backward sees whichever of the three received one.
+    handed: dict[str, Any] = {}
+    xp = device.xp
+
+    def backward(_: Any) -> list[Any]:
+        grads = dict(handed)
+        handed.clear()
+        return layer.backward(grads, parents)
+
+    with device.use():
+        anchor = _result("recurrence", xp.zeros((), dtype=x.dtype), device, parents, backward)
+
+    def view(data: Any, key: str) -> Tensor:
+        def hand_over(g: Any) -> tuple[Any]:
+            handed[key] = g
+            return (xp.zeros((), dtype=x.dtype),)
+
+        return _result("recurrence_view", data, device, (anchor,), hand_over)
+
+    keys = ("h", "c")[:len(finals)]
+    return view(outputs, "out"), [view(f, k) for f, k in zip(finals, keys)]
+
+
+class _Layer:
+    """One call of :func:`recurrence`: the forward's arrays, kept for its backward.
+
+    States live in ``(T+1, N, H)`` buffers in time order: forward, step t reads slot t and writes t+1
+    (outputs = slots 1..T); backward (``reverse`` without lengths), step t reads t+1 and writes t
+    (outputs = slots 0..T-1). With lengths, the reverse direction runs forwards over the sequence
+    reversed within each sample's length (one gather of x before, of the outputs after), which is
+    running each sample from its last valid step back to step 0.
+    """
+
+    def __init__(self, mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tensor | None, ...], lengths: Any,
+                 reverse: bool, clip: tuple[float | None, float | None] | None) -> None:
+        self.mode, self.lengths, self.device = mode, lengths, x.device
+        self.xp = xp = x.device.xp
+        self.x, self.states, self.weights = x, states, weights
+        self.length, self.batch, self.features = x.shape
+        self.hidden = weights[1].shape[1]
+        self.dtype = x.dtype
+        self.cells = _Cells(x.device, x.dtype)
+        self.backwards = reverse and lengths is None
+        self.flip = None  # with lengths and reverse: (time index, sample index) reversing each sample in its length
+        if reverse and lengths is not None:
+            with self.device.use():
+                t = xp.arange(self.length, dtype=np.int32)[:, None]
+                within = lengths[None, :]
+                self.flip = (xp.where(t < within, within - 1 - t, t), xp.arange(self.batch)[None, :])
+        self.clip = (0, -np.inf, np.inf) if clip is None or clip == (None, None) else (
+            1, -np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
+
+    def _slots(self, s: int) -> tuple[int, int, int]:
+        """(time index, state slot read, state slot written) of processing step s."""
+        if self.backwards:
+            t = self.length - 1 - s
+            return t, t + 1, t
+        return s, s, s + 1
+
+    def _time_order(self, data: Any) -> Any:
+        """``data`` (T, N, ...) in the processing order's time, or back (the flip is its own inverse)."""
+        return data if self.flip is None else data[self.flip]
+
+    def forward(self, save: bool) -> tuple[Any, list[Any]]:
+        """Run the sequence; returns (outputs, final states) as arrays. ``save``: keep what backward needs."""
+        xp, T, N, H = self.xp, self.length, self.batch, self.hidden
+        i2h_weight, h2h_weight, i2h_bias, h2h_bias = (None if w is None else w._data for w in self.weights)
+        gh = h2h_weight.shape[0]
+        with self.device.use():
+            self.x2 = self._time_order(self.x._data).reshape(T * N, self.features)
+            proj = _SPARES.empty(xp, (T, N, gh), self.dtype)
+            xp.matmul(self.x2, i2h_weight.T, out=proj.reshape(T * N, gh))  # the whole input projection: one GEMM
+            zeros = xp.zeros(gh, dtype=self.dtype)  # for a missing bias (the kernels add both biases)
+            biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
+            lstm = self.mode == "lstm"
+            first = T if self.backwards else 0
+            self.hs = xp.empty((T + 1, N, H), dtype=self.dtype)
+            self.hs[first] = self.states[0]._data
+            self.cs = _SPARES.empty(xp, (T + 1, N, H), self.dtype) if lstm else None
+            if lstm:
+                self.cs[first] = self.states[1]._data
+            y = xp.empty((T, N, H), dtype=self.dtype) if self.lengths is not None else None
+            width = _SAVED[self.mode] * H
+            self.saved = _SPARES.empty(xp, (T, N, width), self.dtype) if save and width else None
+            hg = xp.empty((N, gh), dtype=self.dtype)
+            # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
+            # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
+            w_t = xp.ascontiguousarray(h2h_weight.T)
+            for s in range(T):
+                t, prev, nxt = self._slots(s)
+                xp.matmul(self.hs[prev], w_t, out=hg)
+                y_t = None if y is None else y[t]
+                saved_t = None if self.saved is None else self.saved[t]
+                common = (proj[t], hg, *biases, self.hs[prev])
+                if lstm:
+                    self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
+                                                self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+                elif self.mode == "gru":
+                    self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
+                else:
+                    self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
+                               (s, N, H, int(self.mode == "rnn_relu")))
+            if y is not None:
+                outputs = self._time_order(y)
+            else:
+                outputs = self.hs[:T] if self.backwards else self.hs[1:]
+            last = 0 if self.backwards else T
+            finals = [self.hs[last]] + ([self.cs[last].copy()] if lstm else [])  # cs stays in this module
+            _SPARES.give(proj)
+            # the saved gates and cell states go back when the graph lets go of this layer
+            weakref.finalize(self, _SPARES.give, self.saved, self.cs)
+        return outputs, finals
+
+    def backward(self, grads: dict[str, Any], parents: tuple[Tensor, ...]) -> list[Any]:
+        """The parents' gradients from those of the outputs (``grads['out']``) and final states ('h', 'c')."""
+        xp, T, N, H = self.xp, self.length, self.batch, self.hidden
+        i2h_weight, h2h_weight, i2h_bias, h2h_bias = self.weights
+        gh = h2h_weight.shape[0]
+        lstm, gru = self.mode == "lstm", self.mode == "gru"
+        d_out = grads.get("out")
+        if d_out is None:
+            dy = xp.zeros((T, N, H), dtype=self.dtype)
+        else:
+            dy = xp.ascontiguousarray(self._time_order(d_out.astype(self.dtype, copy=False)))
+        rec = xp.zeros((N, H), dtype=self.dtype)  # dh' through W_h; first the final state's gradient
+        if grads.get("h") is not None:
+            rec[...] = grads["h"]
+        carry = xp.zeros((N, H), dtype=self.dtype)
+        dc = xp.zeros((N, H), dtype=self.dtype) if lstm else None
+        if lstm and grads.get("c") is not None:
+            dc[...] = grads["c"]
+        d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
+        dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else d_gates
+        w = h2h_weight._data
+        for s in range(T - 1, -1, -1):
+            t, prev, nxt = self._slots(s)
+            if lstm:
+                self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
+                                             self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+            elif gru:
+                self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
+                                            dh_gates[t], self.lengths), (s, N, H))
+            else:
+                self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
+                           (s, N, H, int(self.mode == "rnn_relu")))
+            xp.matmul(dh_gates[t], w, out=rec)
+        d_states = [rec + carry] + ([dc] if lstm else [])
+        # Whole-sequence GEMMs and sums: the weights' and biases' gradients, and the input's.
+        d2 = d_gates.reshape(T * N, gh)
+        dh2 = dh_gates.reshape(T * N, gh)
+        h_prev = (self.hs[1:] if self.backwards else self.hs[:T]).reshape(T * N, H)
+        out: list[Any] = []
+        x = parents[0]
+        out.append(self._time_order(xp.matmul(d2, i2h_weight._data).reshape(T, N, self.features))
+                   if x._requires_grad() else None)
+        out += [g if s._requires_grad() else None for s, g in zip(self.states, d_states)]
+        for weight, rows, cols in ((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev)):
+            out.append(xp.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
+        for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
+            if bias is not None:
+                out.append(rows.sum(axis=0, out=grad_out(bias, self.dtype)) if bias._requires_grad() else None)
+        _SPARES.give(d_gates, *((dh_gates,) if gru else ()))  # nothing returned is a view of them
+        # parents: x, states, i2h_weight, h2h_weight, then the biases present
+        return out
