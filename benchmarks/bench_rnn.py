@@ -7,7 +7,7 @@ float32, with the gradient of every weight, the input and the begin states:
 - ``fused``: ``mxlite.autograd.rnn_ops.recurrence`` (one GEMM for the input projection, then per step
   one GEMM and one cell kernel of ``kernels/rnn.cu``, the serial host build on CPU devices);
 - ``twins``: the same op with ``MXLITE_CPU_KERNELS=numpy`` (the kernels' NumPy twins);
-- ``steps``: ``mxlite.rnn._steps.rnn_sequence`` (what ``gluon.rnn`` layers run today: a dozen recorded
+- ``steps``: ``mxlite.gluon.rnn._steps.rnn_sequence`` (what ``gluon.rnn`` layers run today: a dozen recorded
   ops per step);
 - ``torch``: ``torch.nn.LSTM`` / ``GRU`` (one layer), when PyTorch is installed (else a note says so).
 
@@ -62,7 +62,7 @@ def _problem(mode: str, length: int, batch: int, features: int, hidden: int) -> 
 def _mxlite_case(impl: str, mode: str, arrays: dict[str, np.ndarray]) -> Callable[[], None]:
     import mxlite as mx  # noqa: PLC0415 - after the thread variables are set
     from mxlite.autograd import ops, rnn_ops  # noqa: PLC0415
-    from mxlite.rnn import _steps  # noqa: PLC0415
+    from mxlite.gluon.rnn import _steps  # noqa: PLC0415
 
     def leaf(name: str) -> mx.NDArray:
         t = mx.array(arrays[name])

@@ -1,4 +1,4 @@
-"""kernels/rnn.cu against its NumPy twins, and the fused layer-direction op against mxlite.rnn._steps.
+"""kernels/rnn.cu against its NumPy twins, and the fused layer-direction op against mxlite.gluon.rnn._steps.
 
 Three levels:
 
@@ -25,9 +25,9 @@ import pytest
 from gradcheck import check_grad
 
 import mxlite as mx
-from mxlite import _kernels
 from mxlite.autograd import ops, rnn_ops
-from mxlite.rnn import _steps
+from mxlite.device import kernels as _kernels
+from mxlite.gluon.rnn import _steps
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]

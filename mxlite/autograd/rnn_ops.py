@@ -11,7 +11,7 @@ whole-sequence GEMMs and sums.
 Where it runs: on a GPU the kernels go through CuPy and the GEMMs through ``cupy.matmul`` (cuBLAS):
 no host synchronisation and no host-to-device copy inside the loops (scalars travel as launch
 arguments). On a CPU device the serial host build of the same kernels runs when
-:func:`mxlite._kernels.cpu_kernels_enabled` allows it, else the NumPy twins below
+:func:`mxlite.device.kernels.cpu_kernels_enabled` allows it, else the NumPy twins below
 (``MXLITE_CPU_KERNELS=numpy``), which are the kernels operation by operation: same results, bit
 for bit. sigmoid and tanh are computed from IEEE arithmetic (``_exp_parts``; ``kernels/rnn.cu``'s
 header says why and how accurate) so that the twins, the host build and a GPU agree exactly.
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel
 from . import _state
 from .ops import _op
 from .tensor import Tensor, _result, grad_out
@@ -359,7 +359,7 @@ def recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence
                valid_length: Any = None) -> tuple[Tensor, list[Tensor]]:
     """One layer of a recurrence in one direction over a whole sequence (MXNet's fused ``RNN`` op, one layer).
 
-    Computes what ``mxlite.rnn._steps`` composes step by step, with the same gate order, formulas
+    Computes what ``mxlite.gluon.rnn._steps`` composes step by step, with the same gate order, formulas
     and arguments (``_steps.rnn_sequence`` calls it per layer and direction), as one autograd node:
 
     - RNN: ``h' = act(W_i x + b_i + W_h h + b_h)``, act tanh (``'rnn_tanh'``) or relu (``'rnn_relu'``);
