@@ -12,6 +12,9 @@ rule. A parameter's own ``init`` (e.g. Dense's ``bias_initializer='zeros'``) tak
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from typing import Any
 
 import numpy as np
@@ -19,7 +22,8 @@ import numpy as np
 from .autograd.random import host_generator
 from .device.copy import as_host
 
-__all__ = ["Initializer", "Zero", "One", "Constant", "Uniform", "Normal", "Xavier", "create", "register"]
+__all__ = ["Initializer", "Zero", "One", "Constant", "Uniform", "Normal", "Xavier", "MSRAPrelu", "Orthogonal",
+           "Bilinear", "LSTMBias", "Mixed", "create", "register"]
 
 _REGISTRY: dict[str, type[Initializer]] = {}
 
@@ -31,19 +35,61 @@ def register(klass: type[Initializer]) -> type[Initializer]:
 
 
 class Initializer:
-    """Base class: ``init(name, arr)`` fills the NumPy array ``arr`` in place.
+    """Base class of initializers (MXNet's ``mx.init.Initializer``).
 
-    Subclasses implement :meth:`_init_weight`.
+    ``init(name, arr)`` fills the NumPy array ``arr`` in place, choosing the rule by the name's ending
+    as MXNet does: ``weight`` (and any other name) -> :meth:`_init_weight`, ``bias`` -> ``_init_bias``,
+    ``gamma`` -> ``_init_gamma``, ``beta`` -> ``_init_beta``, ``running_mean``/``moving_mean`` ->
+    ``_init_zero``, ``running_var``/``moving_var`` -> ``_init_one``. Subclasses implement
+    :meth:`_init_weight` and may override the others.
+
+    Args:
+        **kwargs: the initializer's settings, kept as given (MXNet's ``_kwargs``): a subclass calls
+            ``super().__init__(scale=scale, ...)``; :meth:`dumps`, ``==`` and ``repr`` use them.
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._verbose = False
+        self._print_func: Any = None
+
+    def _settings(self) -> dict[str, Any]:
+        """The settings: ``_kwargs`` (a subclass that never called ``__init__`` has its attributes instead)."""
+        kwargs = self.__dict__.get("_kwargs")
+        if kwargs is not None:
+            return kwargs
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def set_verbosity(self, verbose: bool = False, print_func: Any = None) -> Initializer:
+        """Log each initialised array (``logging.info``) with ``print_func(arr)`` (default: its RMS); returns self."""
+        self._verbose = verbose
+        self._print_func = print_func or (lambda a: str(float(np.sqrt(np.mean(np.square(a))))))
+        return self
+
+    def dumps(self) -> str:
+        """The initializer as MXNet's JSON string ``'["name", {settings}]'`` (``mx.init.create`` reads it back)."""
+        settings = {k: (v.tolist() if hasattr(v, "tolist") and not isinstance(v, (int, float)) else v)
+                    for k, v in self._settings().items()}
+        return json.dumps([type(self).__name__.lower(), settings])
 
     def __call__(self, name: str, arr: np.ndarray) -> None:
         name = str(name)
-        if name.endswith(("bias", "beta", "running_mean", "moving_mean")):
-            arr[...] = 0.0
-        elif name.endswith(("gamma", "running_var", "moving_var")):
-            arr[...] = 1.0
+        if name.endswith("weight"):
+            self._init_weight(name, arr)
+        elif name.endswith("bias"):
+            self._init_bias(name, arr)
+        elif name.endswith("gamma"):
+            self._init_gamma(name, arr)
+        elif name.endswith("beta"):
+            self._init_beta(name, arr)
+        elif name.endswith(("running_mean", "moving_mean")):
+            self._init_zero(name, arr)
+        elif name.endswith(("running_var", "moving_var")):
+            self._init_one(name, arr)
         else:
             self._init_weight(name, arr)
+        if self.__dict__.get("_verbose") and self._print_func is not None:
+            logging.info("Initialized %s as %s: %s", name, type(self).__name__, self._print_func(arr))
 
     def init_weight(self, name: str, arr: np.ndarray) -> None:
         """Apply the weight rule regardless of ``name`` (used for a parameter's own init)."""
@@ -52,21 +98,30 @@ class Initializer:
     def _init_weight(self, name: str, arr: np.ndarray) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _init_weight")
 
+    def _init_zero(self, name: str, arr: np.ndarray) -> None:
+        arr[...] = 0.0
+
+    def _init_one(self, name: str, arr: np.ndarray) -> None:
+        arr[...] = 1.0
+
+    _init_bias = _init_beta = _init_zero
+    _init_gamma = _init_one
+
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self._settings().items())
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
-        """Same class and same settings (MXNet compares initializers by value: ``Constant(1) == Constant(1)``)."""
+        """Same class and same settings (MXNet compares ``_kwargs``: ``Constant(1) == Constant(1)``)."""
         if not isinstance(other, Initializer):
             return NotImplemented
         if type(self) is not type(other):
             return False
-        mine, theirs = vars(self), vars(other)
+        mine, theirs = self._settings(), other._settings()
         return mine.keys() == theirs.keys() and all(_same_setting(mine[k], theirs[k]) for k in mine)
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(sorted(vars(self)))))  # equal initializers share class and setting names
+        return hash((type(self), tuple(sorted(self._settings()))))  # equal initializers share class and setting names
 
 
 def _same_setting(a: Any, b: Any) -> bool:
@@ -103,6 +158,7 @@ class Constant(Initializer):
     """Fill with ``value``: a scalar, or an array (NumPy, CuPy, Tensor) broadcastable to the parameter's shape."""
 
     def __init__(self, value: Any) -> None:
+        super().__init__(value=value)
         self.value = value
 
     def _init_weight(self, name: str, arr: np.ndarray) -> None:
@@ -114,6 +170,7 @@ class Uniform(Initializer):
     """Samples of U(-scale, scale); MXNet's default initializer (scale 0.07)."""
 
     def __init__(self, scale: float = 0.07) -> None:
+        super().__init__(scale=scale)
         self.scale = scale
 
     def _init_weight(self, name: str, arr: np.ndarray) -> None:
@@ -125,6 +182,7 @@ class Normal(Initializer):
     """Samples of N(0, sigma²)."""
 
     def __init__(self, sigma: float = 0.01) -> None:
+        super().__init__(sigma=sigma)
         self.sigma = sigma
 
     def _init_weight(self, name: str, arr: np.ndarray) -> None:
@@ -149,6 +207,7 @@ class Xavier(Initializer):
             raise ValueError(f"Xavier: rnd_type must be 'uniform' or 'gaussian', got {rnd_type!r}")
         if factor_type not in ("avg", "in", "out"):
             raise ValueError(f"Xavier: factor_type must be 'avg', 'in' or 'out', got {factor_type!r}")
+        super().__init__(rnd_type=rnd_type, factor_type=factor_type, magnitude=magnitude)
         self.rnd_type = rnd_type
         self.factor_type = factor_type
         self.magnitude = float(magnitude)
@@ -168,17 +227,119 @@ class Xavier(Initializer):
             arr[...] = gen.normal(0.0, scale, shape)
 
 
+@register
+class MSRAPrelu(Xavier):
+    """He et al.'s initialisation for (P)ReLU networks: Xavier 'gaussian' with magnitude ``2 / (1 + slope²)``.
+
+    Args:
+        factor_type: 'avg', 'in' or 'out' (see :class:`Xavier`).
+        slope: the initial slope of the PReLU-like nonlinearity (0 for ReLU).
+    """
+
+    def __init__(self, factor_type: str = "avg", slope: float = 0.25) -> None:
+        super().__init__("gaussian", factor_type, 2.0 / (1 + slope ** 2))
+        self._kwargs = {"factor_type": factor_type, "slope": slope}
+
+
+@register
+class Orthogonal(Initializer):
+    """A (semi-)orthogonal matrix times ``scale`` (Saxe et al.), from the SVD of a random matrix.
+
+    The parameter is viewed as ``(shape[0], prod(shape[1:]))``; ``rand_type`` 'uniform' (U(-1, 1)) or
+    'normal' (N(0, 1)) draws the matrix whose singular vectors are used.
+
+    Raises:
+        ValueError: an unknown ``rand_type``.
+    """
+
+    def __init__(self, scale: float = 1.414, rand_type: str = "uniform") -> None:
+        if rand_type not in ("uniform", "normal"):
+            raise ValueError(f"Orthogonal: rand_type must be 'uniform' or 'normal', got {rand_type!r}")
+        super().__init__(scale=scale, rand_type=rand_type)
+        self.scale, self.rand_type = scale, rand_type
+
+    def _init_weight(self, name: str, arr: np.ndarray) -> None:
+        rows, cols = arr.shape[0], int(np.prod(arr.shape[1:]))
+        gen = host_generator()
+        shape = (rows, cols)
+        tmp = gen.uniform(-1.0, 1.0, shape) if self.rand_type == "uniform" else gen.normal(0.0, 1.0, shape)
+        u, _, vt = np.linalg.svd(tmp, full_matrices=False)
+        q = u if u.shape == tmp.shape else vt  # the factor with the parameter's (rows, cols) shape
+        arr[...] = (self.scale * q).reshape(arr.shape)
+
+
+@register
+class Bilinear(Initializer):
+    """Bilinear-upsampling kernels for a ``Conv2DTranspose`` weight ``(C_out, C_in, kh, kw)`` (every channel pair)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def _init_weight(self, name: str, arr: np.ndarray) -> None:
+        if arr.ndim != 4:
+            raise ValueError(f"Bilinear needs a 4-d weight (C_out, C_in, kh, kw); {name!r} has shape {arr.shape}")
+        kh, kw = arr.shape[2], arr.shape[3]
+        f = np.ceil(kw / 2.0)
+        c = (2 * f - 1 - f % 2) / (2.0 * f)
+        rows = 1 - np.abs(np.arange(kh) / f - c)
+        cols = 1 - np.abs(np.arange(kw) / f - c)
+        arr[...] = np.outer(rows, cols)
+
+
+@register
+class LSTMBias(Initializer):
+    """An LSTM bias: zeros, except ``forget_bias`` for the forget gate (the second quarter, MXNet's gate order)."""
+
+    def __init__(self, forget_bias: float = 1.0) -> None:
+        super().__init__(forget_bias=forget_bias)
+        self.forget_bias = forget_bias
+
+    def _init_weight(self, name: str, arr: np.ndarray) -> None:
+        arr[...] = 0.0
+        hidden = arr.shape[0] // 4
+        arr[hidden:2 * hidden] = self.forget_bias
+
+
+class Mixed(Initializer):
+    """Several initializers chosen by name: the first regular expression of ``patterns`` that matches a
+    parameter's name (``re.match``) picks the initializer at the same position.
+
+    Raises:
+        ValueError: ``patterns`` and ``initializers`` differ in length, or (when called) no pattern matches.
+    """
+
+    def __init__(self, patterns: list[str], initializers: list[Initializer]) -> None:
+        if len(patterns) != len(initializers):
+            raise ValueError(f"Mixed: {len(patterns)} patterns but {len(initializers)} initializers")
+        super().__init__()
+        self.map = [(re.compile(p), create(i)) for p, i in zip(patterns, initializers)]
+
+    def __call__(self, name: str, arr: np.ndarray) -> None:
+        for pattern, init in self.map:
+            if pattern.match(str(name)):
+                init(name, arr)
+                return
+        raise ValueError(f"Mixed: parameter {name!r} matches none of the patterns "
+                         f"{[p.pattern for p, _ in self.map]}; add a '.*' pattern as a default")
+
+    init_weight = __call__
+
+
 _ALIASES = {"zeros": "zero", "ones": "one"}
 
 
 def create(init: Initializer | str | None, **kwargs: Any) -> Initializer | None:
-    """An Initializer from an instance, a registered name ('zeros', 'xavier', ...) or None.
+    """An Initializer from an instance, a registered name ('zeros', 'xavier', ...), what :meth:`Initializer.dumps`
+    wrote, or None.
 
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
     if init is None or isinstance(init, Initializer):
         return init
+    if isinstance(init, str) and init.lstrip().startswith("["):  # what dumps() wrote: '["name", {settings}]'
+        name, settings = json.loads(init)
+        return create(name, **{**settings, **kwargs})
     if isinstance(init, str):
         key = _ALIASES.get(init.lower(), init.lower())
         if key not in _REGISTRY:

@@ -80,7 +80,7 @@ def test_share_parameters():
     b.share_parameters(a.collect_params())
     for name, p in b.collect_params().items():
         assert p is a.collect_params()[name]
-    x = mx.array(np.random.default_rng(0).standard_normal((2, 3)))
+    x = mx.array(np.random.default_rng(0).standard_normal((2, 3)), dtype="float32")  # float32 layers refuse float64
     np.testing.assert_array_equal(a(x).asnumpy(), b(x).asnumpy())
     a[0].weight.set_data(np.ones((4, 3)))
     np.testing.assert_array_equal(b[0].weight.data().asnumpy(), np.ones((4, 3)))
@@ -117,7 +117,7 @@ def test_sequential_indexing_and_len():
 
 def test_sequential_forward_chains_layers():
     net = _mlp()
-    x = mx.array(np.random.default_rng(1).standard_normal((5, 3)))
+    x = mx.array(np.random.default_rng(1).standard_normal((5, 3)), dtype="float32")
     h = x.asnumpy() @ net[0].weight.data().asnumpy().T + net[0].bias.data().asnumpy()
     y = h @ net[1].weight.data().asnumpy().T + net[1].bias.data().asnumpy()
     np.testing.assert_allclose(net(x).asnumpy(), y, rtol=1e-5, atol=1e-6)

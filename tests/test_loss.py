@@ -446,12 +446,12 @@ def test_sdml_loss_trains_aligned_pairs():  # MXNet: test_sdml_loss (aligned pai
     mx.random.seed(1234)
     n, dim = 10, 8
     data = RNG.normal(size=(n, dim))
-    x2 = mx.array(data + 0.1 * RNG.normal(size=(n, dim)))
+    x2 = mx.array(data + 0.1 * RNG.normal(size=(n, dim)), dtype="float32")  # float32 layers refuse float64
     net = mx.nn.Dense(dim, in_units=dim)
     net.initialize(mx.init.Xavier())
     trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
     fn = L.SDMLLoss()
-    x1 = mx.array(data)
+    x1 = mx.array(data, dtype="float32")
     first = None
     for _ in range(150):
         with mx.autograd.record():

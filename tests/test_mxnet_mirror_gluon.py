@@ -698,3 +698,122 @@ def test_identity():
     """Mirrors MXNet's ``test_identity``."""
     x = mx.np.random.uniform(size=(128, 33, 64))
     _close(nn.Identity()(x), x)
+
+
+def test_parameter_sharing_1x(tmp_path):
+    """Mirrors MXNet 1.9.1's ``test_parameter_sharing``: ``params=other.collect_params()`` shares every
+    parameter, with or without the shapes known, and the saved file loads into a fresh net."""
+    class Net(gluon.Block):
+        def __init__(self, in_units=0, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.dense0 = nn.Dense(5, in_units=in_units)
+                self.dense1 = nn.Dense(5, in_units=in_units)
+
+        def forward(self, x):
+            return self.dense1(self.dense0(x))
+
+    net1 = Net(prefix="net1_", in_units=5)
+    net2 = Net(prefix="net2_", params=net1.collect_params())
+    net1.collect_params().initialize()
+    net2(mx.nd.zeros((3, 5)))
+    assert net2.dense0.weight is net1.dense0.weight
+    net1.save_parameters(tmp_path / "net1.params")
+    net3 = Net(prefix="net3_")
+    net3.load_parameters(tmp_path / "net1.params", mx.cpu())
+    net4 = Net(prefix="net4_")
+    net5 = Net(prefix="net5_", in_units=5, params=net4.collect_params())
+    net4.collect_params().initialize()
+    net5(mx.nd.zeros((3, 5)))
+    net4.save_parameters(tmp_path / "net4.params")
+    net6 = Net(prefix="net6_")
+    net6.load_parameters(tmp_path / "net4.params", mx.cpu())
+    _close(net6(mx.nd.ones((2, 5))), net4(mx.nd.ones((2, 5))))
+
+
+def test_shared_parameters_with_non_default_initializer_1x():
+    """Mirrors MXNet 1.9.1's ``test_shared_parameters_with_non_default_initializer`` (1.x: ``params=``)."""
+    class MyBlock(gluon.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.param = self.params.get("param", shape=(1,), init=mx.init.Constant(-10.0))
+
+    bl = MyBlock()
+    bl2 = MyBlock(params=bl.collect_params())
+    assert bl.param is bl2.param
+    bl3 = MyBlock()
+    assert bl.param is not bl3.param
+    assert bl.param.init == bl3.param.init
+
+
+def test_summary_with_tied_dense(capsys):
+    """Mirrors the second net of MXNet 1.9.1's ``test_summary``: a Dense tied to an Embedding by ``params=``."""
+    net2 = nn.Sequential()
+    with net2.name_scope():
+        net2.add(nn.Embedding(40, 30))
+        net2.add(gluon.rnn.LSTM(30))
+        net2.add(nn.Dense(40, flatten=False, params=net2[0].params))
+    net2.initialize()
+    net2.summary(mx.nd.ones((80, 32)))
+    assert net2[2].weight is net2[0].weight
+    assert "Shared params in forward computation graph: 1200" in capsys.readouterr().out
+
+
+def test_pixelshuffle1d():
+    """Mirrors MXNet's ``test_pixelshuffle1d``."""
+    layer = nn.PixelShuffle1D(2)
+    x = mx.np.arange(onp.prod((1, 4, 3))).reshape((1, 4, 3))
+    y = layer(x)
+    assert y.shape == (1, 2, 6)
+    _close(y, [[[0, 3, 1, 4, 2, 5], [6, 9, 7, 10, 8, 11]]])
+
+
+def test_pixelshuffle2d():
+    """Mirrors MXNet's ``test_pixelshuffle2d``."""
+    layer = nn.PixelShuffle2D((2, 3))
+    x = mx.np.arange(onp.prod((1, 12, 2, 3))).reshape((1, 12, 2, 3))
+    y = layer(x)
+    assert y.shape == (1, 2, 4, 9)
+    _close(y, [[[[0, 6, 12, 1, 7, 13, 2, 8, 14],
+                 [18, 24, 30, 19, 25, 31, 20, 26, 32],
+                 [3, 9, 15, 4, 10, 16, 5, 11, 17],
+                 [21, 27, 33, 22, 28, 34, 23, 29, 35]],
+                [[36, 42, 48, 37, 43, 49, 38, 44, 50],
+                 [54, 60, 66, 55, 61, 67, 56, 62, 68],
+                 [39, 45, 51, 40, 46, 52, 41, 47, 53],
+                 [57, 63, 69, 58, 64, 70, 59, 65, 71]]]])
+
+
+def test_pixelshuffle3d():
+    """Mirrors MXNet's ``test_pixelshuffle3d``."""
+    layer = nn.PixelShuffle3D((2, 1, 2))
+    x = mx.np.arange(onp.prod((1, 4, 2, 3, 4))).reshape((1, 4, 2, 3, 4))
+    y = layer(x)
+    assert y.shape == (1, 1, 4, 3, 8)
+    _close(y, [[[[[0, 24, 1, 25, 2, 26, 3, 27], [4, 28, 5, 29, 6, 30, 7, 31], [8, 32, 9, 33, 10, 34, 11, 35]],
+                 [[48, 72, 49, 73, 50, 74, 51, 75], [52, 76, 53, 77, 54, 78, 55, 79], [56, 80, 57, 81, 58, 82, 59, 83]],
+                 [[12, 36, 13, 37, 14, 38, 15, 39], [16, 40, 17, 41, 18, 42, 19, 43], [20, 44, 21, 45, 22, 46, 23, 47]],
+                 [[60, 84, 61, 85, 62, 86, 63, 87], [64, 88, 65, 89, 66, 90, 67, 91],
+                  [68, 92, 69, 93, 70, 94, 71, 95]]]]])
+
+
+def test_load_dict():
+    """Mirrors MXNet 2.x's ``Block.load_dict`` as ``test_amp_init.py`` uses it (``{name: p.data().copy()}``), and
+    its checks: missing and extra names, NumPy values (taken through nd.array, so float32)."""
+    m = nn.Dense(3, in_units=2)
+    m.initialize()
+    param_init = {k: v.data().copy() for k, v in m.collect_params().items()}
+    m2 = nn.Dense(3, in_units=2)
+    m2.initialize()
+    m2.load_dict(param_init, device=mx.cpu())
+    x = mx.np.ones((1, 2))
+    _close(m2(x), m(x))
+    m2.load_dict({"weight": onp.ones((3, 2)), "bias": onp.zeros(3)})
+    _close(m2.weight.data(), onp.ones((3, 2)))
+    with pytest.raises(ValueError, match="missing"):
+        m2.load_dict({"weight": onp.ones((3, 2))})
+    with pytest.raises(ValueError, match="not in the model"):
+        m2.load_dict({"weight": onp.ones((3, 2)), "bias": onp.zeros(3), "extra": onp.zeros(1)})
+    m2.load_dict({"arg:weight": onp.zeros((3, 2))}, allow_missing=True)
+    _close(m2.weight.data(), onp.zeros((3, 2)))

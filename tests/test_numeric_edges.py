@@ -44,7 +44,7 @@ def test_var_and_std_match_numpy_for_every_ddof_up_to_past_n(shape, axis, dtype)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 results.append(getattr(mx.np, name)(data, axis=axis, ddof=ddof).asnumpy())
-                results.append(getattr(mx.np.array(data), name)(axis=axis, ddof=ddof).asnumpy())
+                results.append(getattr(mx.np.array(data, dtype=data.dtype), name)(axis=axis, ddof=ddof).asnumpy())
                 results.append(getattr(mx.np, name)(data, axis=axis, ddof=ddof, keepdims=True).asnumpy())
             warned = [w for w in caught if issubclass(w.category, RuntimeWarning)]
             if ddof >= n:
@@ -66,7 +66,7 @@ def test_var_and_std_match_numpy_for_every_ddof_up_to_past_n(shape, axis, dtype)
 def test_var_with_ddof_at_least_n_has_an_inf_or_nan_gradient_not_an_error():
     data = np.array([[1.0, 2.0, 4.0], [3.0, 3.0, 3.0]])
     for ddof, finite in ((1, True), (3, False), (5, False)):
-        x = mx.np.array(data)
+        x = mx.np.array(data, dtype=data.dtype)
         x.attach_grad()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -95,7 +95,7 @@ def _erf_points() -> np.ndarray:
 
 
 def _erf(values: np.ndarray) -> np.ndarray:
-    return ops.erf(mx.np.array(values)).asnumpy()
+    return ops.erf(mx.np.array(values, dtype=values.dtype)).asnumpy()
 
 
 def test_erf_float64_is_within_4_ulp_of_math_erf_over_the_real_line():
@@ -150,7 +150,7 @@ def test_erf_is_vectorised_no_python_call_per_element(monkeypatch):
 
 def test_erf_gradient_is_unchanged():
     data = np.array([-2.0, -0.3, 0.0, 0.7, 3.0])
-    x = mx.np.array(data)
+    x = mx.np.array(data, dtype=data.dtype)
     x.attach_grad()
     with mx.autograd.record():
         y = ops.erf(x)

@@ -176,7 +176,7 @@ def test_mlp_grads_in_reverse_registration_order():
     assert arena.used == arena.grad_used == sum(s.span for s in slots)
 
     # backward writes gradients straight into the arena
-    x = mx.array(np.random.default_rng(0).standard_normal((4, 3)))
+    x = mx.array(np.random.default_rng(0).standard_normal((4, 3)), dtype="float32")  # as the float32 layers
     with mx.autograd.record():
         loss = net(x).sum()
     loss.backward()

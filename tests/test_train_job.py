@@ -134,3 +134,22 @@ def test_plot_axes_and_title(tmp_path, monkeypatch):
     assert low > 0.3 and high <= 1.01  # the useful range, not 0..1
     assert low <= min(history.train_acc + history.test_acc)
     assert train_job.accuracy_limits([0.96, 0.99]) == pytest.approx((0.956, 1.0008))
+
+
+def test_progress_bar_advances_batch_by_batch(tmp_path, capsys):
+    """The bar counts each batch as it finishes (it showed 0/N for the whole epoch while only the loss and
+    samples/s changed): every count 1..N appears, in order, each with the running loss."""
+    import io
+    import re
+
+    out = io.StringIO()
+    args = _args(tmp_path, quiet=False, epochs=1, batch_size=256)
+    train_job.run(args, progress_file=out)
+    text = out.getvalue()
+    counts = [(int(a), int(b)) for a, b in re.findall(r"(\d+)/(\d+) \[", text)]
+    total = counts[-1][1]
+    assert total >= 5  # about 1,437 training samples in batches of 256
+    advancing = [n for n, _ in counts if n > 0]
+    assert advancing == sorted(advancing) and set(range(1, total + 1)) <= set(advancing)
+    # each refresh after a batch carries the loss of the batches so far
+    assert all(re.search(rf"{n}/{total} \[[^\r]*loss=", text) for n in range(1, total + 1))

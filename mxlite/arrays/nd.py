@@ -10,6 +10,7 @@ are accepted wherever a Tensor is and converted onto the device of the other ope
 from __future__ import annotations
 
 import builtins as _b
+import functools
 import os as _os
 from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from ..autograd.creation import arange as _arange
 from ..autograd.creation import array as _array
 from ..autograd.creation import as_dtype
 from ..autograd.creation import full as _full
-from ..autograd.tensor import Tensor
+from ..autograd.tensor import NDTensor, Tensor
 from ..device import Device as _Device
 from ..device import as_device as _as_device
 from ..formats.archive import is_mxnet_file as _is_mxnet_file
@@ -48,8 +49,11 @@ __all__ = ["NDArray", "array", "zeros", "ones", "full", "empty", "arange", "lins
 def array(source_array: Any, ctx: Any = None, dtype: Any = None, device: Any = None) -> Tensor:
     """A new array holding a copy of ``source_array`` on ``ctx`` (default: the current device).
 
-    Python lists and numbers give float32 (MXNet's default); NumPy arrays keep their dtype.
+    The dtype is ``dtype`` if given, else the source's when it is an mxlite array, else float32: NumPy
+    arrays of any dtype (float64 included), lists and numbers give float32, as MXNet 1.x's ``nd.array``.
     """
+    if dtype is None and not isinstance(source_array, Tensor):
+        dtype = np.float32
     return _array(source_array, device_arg(device, ctx, "nd.array"), dtype)
 
 
@@ -573,22 +577,6 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 
 # -- neural-network functions ------------------------------------------------------------------
-def softmax(data: Any, axis: int = -1, temperature: float | None = None, length: Any = None, **kwargs: Any) -> Tensor:
-    """Softmax along ``axis``, of ``data / temperature`` when a temperature is given."""
-    data = tensor(data)
-    if temperature is not None and temperature != 1:
-        data = _ops.divide(data, temperature)
-    return _nn.softmax(data, axis=axis)
-
-
-def log_softmax(data: Any, axis: int = -1, temperature: float | None = None, **kwargs: Any) -> Tensor:
-    """Log of the softmax along ``axis`` (computed stably)."""
-    data = tensor(data)
-    if temperature is not None and temperature != 1:
-        data = _ops.divide(data, temperature)
-    return _nn.log_softmax(data, axis=axis)
-
-
 _ACT = {"relu": _ops.relu, "sigmoid": _ops.sigmoid, "tanh": _ops.tanh,
         "softrelu": lambda x: _ops.add(_ops.log1p(_ops.exp(_ops.negative(_ops.abs(x)))), _ops.relu(x)),
         "softsign": lambda x: _ops.divide(x, _ops.add(_ops.abs(x), 1.0)),
@@ -679,6 +667,752 @@ def reset_arrays(*data: Any, num_arrays: int | None = None) -> None:
         a[...] = 0
 
 
+# -- more of MXNet 1.x's operators (what 1.x hybrid_forward code calls as F.*) ----------------
+# Each is composed from the differentiable primitives (ops, nn_ops), so its gradient is theirs; the
+# tests gradient-check every one in float64 (tests/test_nd_operators.py).
+def _host_ints(x: Any, where: str) -> np.ndarray:
+    """Lengths or ids given as a Tensor, NumPy array or sequence, as host int64 (a device read for a GPU Tensor)."""
+    if x is None:
+        raise ValueError(f"{where}: sequence_length is required when use_sequence_length=True")
+    return np.asarray(x.asnumpy() if isinstance(x, Tensor) else x).astype(np.int64).reshape(-1)
+
+
+def _along(values: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A 1-D host array shaped to broadcast along ``axis`` of an ``ndim``-D array."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def _time_batch(data: Tensor, axis: int, where: str) -> tuple[int, int]:
+    """(time length, batch size) of a sequence array whose time axis is ``axis`` (0 or 1) and batch the other."""
+    if axis not in (0, 1) or data.ndim < 2:
+        raise ValueError(f"{where}: axis must be 0 (time-major) or 1 (batch-major) of an array with >= 2 axes, "
+                         f"got axis={axis} for shape {data.shape}")
+    return data.shape[axis], data.shape[1 - axis]
+
+
+def _lengths(sequence_length: Any, batch: int, steps: int, where: str) -> np.ndarray:
+    lengths = _host_ints(sequence_length, where)
+    if lengths.shape != (batch,) or (lengths < 0).any() or (lengths > steps).any():
+        raise ValueError(f"{where}: sequence_length must hold {batch} lengths in [0, {steps}], got {lengths.tolist()}")
+    return lengths
+
+
+def SequenceMask(data: Any, sequence_length: Any = None, use_sequence_length: bool = False,  # noqa: N802
+                 value: float = 0.0, axis: int = 0) -> Tensor:
+    """Set the steps past each sequence's length to ``value`` (MXNet's ``SequenceMask``).
+
+    ``data`` is ``(T, N, ...)`` (``axis=0``) or ``(N, T, ...)`` (``axis=1``); ``sequence_length`` holds N
+    lengths. Without ``use_sequence_length`` the input is returned unchanged (a copy). Masked steps get no
+    gradient.
+
+    Raises:
+        ValueError: a bad axis, or lengths of the wrong count or outside ``[0, T]``.
+    """
+    data = tensor(data)
+    if not use_sequence_length:
+        return identity(data)
+    steps, batch = _time_batch(data, axis, "SequenceMask")
+    lengths = _lengths(sequence_length, batch, steps, "SequenceMask")
+    keep = np.arange(steps)[:, None] < lengths[None, :]  # (T, N)
+    keep = keep if axis == 0 else keep.T
+    cond = Tensor(data.device.xp.asarray(keep.reshape(keep.shape + (1,) * (data.ndim - 2))), data.device)
+    return _ops.where(cond, data, _ops.as_tensor(np.asarray(value, dtype=data.dtype), data))
+
+
+def SequenceLast(data: Any, sequence_length: Any = None, use_sequence_length: bool = False,  # noqa: N802
+                 axis: int = 0) -> Tensor:
+    """Each sequence's last valid step (MXNet's ``SequenceLast``): ``(N, ...)`` from ``(T, N, ...)`` (``axis=0``)
+    or ``(N, T, ...)`` (``axis=1``); without ``use_sequence_length``, the last step. Differentiable in ``data``.
+
+    Raises:
+        ValueError: a bad axis, or lengths of the wrong count or outside ``[1, T]``.
+    """
+    data = tensor(data)
+    steps, batch = _time_batch(data, axis, "SequenceLast")
+    if not use_sequence_length:
+        return _ops.squeeze(_ops.slice_axis(data, axis, steps - 1, steps), axis)
+    lengths = _lengths(sequence_length, batch, steps, "SequenceLast")
+    if (lengths < 1).any():
+        raise ValueError(f"SequenceLast: every sequence_length must be >= 1, got {lengths.tolist()}")
+    picked = np.broadcast_to(_along(lengths - 1, data.ndim - 1, 0), tuple(s for i, s in enumerate(data.shape)
+                                                                          if i != axis))
+    idx = np.expand_dims(picked, axis)
+    return _ops.squeeze(_ops.take_along_axis(data, data.device.xp.asarray(idx), axis), axis)
+
+
+def SequenceReverse(data: Any, sequence_length: Any = None, use_sequence_length: bool = False,  # noqa: N802
+                    axis: int = 0) -> Tensor:
+    """Reverse each sequence's first ``sequence_length`` steps along the time axis (MXNet's ``SequenceReverse``,
+    time-major ``(T, N, ...)``); later steps stay in place. Without ``use_sequence_length`` the whole time
+    axis is reversed. Differentiable in ``data``.
+
+    Raises:
+        ValueError: ``axis`` other than 0 (as MXNet), or bad lengths.
+    """
+    data = tensor(data)
+    if axis != 0:
+        raise ValueError(f"SequenceReverse: only axis=0 (time-major data) is supported, as in MXNet; got {axis}")
+    steps, batch = _time_batch(data, axis, "SequenceReverse")
+    lengths = (_lengths(sequence_length, batch, steps, "SequenceReverse") if use_sequence_length
+               else np.full(batch, steps))
+    t = np.arange(steps)[:, None]
+    src = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)  # (T, N)
+    idx = np.broadcast_to(src.reshape(src.shape + (1,) * (data.ndim - 2)), data.shape)
+    return _ops.take_along_axis(data, data.device.xp.asarray(np.ascontiguousarray(idx)), 0)
+
+
+def _length_mask(data: Tensor, length: Any, axis: int, where: str) -> Tensor:
+    """Boolean mask of ``data``'s shape: True where the position along ``axis`` is below ``length``, which has
+    ``data``'s shape without ``axis``."""
+    axis = axis % data.ndim
+    lengths = np.asarray(length.asnumpy() if isinstance(length, Tensor) else length).astype(np.int64)
+    want = tuple(n for i, n in enumerate(data.shape) if i != axis)
+    if lengths.shape != want:
+        raise ValueError(f"{where}: length must have the data's shape without axis {axis}, {want}, "
+                         f"got {lengths.shape}")
+    keep = _along(np.arange(data.shape[axis]), data.ndim, axis) < np.expand_dims(lengths, axis)
+    return Tensor(data.device.xp.asarray(keep), data.device)
+
+
+def _masked(fn: Any, data: Tensor, length: Any, axis: int, where: str) -> Tensor:
+    """``fn(data)`` over the first ``length`` positions along ``axis``; 0 elsewhere (MXNet's ``use_length``)."""
+    mask = _length_mask(data, length, axis, where)
+    low = _ops.as_tensor(np.asarray(np.finfo(data.dtype).min, dtype=data.dtype), data)
+    out = fn(_ops.where(mask, data, low))
+    return _ops.where(mask, out, _ops.as_tensor(np.asarray(0, dtype=out.dtype), out))
+
+
+def _softmax_like(fn: Any, name: str, data: Any, axis: int, temperature: float | None, length: Any,
+                  use_length: bool, dtype: Any) -> Tensor:
+    """``fn`` (softmax or log-softmax) along ``axis`` of ``data / temperature``, masked by ``length``."""
+    data = tensor(data)
+    if temperature is not None and temperature != 1:
+        data = _ops.divide(data, temperature)
+    if use_length:
+        out = _masked(lambda d: fn(d, axis=axis), data, length, axis, name)
+    else:
+        out = fn(data, axis=axis)
+    return out.astype(dtype) if dtype is not None else out
+
+
+def softmax(data: Any, axis: int = -1, temperature: float | None = None, length: Any = None,
+            use_length: bool = False, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Softmax along ``axis``, of ``data / temperature`` when a temperature is given.
+
+    With ``use_length=True`` only the first ``length`` entries along ``axis`` take part (``length`` has
+    ``data``'s shape without ``axis``); the others are 0, as MXNet's masked softmax. ``dtype`` casts the result.
+    """
+    return _softmax_like(_nn.softmax, "softmax", data, axis, temperature, length, use_length, dtype)
+
+
+def log_softmax(data: Any, axis: int = -1, temperature: float | None = None, length: Any = None,
+                use_length: bool = False, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Log of the softmax along ``axis`` (computed stably); ``use_length``/``length`` as :func:`softmax`
+    (masked entries are 0)."""
+    return _softmax_like(_nn.log_softmax, "log_softmax", data, axis, temperature, length, use_length, dtype)
+
+
+def softmin(data: Any, axis: int = -1, temperature: float | None = None, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Softmax of ``-data`` along ``axis``."""
+    return softmax(_ops.negative(tensor(data)), axis, temperature, dtype=dtype)
+
+
+def SoftmaxActivation(data: Any, mode: str = "instance") -> Tensor:  # noqa: N802
+    """MXNet's ``SoftmaxActivation``: 'instance' normalises each sample over all its other axes,
+    'channel' over axis 1 at each position.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    data = tensor(data)
+    if mode == "channel":
+        return _nn.softmax(data, axis=1)
+    if mode != "instance":
+        raise ValueError(f"SoftmaxActivation: mode must be 'instance' or 'channel', got {mode!r}")
+    return _ops.reshape(_nn.softmax(_ops.reshape(data, (data.shape[0], -1)), axis=-1), data.shape)
+
+
+def softmax_cross_entropy(data: Any, label: Any) -> Tensor:
+    """MXNet's ``softmax_cross_entropy``: the summed cross-entropy of ``softmax(data)`` (``(N, K)``) against
+    integer class ``label`` (``(N,)``), a 1-element array."""
+    data = tensor(data)
+    picked = _nn.pick(_nn.log_softmax(data, axis=-1), label.array if isinstance(label, Tensor) else label, axis=-1)
+    return _ops.reshape(_ops.negative(_ops.sum(picked)), (1,))
+
+
+def L2Normalization(data: Any, eps: float = 1e-10, mode: str = "instance") -> Tensor:  # noqa: N802
+    """MXNet's ``L2Normalization``: ``data / sqrt(sum(data²) + eps)``, the sum taken per sample over every
+    other axis ('instance'), over axis 1 at each position ('channel'), or over the axes after 1 for each
+    sample and channel ('spatial'; 'channel' and 'spatial' need >= 3 axes).
+
+    Raises:
+        ValueError: an unknown ``mode``, or too few axes.
+    """
+    x = tensor(data)
+    if mode == "instance":
+        axes: tuple[int, ...] = tuple(range(1, x.ndim))
+    elif mode in ("channel", "spatial"):
+        if x.ndim < 3:
+            raise ValueError(f"L2Normalization: mode {mode!r} needs an input with >= 3 axes, got shape {x.shape}")
+        axes = (1,) if mode == "channel" else tuple(range(2, x.ndim))
+    else:
+        raise ValueError(f"L2Normalization: mode must be 'instance', 'channel' or 'spatial', got {mode!r}")
+    norm = _ops.sqrt(_ops.add(_ops.sum(_ops.square(x), axis=axes, keepdims=True), eps))
+    return _ops.divide(x, norm)
+
+
+def moments(data: Any, axes: Any = None, keepdims: bool = False) -> list[Tensor]:
+    """``[mean, variance]`` (biased) of ``data`` over ``axes`` (all when None)."""
+    x = tensor(data)
+    axes = None if axes is None else shape_arg(axes)
+    mu = _ops.mean(x, axis=axes, keepdims=True)
+    var = _ops.mean(_ops.square(_ops.subtract(x, mu)), axis=axes, keepdims=keepdims)
+    return [mu if keepdims else _ops.mean(x, axis=axes), var]
+
+
+def _normalize_over(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)``, mean and biased variance over ``axes``, in at least float32."""
+    wide = x.dtype == np.float16
+    data = _ops.astype(x, np.float32) if wide else x
+    mu = _ops.mean(data, axis=axes, keepdims=True)
+    centred = _ops.subtract(data, mu)
+    var = _ops.mean(_ops.square(centred), axis=axes, keepdims=True)
+    out = _ops.divide(centred, _ops.sqrt(_ops.add(var, eps)))
+    return _ops.astype(out, np.float16) if wide else out
+
+
+def _per_channel(v: Tensor, ndim: int) -> Tensor:
+    return _ops.reshape(v, (1, -1) + (1,) * (ndim - 2))
+
+
+def InstanceNorm(data: Any, gamma: Any, beta: Any, eps: float = 1e-3) -> Tensor:  # noqa: N802
+    """MXNet's ``InstanceNorm``: each (sample, channel) of ``(N, C, ...)`` normalised over its other axes, then
+    ``* gamma + beta`` per channel (``(C,)``). ``eps`` defaults to 1e-3, as MXNet's operator.
+
+    Raises:
+        ValueError: fewer than 3 axes, or gamma/beta not of shape ``(C,)``.
+    """
+    x, g, b = tensors(data, gamma, beta)
+    if x.ndim < 3 or g.shape != (x.shape[1],) or b.shape != (x.shape[1],):
+        raise ValueError(f"InstanceNorm: data (N, C, ...) with >= 3 axes and gamma, beta of shape (C,), got "
+                         f"{x.shape}, {g.shape}, {b.shape}")
+    out = _normalize_over(x, tuple(range(2, x.ndim)), eps)
+    return _ops.add(_ops.multiply(out, _per_channel(g, x.ndim)), _per_channel(b, x.ndim))
+
+
+def GroupNorm(data: Any, gamma: Any, beta: Any, num_groups: int = 1, eps: float = 1e-5,  # noqa: N802
+              output_mean_var: bool = False) -> Tensor:
+    """MXNet 1.x's ``GroupNorm``: ``(N, C, ...)`` split into ``num_groups`` channel groups, each normalised per
+    sample, then scaled and shifted by ``gamma``/``beta`` of shape ``(num_groups,)`` (1.x's operator: one
+    per group) or ``(C,)`` (2.x's ``npx.group_norm``: one per channel).
+
+    Raises:
+        ValueError: channels not divisible by ``num_groups``, or gamma/beta of another shape.
+        NotImplementedError: ``output_mean_var=True``.
+    """
+    if output_mean_var:
+        raise NotImplementedError("GroupNorm: output_mean_var=True is not supported")
+    x, g, b = tensors(data, gamma, beta)
+    n, c = x.shape[0], x.shape[1]
+    if c % num_groups or g.shape != b.shape or g.shape not in ((num_groups,), (c,)):
+        raise ValueError(f"GroupNorm: {c} channels must split into num_groups={num_groups}, and gamma/beta must "
+                         f"have shape ({num_groups},) or ({c},), got {g.shape} and {b.shape}")
+    grouped = _ops.reshape(x, (n, num_groups, -1))
+    out = _normalize_over(grouped, (2,), eps)
+    if g.shape == (num_groups,):
+        out = _ops.add(_ops.multiply(out, _ops.reshape(g, (1, -1, 1))), _ops.reshape(b, (1, -1, 1)))
+        return _ops.reshape(out, x.shape)
+    out = _ops.reshape(out, x.shape)
+    return _ops.add(_ops.multiply(out, _per_channel(g, x.ndim)), _per_channel(b, x.ndim))
+
+
+def LayerNorm(data: Any, gamma: Any, beta: Any, axis: int = -1, eps: float = 1e-5,  # noqa: N802
+              output_mean_var: bool = False) -> Tensor:
+    """MXNet's ``LayerNorm``: normalise over ``axis``, then ``* gamma + beta`` (shape ``(data.shape[axis],)``).
+
+    Raises:
+        NotImplementedError: ``output_mean_var=True``.
+    """
+    if output_mean_var:
+        raise NotImplementedError("LayerNorm: output_mean_var=True is not supported")
+    x, g, b = tensors(data, gamma, beta)
+    return _nn.layer_norm(x, g, b, axis=axis, eps=eps)
+
+
+def BatchNorm(data: Any, gamma: Any, beta: Any, moving_mean: Any, moving_var: Any, eps: float = 1e-3,  # noqa: N802
+              momentum: float = 0.9, fix_gamma: bool = True, use_global_stats: bool = False,
+              output_mean_var: bool = False, axis: int = 1, **kwargs: Any) -> Tensor:
+    """MXNet's ``BatchNorm`` operator (its defaults: ``eps=1e-3``, ``fix_gamma=True``): batch statistics while
+    training (``autograd.is_training()``), updating ``moving_mean``/``moving_var`` in place; the moving
+    statistics otherwise.
+
+    Raises:
+        NotImplementedError: ``output_mean_var=True``.
+    """
+    if output_mean_var:
+        raise NotImplementedError("BatchNorm: output_mean_var=True is not supported")
+    x, g, b, mm, mv = tensors(data, gamma, beta, moving_mean, moving_var)
+    return _nn.batch_norm(x, g, b, mm, mv, axis=axis, eps=eps, momentum=momentum, training=None,
+                          use_global_stats=use_global_stats, fix_gamma=fix_gamma)
+
+
+def Embedding(data: Any, weight: Any, input_dim: int | None = None, output_dim: int | None = None,  # noqa: N802
+              dtype: Any = None, sparse_grad: bool = False, **kwargs: Any) -> Tensor:
+    """MXNet's ``Embedding``: rows of ``weight`` (``(input_dim, output_dim)``) at the ids in ``data``.
+
+    Raises:
+        ValueError: ``weight``'s shape contradicts ``input_dim``/``output_dim``.
+    """
+    weight = tensor(weight)
+    for what, want, got in (("input_dim", input_dim, weight.shape[0]), ("output_dim", output_dim, weight.shape[-1])):
+        if want is not None and int(want) != got:
+            raise ValueError(f"Embedding: {what}={want} but weight has shape {weight.shape}")
+    ids = data.array if isinstance(data, Tensor) else data
+    return _nn.embedding(ids, weight, sparse_grad=sparse_grad)
+
+
+def _spatial(value: Any, nd: int, default: int, where: str, what: str) -> tuple[int, ...]:
+    """A per-spatial-axis argument (``()`` means ``default`` for each axis)."""
+    got = shape_arg(value) if value is not None else ()
+    if not got:
+        return (default,) * nd
+    if len(got) != nd:
+        raise ValueError(f"{where}: {what} must have {nd} entries for {nd} spatial axes, got {got}")
+    return got
+
+
+def _channel_first(layout: str | None, nd: int, where: str) -> None:
+    if layout is not None and layout not in ("NCW", "NCHW", "NCDHW")[nd - 1:nd]:
+        raise ValueError(f"{where}: only the channel-first layout {('NCW', 'NCHW', 'NCDHW')[nd - 1]} is supported "
+                         f"for {nd} spatial axes, got {layout!r}")
+
+
+def Convolution(data: Any, weight: Any, bias: Any = None, kernel: Any = (), stride: Any = (),  # noqa: N802
+                dilate: Any = (), pad: Any = (), num_filter: int | None = None, num_group: int = 1,
+                no_bias: bool = False, layout: str | None = None, **kwargs: Any) -> Tensor:
+    """MXNet's ``Convolution`` (1, 2 or 3 spatial axes, channel-first): ``weight`` ``(num_filter, C/num_group,
+    *kernel)``; ``stride``/``dilate`` default to 1 and ``pad`` to 0 per axis.
+
+    Raises:
+        ValueError: arguments that contradict ``weight``'s shape, or a channel-last layout.
+    """
+    x, w = tensors(data, weight)
+    nd_ = x.ndim - 2
+    _channel_first(layout, nd_, "Convolution")
+    if kernel and tuple(shape_arg(kernel)) != w.shape[2:] or num_filter is not None and int(num_filter) != w.shape[0]:
+        raise ValueError(f"Convolution: kernel={kernel}, num_filter={num_filter} contradict weight shape {w.shape}")
+    b = None if no_bias or bias is None else tensor(bias, x)
+    return _nn.conv(x, w, b, stride=_spatial(stride, nd_, 1, "Convolution", "stride"),
+                    padding=_spatial(pad, nd_, 0, "Convolution", "pad"),
+                    dilation=_spatial(dilate, nd_, 1, "Convolution", "dilate"), groups=int(num_group))
+
+
+def Deconvolution(data: Any, weight: Any, bias: Any = None, kernel: Any = (), stride: Any = (),  # noqa: N802
+                  dilate: Any = (), pad: Any = (), adj: Any = (), target_shape: Any = (), num_filter: int | None = None,
+                  num_group: int = 1, no_bias: bool = True, layout: str | None = None, **kwargs: Any) -> Tensor:
+    """MXNet's ``Deconvolution`` (transposed convolution, channel-first): ``weight`` ``(C, num_filter/num_group,
+    *kernel)``, ``adj`` the extra output size per axis. ``no_bias`` defaults to True, as MXNet's operator.
+
+    Raises:
+        ValueError: arguments that contradict ``weight``'s shape, or a channel-last layout.
+        NotImplementedError: ``target_shape`` (give ``pad``/``adj`` instead).
+    """
+    if target_shape:
+        raise NotImplementedError("Deconvolution: target_shape is not supported; give pad= and adj= instead")
+    x, w = tensors(data, weight)
+    nd_ = x.ndim - 2
+    _channel_first(layout, nd_, "Deconvolution")
+    if kernel and tuple(shape_arg(kernel)) != w.shape[2:]:
+        raise ValueError(f"Deconvolution: kernel={kernel} contradicts weight shape {w.shape}")
+    b = None if no_bias or bias is None else tensor(bias, x)
+    return _nn.conv_transpose(x, w, b, stride=_spatial(stride, nd_, 1, "Deconvolution", "stride"),
+                              padding=_spatial(pad, nd_, 0, "Deconvolution", "pad"),
+                              output_padding=_spatial(adj, nd_, 0, "Deconvolution", "adj"),
+                              dilation=_spatial(dilate, nd_, 1, "Deconvolution", "dilate"), groups=int(num_group))
+
+
+def Pooling(data: Any, kernel: Any = (), pool_type: str = "max", global_pool: bool = False,  # noqa: N802
+            stride: Any = (), pad: Any = (), pooling_convention: str = "valid", count_include_pad: bool = True,
+            layout: str | None = None, **kwargs: Any) -> Tensor:
+    """MXNet's ``Pooling`` (1, 2 or 3 spatial axes, channel-first): ``pool_type`` 'max', 'avg' or 'sum';
+    ``global_pool`` pools each whole plane (output spatial size 1); ``stride`` defaults to 1 and ``pad`` to 0
+    per axis (MXNet's operator defaults); ``pooling_convention`` 'valid' (floor) or 'full' (ceil).
+
+    Raises:
+        ValueError: an unknown ``pool_type``/``pooling_convention``, or a channel-last layout.
+        NotImplementedError: 'lp' pooling, or 'sum' with the 'full' convention.
+    """
+    x = tensor(data)
+    nd_ = x.ndim - 2
+    _channel_first(layout, nd_, "Pooling")
+    if pool_type not in ("max", "avg", "sum"):
+        if pool_type == "lp":
+            raise NotImplementedError("Pooling: pool_type='lp' is not supported")
+        raise ValueError(f"Pooling: pool_type must be 'max', 'avg' or 'sum', got {pool_type!r}")
+    if pooling_convention not in ("valid", "full"):
+        raise ValueError(f"Pooling: pooling_convention must be 'valid' or 'full', got {pooling_convention!r}")
+    if global_pool:
+        axes = tuple(range(2, x.ndim))
+        if pool_type == "max":
+            return _ops.max(x, axis=axes, keepdims=True)
+        return (_ops.mean if pool_type == "avg" else _ops.sum)(x, axis=axes, keepdims=True)
+    window = _spatial(kernel, nd_, 1, "Pooling", "kernel")
+    strides = _spatial(stride, nd_, 1, "Pooling", "stride")
+    padding = _spatial(pad, nd_, 0, "Pooling", "pad")
+    ceil = pooling_convention == "full"
+    if pool_type == "max":
+        return _nn.max_pool(x, window, strides, padding, ceil_mode=ceil)
+    if pool_type == "sum" and ceil:
+        raise NotImplementedError("Pooling: pool_type='sum' with pooling_convention='full' is not supported")
+    out = _nn.avg_pool(x, window, strides, padding, ceil_mode=ceil,
+                       count_include_pad=count_include_pad or pool_type == "sum")
+    return _ops.multiply(out, float(np.prod(window))) if pool_type == "sum" else out
+
+
+def UpSampling(*data: Any, scale: int = 2, sample_type: str = "nearest", num_args: int = 1,  # noqa: N802
+               multi_input_mode: str = "concat", **kwargs: Any) -> Tensor:
+    """MXNet's ``UpSampling`` with ``sample_type='nearest'``: each NCHW input repeated ``scale`` times along H
+    and W; several inputs are brought to the first one's output size and concatenated on the channel axis
+    (``multi_input_mode='concat'``) or summed ('sum').
+
+    Raises:
+        NotImplementedError: ``sample_type='bilinear'`` (use ``Conv2DTranspose`` with ``init.Bilinear()``).
+        ValueError: an unknown ``multi_input_mode``.
+    """
+    if sample_type != "nearest":
+        raise NotImplementedError("UpSampling: only sample_type='nearest' is supported; for bilinear use "
+                                  "Conv2DTranspose with mx.init.Bilinear()")
+    if multi_input_mode not in ("concat", "sum"):
+        raise ValueError(f"UpSampling: multi_input_mode must be 'concat' or 'sum', got {multi_input_mode!r}")
+    xs = tensors(*data)
+    height, width = xs[0].shape[2] * int(scale), xs[0].shape[3] * int(scale)
+    ups = []
+    for x in xs:
+        if height % x.shape[2] or width % x.shape[3]:
+            raise ValueError(f"UpSampling: an input of shape {x.shape} cannot be repeated to {height} x {width}")
+        fh, fw = height // x.shape[2], width // x.shape[3]
+        ups.append(_ops.repeat(_ops.repeat(x, fh, axis=2), fw, axis=3) if (fh, fw) != (1, 1) else x)
+    if len(ups) == 1:
+        return ups[0]
+    if multi_input_mode == "sum":
+        out = ups[0]
+        for u in ups[1:]:
+            out = _ops.add(out, u)
+        return out
+    return _ops.concat(ups, axis=1)
+
+
+def depth_to_space(data: Any, block_size: int) -> Tensor:
+    """Move blocks of channels to space: ``(N, C, H, W) -> (N, C/b², H*b, W*b)`` (MXNet's DCR order)."""
+    x = tensor(data)
+    n, c, h, w = x.shape
+    b = int(block_size)
+    y = _ops.reshape(x, (n, b, b, c // (b * b), h, w))
+    return _ops.reshape(_ops.transpose(y, (0, 3, 4, 1, 5, 2)), (n, c // (b * b), h * b, w * b))
+
+
+def space_to_depth(data: Any, block_size: int) -> Tensor:
+    """Move ``b x b`` spatial blocks to channels: ``(N, C, H, W) -> (N, C*b², H/b, W/b)`` (inverse of
+    :func:`depth_to_space`)."""
+    x = tensor(data)
+    n, c, h, w = x.shape
+    b = int(block_size)
+    y = _ops.reshape(x, (n, c, h // b, b, w // b, b))
+    return _ops.reshape(_ops.transpose(y, (0, 3, 5, 1, 2, 4)), (n, c * b * b, h // b, w // b))
+
+
+def pad(data: Any, mode: str = "constant", pad_width: Any = (), constant_value: float = 0.0) -> Tensor:
+    """MXNet's ``pad``: ``pad_width`` gives (before, after) for every axis, flattened (the first two axes' must
+    be 0); ``mode`` 'constant' (``constant_value``), 'edge' or 'reflect'. Differentiable.
+
+    Raises:
+        ValueError: a ``pad_width`` of the wrong length, or an unknown ``mode``.
+    """
+    x = tensor(data)
+    widths = shape_arg(pad_width)
+    if len(widths) != 2 * x.ndim:
+        raise ValueError(f"pad: pad_width needs 2 entries per axis ({2 * x.ndim}), got {widths}")
+    if mode not in ("constant", "edge", "reflect"):
+        raise ValueError(f"pad: mode must be 'constant', 'edge' or 'reflect', got {mode!r}")
+    out = x
+    for axis in range(x.ndim):
+        before, after = widths[2 * axis], widths[2 * axis + 1]
+        if not before and not after:
+            continue
+        n = out.shape[axis]
+        if mode == "constant":
+            parts = []
+            for width in (before, after):
+                shape = list(out.shape)
+                shape[axis] = width
+                parts.append(_full(tuple(shape), constant_value, out.device, out.dtype))
+            out = _ops.concat([parts[0], out, parts[1]], axis=axis)
+            continue
+        pos = np.arange(-before, n + after)
+        if mode == "edge":
+            src = np.clip(pos, 0, n - 1)
+        else:  # reflect about the edge elements, which are not repeated
+            period = 2 * (n - 1) if n > 1 else 1
+            src = (pos % period) if n > 1 else np.zeros_like(pos)
+            src = np.where(src >= n, period - src, src)
+        out = _nn.take(out, out.device.xp.asarray(src), axis=axis)
+    return out
+
+
+def gather_nd(data: Any, indices: Any) -> Tensor:
+    """MXNet's ``gather_nd``: ``indices`` ``(M, ...)`` indexes the first M axes of ``data``;
+    ``out[y...] = data[indices[0, y...], ..., indices[M-1, y...]]``. Differentiable in ``data``."""
+    x = tensor(data)
+    idx = np.asarray(indices.asnumpy() if isinstance(indices, Tensor) else indices).astype(np.int64)
+    return _ops.getitem(x, tuple(x.device.xp.asarray(i) for i in idx))
+
+
+def batch_take(a: Any, indices: Any) -> Tensor:
+    """``out[i] = a[i, indices[i]]`` for a 2-D ``a`` (MXNet's ``batch_take``)."""
+    return pick(a, indices, axis=1)
+
+
+def arange_like(data: Any, start: float = 0.0, step: float = 1.0, repeat: int = 1, axis: int | None = None,
+                **kwargs: Any) -> Tensor:
+    """``start, start + step, ...`` shaped like ``data`` (or of length ``data.shape[axis]``), each value repeated
+    ``repeat`` times, in ``data``'s dtype; no gradient (MXNet's ``arange_like``)."""
+    x = tensor(data)
+    count = x.size if axis is None else x.shape[axis]
+    values = (start + step * np.arange(-(-count // int(repeat)))).repeat(int(repeat))[:count]
+    shape = x.shape if axis is None else (count,)
+    return _array(values.reshape(shape), x.device, x.dtype)
+
+
+def shape_array(data: Any) -> Tensor:
+    """The shape of ``data`` as a 1-D int64 array."""
+    x = tensor(data)
+    return _array(np.asarray(x.shape, dtype=np.int64), x.device, np.int64)
+
+
+def size_array(data: Any) -> Tensor:
+    """The number of elements of ``data`` as a 1-element int64 array."""
+    x = tensor(data)
+    return _array(np.asarray([x.size], dtype=np.int64), x.device, np.int64)
+
+
+def argmax_channel(data: Any) -> Tensor:
+    """Index of the maximum along axis 1, as float32 (MXNet's ``argmax_channel``)."""
+    return argmax(data, axis=1)
+
+
+def diag(data: Any, k: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """The ``k``-th diagonal of a matrix (of axes ``axis1``, ``axis2``), or a square matrix with a 1-D input on
+    its ``k``-th diagonal. Differentiable."""
+    x = tensor(data)
+    xp = x.device.xp
+    if x.ndim == 1:  # a square matrix with x on diagonal k: a differentiable gather from [0, x...]
+        n = x.shape[0] + _b.abs(k)
+        rows = np.arange(x.shape[0]) + _b.max(-k, 0)
+        cols = np.arange(x.shape[0]) + _b.max(k, 0)
+        src = np.zeros(n * n, dtype=np.int64)
+        src[rows * n + cols] = np.arange(1, x.shape[0] + 1)
+        padded = _ops.concat([_full((1,), 0, x.device, x.dtype), x], axis=0)
+        return _ops.reshape(_nn.take(padded, xp.asarray(src), axis=0), (n, n))
+    a1, a2 = axis1 % x.ndim, axis2 % x.ndim
+    perm = tuple(i for i in range(x.ndim) if i not in (a1, a2)) + (a1, a2)
+    moved = _ops.transpose(x, perm) if perm != tuple(range(x.ndim)) else x
+    rows, cols = moved.shape[-2], moved.shape[-1]
+    i = np.arange(_b.max(0, -k), _b.min(rows, cols - k))
+    return _ops.getitem(moved, (Ellipsis, xp.asarray(i), xp.asarray(i + k)))
+
+
+def add_n(*args: Any, **kwargs: Any) -> Tensor:
+    """The elementwise sum of every argument (MXNet's ``add_n``/``ElementWiseSum``)."""
+    items = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
+    xs = tensors(*items)
+    out = xs[0]
+    for x in xs[1:]:
+        out = _ops.add(out, x)
+    return out if len(xs) > 1 else identity(out)
+
+
+ElementWiseSum = add_n
+
+
+def split_v2(ary: Any, indices_or_sections: Any, axis: int = 0, squeeze_axis: bool = False) -> Any:
+    """Split along ``axis`` into equal sections (an int) or at the given indices (a tuple), as MXNet's
+    ``split_v2``; one part is returned bare."""
+    x = tensor(ary)
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        sections = int(indices_or_sections)
+        if n % sections:
+            raise ValueError(f"split_v2: axis {axis} of length {n} does not split into {sections} equal sections")
+        bounds = [i * (n // sections) for i in range(sections + 1)]
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    parts = [_ops.slice_axis(x, axis, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    if squeeze_axis:
+        parts = [_ops.squeeze(p, axis) for p in parts]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def log_sigmoid(data: Any) -> Tensor:
+    """``log(sigmoid(x))``, computed stably."""
+    return _ACT["log_sigmoid"](tensor(data))
+
+
+def mish(data: Any) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    return _ACT["mish"](tensor(data))
+
+
+def softsign(data: Any) -> Tensor:
+    """``x / (1 + |x|)``."""
+    return _ACT["softsign"](tensor(data))
+
+
+def hard_sigmoid(data: Any, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
+    """``clip(alpha * x + beta, 0, 1)`` (MXNet's ``hard_sigmoid``)."""
+    return _ops.clip(_ops.add(_ops.multiply(tensor(data), alpha), beta), 0.0, 1.0)
+
+
+def rcbrt(data: Any) -> Tensor:
+    """``1 / cbrt(x)``."""
+    return _ops.reciprocal(_ops.cbrt(tensor(data)))
+
+
+def degrees(data: Any) -> Tensor:
+    """Radians to degrees."""
+    return _ops.multiply(tensor(data), 180.0 / np.pi)
+
+
+def radians(data: Any) -> Tensor:
+    """Degrees to radians."""
+    return _ops.multiply(tensor(data), np.pi / 180.0)
+
+
+def _axis_reduction(fn: Any) -> Any:
+    def reduce(data: Any, axis: Any = None, keepdims: bool = False, **kwargs: Any) -> Tensor:
+        return fn(data, axis=axis, keepdims=keepdims)
+
+    reduce.__doc__ = fn.__doc__
+    return reduce
+
+
+max_axis = _axis_reduction(max)
+min_axis = _axis_reduction(min)
+nanprod = prod
+Cast = cast
+broadcast_plus = broadcast_add  # noqa: F821 - bound in the loop over the binary ops
+broadcast_minus = broadcast_sub  # noqa: F821
+
+
+def Reshape(data: Any, shape: Any = None, reverse: bool = False, **kwargs: Any) -> Tensor:  # noqa: N802
+    """MXNet's ``Reshape`` (the operator's old name): :func:`reshape`."""
+    return reshape(data, shape, reverse)
+
+
+def div_sqrt_dim(data: Any) -> Tensor:
+    """``data / sqrt(data.shape[-1])`` (MXNet's ``contrib.div_sqrt_dim``, used to scale attention scores)."""
+    x = tensor(data)
+    return _ops.divide(x, float(np.sqrt(x.shape[-1])))
+
+
+def _resize_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
+    """The ``(n_out, n_in)`` matrix of 1-D linear interpolation, with MXNet's source-index rule
+    (``bilinear_resize-inl.h``: corners aligned, or pixel centres with negative sources clamped to 0)."""
+    if align_corners:
+        scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        src = scale * np.arange(n_out)
+    else:
+        src = np.maximum((n_in / n_out) * (np.arange(n_out) + 0.5) - 0.5, 0.0)
+    low = np.floor(src).astype(np.int64)
+    frac = src - low
+    high = np.where(low < n_in - 1, low + 1, low)
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.arange(n_out), low), 1 - frac)
+    np.add.at(m, (np.arange(n_out), high), frac)
+    return m
+
+
+def BilinearResize2D(data: Any, like: Any = None, height: int = 1, width: int = 1,  # noqa: N802
+                     scale_height: float | None = None, scale_width: float | None = None, mode: str = "size",
+                     align_corners: bool = True, **kwargs: Any) -> Tensor:
+    """MXNet's ``contrib.BilinearResize2D`` of an NCHW batch: to ``(height, width)``, to ``scale_height`` /
+    ``scale_width`` times the input size, or (``mode='like'``) to ``like``'s spatial size. Two products with
+    interpolation matrices, so it is differentiable in ``data``.
+
+    Raises:
+        NotImplementedError: a ``mode`` other than 'size' and 'like'.
+    """
+    x = tensor(data)
+    in_h, in_w = x.shape[2], x.shape[3]
+    if mode == "like":
+        out_h, out_w = tensor(like).shape[2:4]
+    elif mode == "size":
+        out_h = int(in_h * scale_height) if scale_height is not None else int(height)
+        out_w = int(in_w * scale_width) if scale_width is not None else int(width)
+    else:
+        raise NotImplementedError(f"BilinearResize2D: mode {mode!r} is not supported ('size' and 'like' are)")
+    rows = _array(_resize_matrix(in_h, out_h, align_corners), x.device, x.dtype)
+    cols = _array(_resize_matrix(in_w, out_w, align_corners).T, x.device, x.dtype)
+    return _ops.matmul(_ops.matmul(rows, x), cols)
+
+
+# mx.nd.contrib: the contrib operators Gluon 1.x model code uses most
+contrib = SimpleNamespace(div_sqrt_dim=div_sqrt_dim, arange_like=arange_like, BilinearResize2D=BilinearResize2D)
+# MXNet 1.x's flat names of the linear-algebra operators (linalg_gemm2, linalg_potrf, ...)
+for _name in _linalg.ND_LINALG:
+    globals()["linalg_" + _name] = getattr(_linalg, _name)
+
+
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__ and n not in (
     "annotations", "Any", "Sequence", "SimpleNamespace", "np", "Tensor", "device_arg", "reshape_nd", "shape_arg",
-    "tensor", "tensors")]
+    "tensor", "tensors", "NDTensor", "functools")]
+
+
+# -- the mx.nd face ----------------------------------------------------------------------------
+# Every mx.nd function returns arrays with the nd face (NDTensor: MXNet 1.x's reshape codes in the
+# method, fluent methods), as MXNet 1.x's return NDArrays. mx.np and mx.npx share the functions above
+# through ``_impl``, unwrapped, so their results keep NumPy's face.
+def _nd_out(value: Any, args: tuple, kwargs: dict) -> Any:
+    """``value`` (a Tensor, or a list/tuple/dict of them) with the nd face; an input returned as is is
+    given the face as a view (:meth:`~mxlite.Tensor.as_nd_ndarray`), never changed in place."""
+    if value.__class__ is Tensor:
+        if _b.any(value is a for a in args) or _b.any(value is v for v in kwargs.values()):
+            return value.as_nd_ndarray()
+        value.__class__ = NDTensor  # a new result: same object, same graph node, nd face
+        return value
+    if isinstance(value, list):
+        return [_nd_out(v, args, kwargs) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_nd_out(v, args, kwargs) for v in value)
+    if isinstance(value, dict):
+        return {k: _nd_out(v, args, kwargs) for k, v in value.items()}
+    return value
+
+
+def _nd_function(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return _nd_out(fn(*args, **kwargs), args, kwargs)
+
+    return wrapper
+
+
+_NOT_ARRAY_FUNCTIONS = {"NDArray", "save", "waitall", "reset_arrays", "random", "linalg", "contrib", "as_dtype"}
+_impl = SimpleNamespace(**{n: globals()[n] for n in __all__ if callable(globals().get(n))})
+for _name in __all__:
+    _fn = globals().get(_name)
+    if callable(_fn) and _name not in _NOT_ARRAY_FUNCTIONS and not isinstance(_fn, type):
+        globals()[_name] = _nd_function(_fn)
+random = SimpleNamespace(**{n: _nd_function(f) if n not in ("seed",) else f for n, f in vars(random).items()})
+linalg = SimpleNamespace(**{n: _nd_function(f) for n, f in vars(linalg).items()})
+contrib = SimpleNamespace(**{n: _nd_function(f) for n, f in vars(contrib).items()})
+
+# MXNet 1.x NDArray's fluent methods (``x.softmax(axis=1)`` is ``nd.softmax(x, axis=1)``), for the names a
+# Tensor does not already have as a method.
+NDTensor.fluent.update({n: globals()[n] for n in (
+    "reshape_like", "broadcast_axes", "broadcast_like", "pad", "split", "slice", "slice_like", "pick", "topk",
+    "argmax_channel", "shape_array", "size_array", "depth_to_space", "space_to_depth", "nansum", "nanprod", "rint",
+    "fix", "tan", "arcsin", "arccos", "arctan", "degrees", "radians", "sinh", "cosh", "arcsinh", "arccosh",
+    "arctanh", "rsqrt", "cbrt", "rcbrt", "softmax", "log_softmax", "softmin", "diag", "broadcast_axis")
+    if n in globals()})

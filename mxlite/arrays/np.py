@@ -23,6 +23,7 @@ from ..autograd.creation import full as _full
 from ..autograd.tensor import Tensor
 from . import nd as _nd
 from ._common import device_arg, shape_arg, tensor, tensors
+from .nd import _impl as _ndi
 
 ndarray = Tensor
 float16, float32, float64 = _onp.float16, _onp.float32, _onp.float64
@@ -32,7 +33,15 @@ dtype = _onp.dtype
 
 
 def array(object: Any, dtype: Any = None, device: Any = None, ctx: Any = None, **kwargs: Any) -> Tensor:  # noqa: A002
-    """A new array holding a copy of ``object`` (lists and numbers become float32, MXNet's default)."""
+    """A new array holding a copy of ``object``.
+
+    The dtype is ``dtype`` if given; else an mxlite array's or a NumPy scalar's own; else float32: NumPy
+    arrays of any dtype, lists and numbers give float32, as MXNet 2.x's ``np.array`` does (unless
+    ``npx.set_np(dtype=True)``, which mxlite does not model).
+    """
+    if dtype is None:
+        keeps = hasattr(object, "dtype") and not isinstance(object, _onp.ndarray)
+        dtype = object.dtype if keeps else _onp.float32
     return _array(object, device_arg(device, ctx, "np.array"), dtype)
 
 
@@ -69,7 +78,7 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0, device: Any = None, ctx: Any = None) -> Any:
     """``num`` evenly spaced values from ``start`` to ``stop`` (float32 by default)."""
-    out = _nd.linspace(start, stop, num, endpoint, dtype=dtype, device=device_arg(device, ctx, "np.linspace"))
+    out = _ndi.linspace(start, stop, num, endpoint, dtype=dtype, device=device_arg(device, ctx, "np.linspace"))
     if retstep:
         return out, (stop - start) / max(num - 1 if endpoint else num, 1)
     return out
@@ -78,7 +87,7 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, re
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, device: Any = None,  # noqa: N803
         ctx: Any = None) -> Tensor:
     """A 2-D array with ones on diagonal ``k``."""
-    return _nd.eye(N, M or 0, k, dtype=dtype, device=device_arg(device, ctx, "np.eye"))
+    return _ndi.eye(N, M or 0, k, dtype=dtype, device=device_arg(device, ctx, "np.eye"))
 
 
 def identity(n: int, dtype: Any = None, device: Any = None, ctx: Any = None) -> Tensor:
@@ -88,17 +97,17 @@ def identity(n: int, dtype: Any = None, device: Any = None, ctx: Any = None) -> 
 
 def zeros_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
     """Zeros with ``a``'s shape, dtype and device."""
-    return _nd.full_like(a, 0, dtype)
+    return _ndi.full_like(a, 0, dtype)
 
 
 def ones_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
     """Ones with ``a``'s shape, dtype and device."""
-    return _nd.full_like(a, 1, dtype)
+    return _ndi.full_like(a, 1, dtype)
 
 
 def full_like(a: Any, fill_value: float, dtype: Any = None, **kwargs: Any) -> Tensor:
     """``fill_value`` with ``a``'s shape, dtype and device."""
-    return _nd.full_like(a, fill_value, dtype)
+    return _ndi.full_like(a, fill_value, dtype)
 
 
 empty_like = zeros_like
@@ -149,7 +158,7 @@ for _name in ("exp", "log", "sqrt", "square", "tanh", "abs", "negative", "sin", 
               "isfinite", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "mod", "equal",
               "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
               "logical_xor", "hypot", "arctan2", "true_divide", "where", "clip"):
-    globals()[_name] = getattr(_nd, _name)
+    globals()[_name] = getattr(_ndi, _name)
 absolute = abs  # noqa: F821 - bound in the loop above
 remainder = mod  # noqa: F821
 fmod = mod  # noqa: F821
@@ -316,7 +325,7 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str = "clip", out:
     a = tensor(a)
     if axis is None:
         a, axis = _ops.reshape(a, (-1,)), 0
-    return _nd.take(a, indices, axis, mode)
+    return _ndi.take(a, indices, axis, mode)
 
 
 def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
@@ -333,7 +342,7 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
 
 def matmul(a: Any, b: Any, out: Any = None) -> Tensor:
     """Matrix product of the last two axes, batch axes broadcast."""
-    return _nd.matmul(a, b)
+    return _ndi.matmul(a, b)
 
 
 def outer(a: Any, b: Any) -> Tensor:

@@ -13,6 +13,7 @@ from ..device import cpu, current_device, gpu, num_gpus
 from ..device.context import current_context
 from . import nd as _nd
 from ._common import reshape_npx, shape_arg, tensor, tensors, waitall
+from .nd import _impl as _ndi
 
 __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
            "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",
@@ -23,13 +24,13 @@ __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_rel
 def softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
             use_length: bool = False, dtype: Any = None) -> Tensor:
     """Softmax along ``axis`` (of ``data / temperature`` when given)."""
-    return _nd.softmax(data, axis, temperature)
+    return _ndi.softmax(data, axis, temperature)
 
 
 def log_softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
                 use_length: bool = False, dtype: Any = None) -> Tensor:
     """Log-softmax along ``axis``, computed stably."""
-    return _nd.log_softmax(data, axis, temperature)
+    return _ndi.log_softmax(data, axis, temperature)
 
 
 def relu(data: Any) -> Tensor:
@@ -44,38 +45,38 @@ def sigmoid(data: Any) -> Tensor:
 
 def relu6(data: Any) -> Tensor:
     """``min(max(x, 0), 6)``."""
-    return _nd.relu6(data)
+    return _ndi.relu6(data)
 
 
 def activation(data: Any, act_type: str = "relu") -> Tensor:
     """An activation by name ('relu', 'sigmoid', 'tanh', 'softrelu', 'softsign', 'log_sigmoid', 'mish')."""
-    return _nd.Activation(data, act_type)
+    return _ndi.Activation(data, act_type)
 
 
 def leaky_relu(data: Any, gamma: Any = None, act_type: str = "leaky", slope: float = 0.25, **kwargs: Any) -> Tensor:
     """MXNet's ``LeakyReLU`` family ('leaky', 'prelu', 'elu', 'selu', 'gelu')."""
-    return _nd.LeakyReLU(data, gamma, act_type, slope)
+    return _ndi.LeakyReLU(data, gamma, act_type, slope)
 
 
 def pick(data: Any, index: Any, axis: int = -1, mode: str = "clip", keepdims: bool = False) -> Tensor:
     """One entry per position along ``axis``: ``out[i] = data[i, index[i]]`` for ``axis=1``."""
-    return _nd.pick(data, index, axis, keepdims)
+    return _ndi.pick(data, index, axis, keepdims)
 
 
 def one_hot(data: Any, depth: int, on_value: float = 1.0, off_value: float = 0.0, dtype: Any = _onp.float32) -> Tensor:
     """``(..., depth)`` array with ``on_value`` at each index."""
-    return _nd.one_hot(data, depth, on_value, off_value, dtype)
+    return _ndi.one_hot(data, depth, on_value, off_value, dtype)
 
 
 def topk(data: Any, axis: int = -1, k: int = 1, ret_typ: str = "indices", is_ascend: bool = False,
          dtype: Any = _onp.int64) -> Any:
     """The ``k`` largest (smallest when ``is_ascend``) entries along ``axis``; indices are int64 (MXNet 2.x)."""
-    return _nd.topk(data, axis, k, ret_typ, is_ascend, dtype)
+    return _ndi.topk(data, axis, k, ret_typ, is_ascend, dtype)
 
 
 def batch_dot(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
     """Batched matrix product of 3-D arrays, optionally transposed."""
-    return _nd.batch_dot(a, b, transpose_a, transpose_b)
+    return _ndi.batch_dot(a, b, transpose_a, transpose_b)
 
 
 def reshape(a: Any, newshape: Any, reverse: bool = False, order: str = "C") -> Tensor:
@@ -97,12 +98,12 @@ def batch_flatten(data: Any) -> Tensor:
 def fully_connected(x: Any, weight: Any, bias: Any = None, num_hidden: int = 0, no_bias: bool = True,
                     flatten: bool = True) -> Tensor:
     """``x · weightᵀ + bias``."""
-    return _nd.FullyConnected(x, weight, bias, num_hidden, no_bias and bias is None, flatten)
+    return _ndi.FullyConnected(x, weight, bias, num_hidden, no_bias and bias is None, flatten)
 
 
 def dropout(data: Any, p: float = 0.5, axes: Any = (), mode: str = "training", **kwargs: Any) -> Tensor:
     """Inverted dropout while training."""
-    return _nd.Dropout(data, p, axes, mode)
+    return _ndi.Dropout(data, p, axes, mode)
 
 
 def layer_norm(data: Any, gamma: Any, beta: Any, axis: int = -1, eps: float = 1e-5) -> Tensor:
@@ -136,7 +137,7 @@ def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: b
 
 def stop_gradient(data: Any) -> Tensor:
     """``data`` cut from the graph."""
-    return _nd.stop_gradient(data)
+    return _ndi.stop_gradient(data)
 
 
 def gamma(data: Any) -> Tensor:
@@ -170,7 +171,7 @@ def load(file: Any, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
 
     The same as :func:`mxlite.nd.load`: the format is told by the file's first bytes.
     """
-    return _nd.load(file, device)
+    return _ndi.load(file, device)
 
 
 def set_np(shape: bool = True, array: bool = True, dtype: bool = False) -> None:

@@ -68,6 +68,26 @@ class RowSparseTensor:
         """A deep copy."""
         return RowSparseTensor(self.data.copyto(self.device), self.indices.copyto(self.device), self.shape)
 
+    def copyto(self, other: Any) -> Any:
+        """Copy into ``other`` and return it (MXNet's ``copyto``): onto a device (a new RowSparseTensor there),
+        into a dense Tensor of the same shape (its values become this tensor's, zeros outside the rows), or
+        into a RowSparseTensor of the same shape (which takes this one's rows).
+
+        Raises:
+            ValueError: a destination of another shape.
+        """
+        if isinstance(other, (Tensor, RowSparseTensor)) and tuple(other.shape) != self.shape:
+            raise ValueError(f"copyto: shape mismatch, source {self.shape} vs destination {tuple(other.shape)}")
+        if isinstance(other, RowSparseTensor):
+            other.data = self.data.copyto(other.device)
+            other.indices = self.indices.copyto(other.device)
+            return other
+        if isinstance(other, Tensor):
+            other[...] = self.tostype("default")
+            return other
+        dev = as_device(other)
+        return RowSparseTensor(self.data.copyto(dev), self.indices.copyto(dev), self.shape)
+
     # -- arithmetic (MXNet's storage rules) ------------------------------------------------
     # Scaling keeps the stored rows (rsp * scalar, rsp / scalar, -rsp: row-sparse); rsp +/- rsp is
     # row-sparse over the union of rows and rsp * rsp over their intersection; anything that fills

@@ -15,6 +15,7 @@ order backward produces them, which is what the communication layer overlaps wit
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -253,7 +254,7 @@ class Tensor:
         if grad_req == "null":
             self._grad = None
         elif stype in (None, "default"):
-            self._grad = Tensor(self._device.xp.zeros_like(self._data), self._device)
+            self._grad = _face(self)(self._device.xp.zeros_like(self._data), self._device)
         elif stype == "row_sparse":
             from . import sparse  # noqa: PLC0415
 
@@ -275,8 +276,8 @@ class Tensor:
         self._hooks.append(hook)
 
     def detach(self) -> Tensor:
-        """A tensor sharing this one's data, outside any graph."""
-        return Tensor(self._data, self._device)
+        """A tensor sharing this one's data, outside any graph (with this one's face, ``mx.nd`` or not)."""
+        return _face(self)(self._data, self._device)
 
     def backward(self, out_grad: Tensor | None = None, retain_graph: bool = False, train_mode: bool = True) -> None:
         """Compute gradients of this tensor w.r.t. every leaf it depends on.
@@ -306,7 +307,7 @@ class Tensor:
     def copy(self) -> Tensor:
         """A copy of the data on the same device, outside any graph (MXNet's ``copy``)."""
         with self._device.use():
-            return Tensor(self._data.copy(), self._device)
+            return _face(self)(self._data.copy(), self._device)
 
     def asscalar(self) -> Any:
         """The single element as a NumPy scalar of this tensor's dtype (MXNet's ``asscalar``).
@@ -336,7 +337,8 @@ class Tensor:
         return nn_ops.take(a, idx, axis=0 if axis is None else axis, mode=mode)
 
     def copyto(self, other: Tensor | _device.Device) -> Tensor:
-        """Copy into ``other``'s buffer (a Tensor of the same shape) or onto a device.
+        """Copy into ``other``'s buffer (a Tensor of the same shape, or a RowSparseTensor, which takes the
+        non-zero rows) or onto a device.
 
         Raises:
             ValueError: shape mismatch with the destination tensor.
@@ -346,8 +348,24 @@ class Tensor:
                 raise ValueError(f"copyto: shape mismatch, source {self.shape} vs destination {other.shape}")
             other[...] = self
             return other
+        if getattr(other, "stype", None) == "row_sparse":  # a RowSparseTensor destination takes our non-zero rows
+            from . import sparse  # noqa: PLC0415 - sparse imports this module
+
+            return sparse.cast_storage(self, "row_sparse").copyto(other)
         dev = _device.as_device(other)
-        return Tensor(copy_between(self._data, self._device, dev, copy=True), dev)
+        return _face(self)(copy_between(self._data, self._device, dev, copy=True), dev)
+
+    # -- faces: mx.nd (MXNet 1.x NDArray) and mx.np (2.x ndarray) --------------------------------
+    def as_nd_ndarray(self) -> Tensor:
+        """This array with ``mx.nd``'s face (MXNet 1.x ``NDArray``): its ``reshape`` method takes MXNet's
+        codes (0, -1, -2, -3, -4, ``reverse=``). Shares the data and the gradient; an ``mx.nd`` array
+        returns itself."""
+        return self if type(self) is NDTensor else _face_view(self, NDTensor)
+
+    def as_np_ndarray(self) -> Tensor:
+        """This array with ``mx.np``'s face (MXNet 2.x ``ndarray``): NumPy's ``reshape``. Shares the data
+        and the gradient; an array that already has that face returns itself."""
+        return _face_view(self, Tensor) if type(self) is NDTensor else self
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, Tensor):
@@ -372,11 +390,189 @@ def _index_key(key: Any) -> Any:
     return tuple(one(k) for k in key) if isinstance(key, tuple) else one(key)
 
 
+# -- the mx.nd face ----------------------------------------------------------------------------
+# An array made by ``mx.nd`` is an NDTensor: a Tensor whose methods follow MXNet 1.x's NDArray where
+# they differ from 2.x's ``mx.np`` ndarray (``reshape`` takes MXNet's codes; fluent methods). The face
+# is the class, so it costs nothing per element and one class check per op: ``_result`` gives an op's
+# output the face of its inputs, so it survives arithmetic, layers and autograd (a gradient buffer has its
+# array's face). A thin subclass rather than a flag: the methods that differ are simply overridden, where
+# a flag would need each of them to test it, and the ops (which install Tensor's methods) need no change.
+class NDTensor(Tensor):
+    """A :class:`Tensor` with ``mx.nd``'s face (MXNet 1.x ``NDArray``), as the ``mx.nd`` functions make.
+
+    Differs from a plain Tensor (``mx.np``'s face) only where MXNet 1.x's NDArray differs from 2.x's
+    ndarray: :meth:`reshape` takes MXNet's codes and ``reverse=``, and MXNet 1.x's fluent methods that a
+    Tensor lacks are there (``x.softmax(axis=1)`` is ``mx.nd.softmax(x, axis=1)``). Ops with an NDTensor
+    operand give NDTensors, and so does a Block given one. ``isinstance(x, Tensor)`` holds;
+    :meth:`Tensor.as_np_ndarray` and :meth:`Tensor.as_nd_ndarray` switch faces without a copy.
+    """
+
+    __slots__ = ()
+
+    # mx.nd's functions by name, for fluent methods (filled by mxlite.arrays.nd, which stands above this floor)
+    fluent: dict[str, Callable[..., Any]] = {}
+
+    def reshape(self, *shape: Any, reverse: bool = False, **kwargs: Any) -> Tensor:
+        """A view with a new shape, with MXNet 1.x's codes: 0 copies an input dim, -1 infers one, -2
+        copies the rest, -3 merges two input dims, -4 splits one into the next two entries;
+        ``reverse=True`` matches the codes from the right. ``x.reshape((2, -1))``, ``x.reshape(2, -1)``
+        and ``x.reshape(shape=(2, -1))`` are the same.
+
+        Raises:
+            TypeError: an unknown keyword argument.
+            ValueError: codes that do not fit the array's shape (names both).
+        """
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = tuple(shape[0])
+        elif not shape:
+            shape = kwargs.pop("shape", None)
+            if shape is None:
+                raise TypeError("reshape: give the new shape (positionally or as shape=)")
+            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if kwargs:
+            raise TypeError(f"reshape: unknown keyword arguments {sorted(kwargs)}; it takes shape= and reverse=")
+        from . import ops  # noqa: PLC0415 - ops builds on this module
+
+        return ops.reshape(self, nd_reshape_shape(self.shape, [int(n) for n in shape], reverse))
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False, out: Any = None) -> Tensor:
+        """Index of the maximum along ``axis`` (int64, as the Tensor method; ``mx.nd.argmax`` gives float32).
+        ``out=`` (MXNet's) receives the result; NumPy's ``np.argmax(x, axis=1)`` calls this method."""
+        return _into_out(_keep_nd_face("argmax")(self, axis, keepdims), out)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False, out: Any = None) -> Tensor:
+        """Index of the minimum along ``axis`` (int64; ``mx.nd.argmin`` gives float32); ``out=`` as :meth:`argmax`."""
+        return _into_out(_keep_nd_face("argmin")(self, axis, keepdims), out)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names a Tensor lacks: MXNet 1.x's fluent methods (x.softmax(), x.split(2), ...).
+        fn = NDTensor.fluent.get(name)
+        if fn is None or name.startswith("_"):
+            raise AttributeError(f"'NDArray' (mx.nd array) object has no attribute {name!r}")
+        return functools.partial(fn, self)
+
+
+def _into_out(value: Tensor, out: Any) -> Tensor:
+    """``value``, or written into ``out`` (MXNet's ``out=``) and ``out`` returned."""
+    if out is None:
+        return value
+    out[...] = value
+    return out
+
+
+def _keep_nd_face(name: str) -> Callable[..., Any]:
+    """A method of NDTensor that calls Tensor's and gives the result the nd face (for ops that make their
+    result without ``_result``: comparisons, rounding, ``one_hot``, ``zeros_like``)."""
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = getattr(Tensor, name)(self, *args, **kwargs)
+        if out.__class__ is Tensor and out is not self:
+            out.__class__ = NDTensor
+        return out
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("__eq__", "__ne__", "__gt__", "__ge__", "__lt__", "__le__", "__invert__", "__and__", "__or__", "argsort",
+              "__xor__", "sign", "round", "floor", "ceil", "trunc", "one_hot", "zeros_like", "ones_like"):
+    setattr(NDTensor, _name, _keep_nd_face(_name))
+NDTensor.__hash__ = object.__hash__  # type: ignore[assignment]
+
+
+def _face(t: Tensor) -> type[Tensor]:
+    """The class a new array derived from ``t`` gets: NDTensor for an mx.nd array, else Tensor."""
+    return NDTensor if t.__class__ is NDTensor else Tensor
+
+
+def _face_view(t: Tensor, cls: type[Tensor]) -> Tensor:
+    """``t``'s data with the face ``cls`` and ``t``'s place in autograd (MXNet's shallow copy).
+
+    While recording, the view is an identity op of ``t``; otherwise it shares ``t``'s node, gradient
+    buffer and ``grad_req``, so a gradient reaching it reaches ``t``'s gradient buffer.
+    """
+    if _state.is_recording() and t._requires_grad():
+        out = _result("as_" + ("nd" if cls is NDTensor else "np") + "_ndarray", t._data, t._device, (t,),
+                      lambda g: (g,))
+        out.__class__ = cls
+        return out
+    out = cls(t._data, t._device)
+    out._node, out._grad, out._grad_req, out._hooks = t._node, t._grad, t._grad_req, t._hooks
+    return out
+
+
+def nd_reshape_shape(in_shape: tuple[int, ...], spec: Sequence[int], reverse: bool = False) -> tuple[int, ...]:
+    """The target shape of MXNet 1.x's ``reshape`` codes: 0 copy this dim, -1 infer, -2 copy all remaining,
+    -3 merge the next two input dims, -4 split one input dim into the next two entries (one may be -1).
+
+    Raises:
+        ValueError: a spec that does not fit ``in_shape`` (names both).
+    """
+    spec = list(spec)
+    if reverse:
+        if -4 in spec:
+            raise ValueError(f"reshape: reverse=True with the split code -4 is not supported, got {tuple(spec)}")
+        return tuple(reversed(nd_reshape_shape(tuple(reversed(in_shape)), list(reversed(spec)))))
+    out: list[int] = []
+    i = 0
+    k = 0
+    infer = -1
+    try:
+        while k < len(spec):
+            code = spec[k]
+            if code > 0:
+                out.append(code)
+                i += 1
+            elif code == 0:
+                out.append(in_shape[i])
+                i += 1
+            elif code == -1:
+                infer = len(out)
+                out.append(-1)
+                i += 1
+            elif code == -2:
+                out.extend(in_shape[i:])
+                i = len(in_shape)
+            elif code == -3:
+                out.append(in_shape[i] * in_shape[i + 1])
+                i += 2
+            elif code == -4:
+                a, b = spec[k + 1], spec[k + 2]
+                n = in_shape[i]
+                a = n // b if a == -1 else a
+                b = n // a if b == -1 else b
+                if a * b != n:
+                    raise ValueError(f"-4 splits {n} into {spec[k + 1]} x {spec[k + 2]}")
+                out.extend([a, b])
+                i += 1
+                k += 2
+            else:
+                raise ValueError(f"unknown code {code}")
+            k += 1
+    except IndexError:
+        raise ValueError(f"reshape: shape codes {tuple(spec)} need more axes than the input's {in_shape}") from None
+    total = int(np.prod(in_shape))
+    if infer >= 0:
+        known = int(np.prod([n for j, n in enumerate(out) if j != infer]))
+        out[infer] = total // known if known else 0
+    if int(np.prod(out)) != total:
+        raise ValueError(f"reshape: cannot reshape {in_shape} ({total} elements) with codes {tuple(spec)} "
+                         f"(gives {tuple(out)})")
+    return tuple(out)
+
+
 # -- graph construction -----------------------------------------------------------------------
 def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...],
             backward_fn: BackwardFn) -> Tensor:
-    """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient."""
-    out = Tensor(data, device)
+    """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient.
+
+    The output has the ``mx.nd`` face (:class:`NDTensor`) when any parent has it, else it is a plain Tensor.
+    """
+    cls = Tensor
+    for p in parents:
+        if p.__class__ is NDTensor:
+            cls = NDTensor
+            break
+    out = cls(data, device)
     if _state.is_recording() and any(p._requires_grad() for p in parents):
         out._node = _Node(op, parents, backward_fn)
     return out

@@ -13,7 +13,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -107,8 +107,11 @@ def evaluate(net: nn.Block, x: np.ndarray, y: np.ndarray, devices: list[Device],
     return acc.get()[1]
 
 
-def run(args: argparse.Namespace) -> History:
-    """Train as configured by ``args`` (see :func:`add_arguments`); returns the history."""
+def run(args: argparse.Namespace, *, progress_file: IO[str] | None = None) -> History:
+    """Train as configured by ``args`` (see :func:`add_arguments`); returns the history.
+
+    ``progress_file``: where the progress bar goes (default: standard error).
+    """
     from tqdm import tqdm  # noqa: PLC0415 - only the job needs it
 
     random.seed(args.seed)
@@ -128,9 +131,11 @@ def run(args: argparse.Namespace) -> History:
     for epoch in range(1, args.epochs + 1):
         train_acc, total_loss, seen = metric.Accuracy(), 0.0, 0
         start = time.perf_counter()
-        bar = tqdm(loader, desc=f"epoch {epoch:3d}/{args.epochs}", unit="batch", leave=False,
-                   disable=args.quiet, dynamic_ncols=True)
-        for xb, yb in bar:
+        # The bar is advanced by hand after each step, then refreshed with the new loss: iterating
+        # tqdm(loader) would count batches lazily, so each set_postfix refresh showed a stale 0/N.
+        bar = tqdm(total=len(loader), desc=f"epoch {epoch:3d}/{args.epochs}", unit="batch", leave=False,
+                   disable=args.quiet, dynamic_ncols=True, file=progress_file)
+        for xb, yb in loader:
             n = xb.shape[0]
             used = devices[: min(len(devices), n)]
             xs = split_and_load(xb, used, even_split=False)
@@ -143,7 +148,9 @@ def run(args: argparse.Namespace) -> History:
             train_acc.update(ys, outputs)
             total_loss += sum(float(v.sum().item()) for v in losses)
             seen += n
+            bar.update(1)
             bar.set_postfix(loss=f"{total_loss / seen:.4f}", samples_s=f"{seen / (time.perf_counter() - start):.0f}")
+        bar.close()
         elapsed = time.perf_counter() - start
         with autograd.predict_mode():
             test_acc = evaluate(net, x_test, y_test, devices, args.batch_size)

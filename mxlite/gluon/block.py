@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import NDTensor, Tensor
 from ..device import current_device
-from ..formats.archive import load_arrays, save_arrays
+from ..formats.archive import load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
 from ..store import ParameterStore
 from .parameter import Parameter, ParameterDict, _device_list, _missing_names
@@ -45,9 +46,26 @@ class Block:
 
     Subclasses create child Blocks and Parameters in ``__init__`` (as attributes) and
     implement ``forward(*inputs)``. Calling the block calls ``forward``.
+
+    Args:
+        prefix: Gluon 1.x's name prefix, kept as :attr:`prefix`/:attr:`name` (parameters are named by
+            structure, not by prefix).
+        params: Gluon 1.x's parameter sharing: a mapping name -> Parameter (another block's ``params``,
+            or a ``collect_params()``). A Parameter this block assigns under a name found there is
+            replaced by the shared one (``Dense(..., params=embedding.params)`` ties ``weight``), and so is
+            a child block's parameter whose structural name below this block (``'dense0.weight'``) is
+            found there (``Net(params=other.collect_params())`` shares every parameter). Shapes merge
+            where one side is unknown.
+
+    Raises:
+        TypeError: ``params`` that is not a mapping.
+        ValueError: a shared parameter whose shape or dtype contradicts the one the block declares.
     """
 
     def __init__(self, prefix: str | None = None, params: Any = None) -> None:
+        if params is not None and not hasattr(params, "keys"):
+            raise TypeError(f"{type(self).__name__}: params must be a ParameterDict (another block's params or "
+                            f"collect_params()), got {type(params).__name__}")
         object.__setattr__(self, "_children", OrderedDict())
         object.__setattr__(self, "_reg_params", OrderedDict())
         object.__setattr__(self, "_prefix", prefix or "")
@@ -83,6 +101,7 @@ class Block:
             self._reg_params.pop(name, None)
             self.register_child(value, name)
         elif isinstance(value, Parameter):
+            value = self._shared_or(name, value)
             self._children.pop(name, None)
             # ``self.w = self.params.get('weight', ...)``: the parameter is already registered as 'weight'.
             if not any(p is value and n != name for n, p in self._reg_params.items()):
@@ -98,7 +117,35 @@ class Block:
         """Register ``block`` as a child under ``name`` (default: its index)."""
         if not isinstance(block, Block):
             raise TypeError(f"register_child expects a Block, got {type(block).__name__}")
-        self._children[str(len(self._children)) if name is None else name] = block
+        name = str(len(self._children)) if name is None else name
+        self._children[name] = block
+        if self._shared_params:
+            for path, param in list(block._iter_params(name + ".")):
+                shared = self._shared_or(path, param)
+                if shared is not param:
+                    owner, _, attr = path.rpartition(".")
+                    target: Block = self
+                    for part in owner.split("."):
+                        target = target._children[part]
+                    object.__setattr__(target, attr, shared)
+                    target._reg_params[attr] = shared
+
+    def _shared_or(self, name: str, param: Parameter) -> Parameter:
+        """The Parameter of ``params=`` (Gluon 1.x sharing) called ``name``, merged with ``param``'s declared
+        shape, else ``param`` itself."""
+        shared = self._shared_params.get(name) if self._shared_params else None
+        if not isinstance(shared, Parameter) or shared is param:
+            return param
+        if shared.dtype != param.dtype:
+            raise ValueError(f"{type(self).__name__}: shared parameter {shared.label!r} has dtype {shared.dtype}, "
+                             f"but {name!r} is declared with dtype {param.dtype}")
+        try:
+            if param.shape is not None:
+                shared.shape = param.shape
+        except ValueError:
+            raise ValueError(f"{type(self).__name__}: shared parameter {shared.label!r} has shape {shared.shape}, "
+                             f"but {name!r} is declared with shape {param.shape}") from None
+        return shared
 
     @property
     def params(self) -> ParameterDict:
@@ -280,12 +327,21 @@ class Block:
         """Accepted for Gluon compatibility; mxlite always runs imperatively."""
 
     # -- checkpoints ----------------------------------------------------------------------
-    def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False) -> None:
-        """Write every parameter's value (first mirror) to ``filename`` as an ``.npz`` archive.
+    def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False, *, format: str = "npz") -> None:
+        """Write every parameter's value (first mirror) to ``filename``.
 
+        ``format="npz"`` (default) writes mxlite's ``.npz`` archive keyed by structural name;
+        ``format="mxnet"`` writes MXNet 1.x's ``save_parameters`` file (its binary format, the names MXNet
+        1.x uses, recurrent layers' weights included), which MXNet 1.9's ``load_parameters`` reads.
         The write is atomic: a crash leaves any previous file at ``filename`` intact.
         With ``deduplicate``, a shared parameter is saved once, under its first name.
+
+        Raises:
+            ValueError: an unknown ``format``, or (``"mxnet"``) a 0-d parameter, which MXNet 1.x cannot hold.
+            TypeError: (``"mxnet"``) a dtype MXNet has no type flag for.
         """
+        if format not in ("npz", "mxnet"):
+            raise ValueError(f"save_parameters: format must be 'npz' or 'mxnet', got {format!r}")
         arrays: dict[str, np.ndarray] = {}
         seen: set[int] = set()
         for name, param in self.collect_params().items():
@@ -293,7 +349,12 @@ class Block:
                 continue
             seen.add(id(param))
             arrays[name] = param._first_mirror().asnumpy()
-        save_arrays(filename, arrays)
+        if format == "npz":
+            save_arrays(filename, arrays)
+            return
+        for prefix, hook in self._layout_hooks("_to_mxnet_layout"):
+            arrays = hook(prefix, arrays)
+        save_mxnet_arrays(filename, list(arrays.values()), list(arrays))
 
     def load_parameters(self, filename: str | os.PathLike, device: Any = None, allow_missing: bool = False,
                         ignore_extra: bool = False, cast_dtype: bool = False, dtype_source: str = "current",
@@ -316,19 +377,38 @@ class Block:
         plan = self._plan_load(filename, allow_missing, ignore_extra, cast_dtype, dtype_source)
         self._apply_load(plan, device if ctx is None else ctx)
 
+    def load_dict(self, param_dict: dict[str, Any], device: Any = None, allow_missing: bool = False,
+                  ignore_extra: bool = False, cast_dtype: bool = False, dtype_source: str = "current",
+                  ctx: Any = None) -> None:
+        """Load parameter values from a dict name -> array (MXNet 2.x's ``load_dict``); all-or-nothing.
+
+        Names are structural (``collect_params()``'s; MXNet's ``arg:``/``aux:`` prefixes are removed); values
+        are arrays (keeping their dtype) or NumPy arrays, which become float32 first as in MXNet (it passes
+        them through ``nd.array``). Checks and errors as :meth:`load_parameters`.
+        """
+        values = {str(k): (v.asnumpy() if hasattr(v, "asnumpy") else np.asarray(v, dtype=np.float32))
+                  for k, v in param_dict.items()}
+        values = strip_arg_aux_prefixes(values, "<dict given to load_dict>")
+        plan = self._plan_load("<dict given to load_dict>", allow_missing, ignore_extra, cast_dtype, dtype_source,
+                               arrays=values)
+        self._apply_load(plan, device if ctx is None else ctx)
+
     def _plan_load(self, filename: str | os.PathLike, allow_missing: bool = False, ignore_extra: bool = False,
                    cast_dtype: bool = False, dtype_source: str = "current", *,
-                   data: bytes | None = None) -> list[tuple[Parameter, np.ndarray]]:
+                   data: bytes | None = None, arrays: dict[str, np.ndarray] | None = None
+                   ) -> list[tuple[Parameter, np.ndarray]]:
         """Read and check a :meth:`save_parameters` file, changing nothing: [(parameter, value)] to apply.
 
         ``data``: the file's bytes, already read (and verified) by the caller, parsed in place of
         reading ``filename``, which then only names the file in errors (``mx.checkpoint.load``).
+        ``arrays``: the values by name, in place of a file (:meth:`load_dict`).
 
         Raises the errors of :meth:`load_parameters`.
         """
         if dtype_source not in ("current", "saved"):
             raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
-        loaded = strip_arg_aux_prefixes(load_arrays(filename, data=data), filename)
+        loaded = self._from_mxnet_layouts(arrays if arrays is not None else
+                                          strip_arg_aux_prefixes(load_arrays(filename, data=data), filename))
         params = self.collect_params()
         problems: list[str] = []
         missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once
@@ -359,6 +439,26 @@ class Block:
             raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
         return plan
 
+    def _layout_hooks(self, name: str) -> Iterator[tuple[str, Callable[..., Any]]]:
+        """(structural prefix, hook) of every descendant that has method ``name`` (the recurrent layers'
+        ``_from_mxnet_layout``/``_to_mxnet_layout``: MXNet's other names and packings of their weights)."""
+        for path, block in self._iter_blocks(""):
+            hook = getattr(block, name, None)
+            if hook is not None:
+                yield path, hook
+
+    def _iter_blocks(self, prefix: str) -> Iterator[tuple[str, Block]]:
+        yield prefix, self
+        for name, child in self._children.items():
+            yield from child._iter_blocks(prefix + name + ".")
+
+    def _from_mxnet_layouts(self, loaded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A loaded file's arrays with MXNet 1.x's ``_unfused`` RNN names and 2.x's fused ``rnn_param`` turned
+        into this model's structural names."""
+        for prefix, hook in self._layout_hooks("_from_mxnet_layout"):
+            loaded = hook(prefix, loaded)
+        return loaded
+
     def _apply_load(self, plan: list[tuple[Parameter, np.ndarray]], device: Any = None) -> None:
         """Apply what :meth:`_plan_load` checked (uninitialised parameters are initialised on ``device``)."""
         devices = _device_list(device) if device is not None else [current_device()]
@@ -380,6 +480,8 @@ class Block:
         for hook in list(self._forward_pre_hooks.values()):
             hook(self, args)
         out = self.forward(*args, **kwargs)
+        if any(a.__class__ is NDTensor for a in args):
+            out = _nd_face(out)  # mx.nd in, mx.nd out, as in MXNet 1.x (also through Embedding's index input)
         for hook in list(self._forward_hooks.values()):
             hook(self, args, out)
         return out
@@ -445,10 +547,18 @@ class _HookHandle:
         self.detach()
 
 
+def _nd_face(value: Any) -> Any:
+    """A block's output with the ``mx.nd`` face (a view, no copy), in lists and tuples too."""
+    if value.__class__ is Tensor:
+        return value.as_nd_ndarray()
+    if type(value) in (list, tuple):
+        return type(value)(_nd_face(v) for v in value)
+    return value
+
+
 def _tensor_args(args: tuple) -> tuple:
     """NumPy arrays among ``args`` as Tensors on the device of the first Tensor argument (else the current one)."""
     from ..autograd.creation import array  # noqa: PLC0415
-    from ..autograd.tensor import Tensor  # noqa: PLC0415
 
     like = next((a for a in args if isinstance(a, Tensor)), None)
     dev = like.device if like is not None else current_device()
@@ -461,8 +571,8 @@ def _tensor_args(args: tuple) -> tuple:
 class Sequential(Block):
     """Children applied in order: ``net = Sequential(); net.add(Dense(64), Dense(10))``."""
 
-    def __init__(self, *blocks: Block) -> None:
-        super().__init__()
+    def __init__(self, *blocks: Block, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         if blocks:
             self.add(*blocks)
 

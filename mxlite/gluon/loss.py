@@ -66,21 +66,27 @@ class Loss(Block):
         TypeError: ``weight`` is not a number.
     """
 
-    def __init__(self, weight: float | None = None, batch_axis: int = 0) -> None:
+    def __init__(self, weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
         if weight is not None and not isinstance(weight, numbers.Number):
             raise TypeError(f"weight must be a number or None, got {type(weight).__name__}: {weight!r}")
         if isinstance(batch_axis, bool) or not isinstance(batch_axis, (int, np.integer)):
             raise TypeError(f"batch_axis must be an int, got {type(batch_axis).__name__}: {batch_axis!r}")
-        super().__init__()
+        super().__init__(**kwargs)
         self._weight = weight
         self._batch_axis = batch_axis
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_axis={self._batch_axis}, w={self._weight})"
 
-    def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
-        """The per-sample loss, shape ``(pred.shape[batch_axis],)``."""
-        raise NotImplementedError
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        """The per-sample loss, shape ``(pred.shape[batch_axis],)``: subclasses override this, or define
+        Gluon 1.x's ``hybrid_forward(self, F, pred, label, ...)``, which is called with ``F`` = ``mx.nd``
+        (as :meth:`Block.forward` does).
+
+        Raises:
+            NotImplementedError: the subclass defines neither.
+        """
+        return super().forward(*args, **kwargs)
 
     # -- shared steps ---------------------------------------------------------------------
     def _weighted(self, loss: Tensor, sample_weight: Any, weight: float | None) -> Tensor:
@@ -112,8 +118,8 @@ class L2Loss(Loss):
         batch_axis: the axis of the samples.
     """
 
-    def __init__(self, weight: float | None = 1.0, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, weight: float | None = 1.0, batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
 
     def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
         """Per-sample ``mean(weight/2 * (pred - label)**2)``; ``label`` is reshaped to ``pred``'s shape."""
@@ -131,8 +137,8 @@ class L1Loss(Loss):
         batch_axis: the axis of the samples.
     """
 
-    def __init__(self, weight: float | None = None, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
 
     def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
         """Per-sample ``mean(|pred - label|)``; ``label`` is reshaped to ``pred``'s shape."""
@@ -158,8 +164,9 @@ class SigmoidBinaryCrossEntropyLoss(Loss):
 
     _EPS = 1e-12  # Gluon's guard against log(0) in the from_sigmoid form
 
-    def __init__(self, from_sigmoid: bool = False, weight: float | None = None, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, from_sigmoid: bool = False, weight: float | None = None, batch_axis: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._from_sigmoid = from_sigmoid
 
     def __call__(self, pred: Tensor, label: Any, sample_weight: Any = None, pos_weight: Any = None) -> Tensor:
@@ -206,8 +213,8 @@ class SoftmaxCrossEntropyLoss(Loss):
     """
 
     def __init__(self, axis: int = -1, sparse_label: bool = True, from_logits: bool = False,
-                 weight: float | None = None, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+                 weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._axis = axis
         self._sparse_label = sparse_label
         self._from_logits = from_logits
@@ -260,8 +267,8 @@ class KLDivLoss(Loss):
     """
 
     def __init__(self, from_logits: bool = True, axis: int = -1, weight: float | None = None,
-                 batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+                 batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._from_logits = from_logits
         self._axis = axis
 
@@ -285,10 +292,10 @@ class HuberLoss(Loss):
         ValueError: ``rho <= 0``.
     """
 
-    def __init__(self, rho: float = 1, weight: float | None = None, batch_axis: int = 0) -> None:
+    def __init__(self, rho: float = 1, weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
         if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not rho > 0:
             raise ValueError(f"HuberLoss: rho must be a number > 0, got {rho!r}")
-        super().__init__(weight, batch_axis)
+        super().__init__(weight, batch_axis, **kwargs)
         self._rho = rho
 
     def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
@@ -309,8 +316,8 @@ class HingeLoss(Loss):
         batch_axis: the axis of the samples.
     """
 
-    def __init__(self, margin: float = 1, weight: float | None = None, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, margin: float = 1, weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._margin = margin
 
     def _hinge(self, pred: Tensor, label: Any) -> Tensor:
@@ -352,10 +359,11 @@ class LogisticLoss(Loss):
         ValueError: another ``label_format``.
     """
 
-    def __init__(self, weight: float | None = None, batch_axis: int = 0, label_format: str = "signed") -> None:
+    def __init__(self, weight: float | None = None, batch_axis: int = 0, label_format: str = "signed",
+                 **kwargs: Any) -> None:
         if label_format not in ("signed", "binary"):
             raise ValueError(f"label_format can only be 'signed' or 'binary', got {label_format!r}")
-        super().__init__(weight, batch_axis)
+        super().__init__(weight, batch_axis, **kwargs)
         self._label_format = label_format
 
     def forward(self, pred: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
@@ -379,8 +387,8 @@ class TripletLoss(Loss):
         batch_axis: the axis of the samples.
     """
 
-    def __init__(self, margin: float = 1, weight: float | None = None, batch_axis: int = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, margin: float = 1, weight: float | None = None, batch_axis: int = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._margin = margin
 
     def forward(self, pred: Tensor, positive: Any, negative: Any, sample_weight: Any = None) -> Tensor:
@@ -411,8 +419,8 @@ class PoissonNLLLoss(Loss):
     """
 
     def __init__(self, weight: float | None = None, from_logits: bool = True, batch_axis: int = 0,
-                 compute_full: bool = False) -> None:
-        super().__init__(weight, batch_axis)
+                 compute_full: bool = False, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._from_logits = from_logits
         self._compute_full = compute_full
 
@@ -445,8 +453,8 @@ class CosineEmbeddingLoss(Loss):
         margin: the similarity below which a dissimilar pair costs nothing.
     """
 
-    def __init__(self, weight: float | None = None, batch_axis: int = 0, margin: float = 0) -> None:
-        super().__init__(weight, batch_axis)
+    def __init__(self, weight: float | None = None, batch_axis: int = 0, margin: float = 0, **kwargs: Any) -> None:
+        super().__init__(weight, batch_axis, **kwargs)
         self._margin = margin
 
     def forward(self, input1: Any, input2: Tensor, label: Any, sample_weight: Any = None) -> Tensor:
@@ -480,11 +488,12 @@ class SDMLLoss(Loss):
             ``(batch, dim)`` with equal shapes, or a batch of one sample.
     """
 
-    def __init__(self, smoothing_parameter: float = 0.3, weight: float | None = 1.0, batch_axis: int = 0) -> None:
+    def __init__(self, smoothing_parameter: float = 0.3, weight: float | None = 1.0, batch_axis: int = 0,
+                 **kwargs: Any) -> None:
         if isinstance(smoothing_parameter, bool) or not isinstance(smoothing_parameter, numbers.Real) \
                 or not 0 <= smoothing_parameter < 1:
             raise ValueError(f"SDMLLoss: smoothing_parameter must lie in [0, 1), got {smoothing_parameter!r}")
-        super().__init__(weight, batch_axis)
+        super().__init__(weight, batch_axis, **kwargs)
         self.kl_loss = KLDivLoss(from_logits=True)
         self.smoothing_parameter = smoothing_parameter
 
@@ -551,12 +560,13 @@ class CTCLoss(Loss):
             ``[0, alphabet_size)``, or lengths outside the tensors' extents.
     """
 
-    def __init__(self, layout: str = "NTC", label_layout: str = "NT", weight: float | None = None) -> None:
+    def __init__(self, layout: str = "NTC", label_layout: str = "NT", weight: float | None = None,
+                 **kwargs: Any) -> None:
         if layout not in ("NTC", "TNC"):
             raise ValueError(f"CTCLoss: layout must be 'NTC' or 'TNC', got {layout!r}")
         if label_layout not in ("NT", "TN"):
             raise ValueError(f"CTCLoss: label_layout must be 'NT' or 'TN', got {label_layout!r}")
-        super().__init__(weight, label_layout.find("N"))
+        super().__init__(weight, label_layout.find("N"), **kwargs)
         self._layout, self._label_layout = layout, label_layout
 
     @staticmethod

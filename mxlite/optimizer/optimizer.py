@@ -180,7 +180,8 @@ class Optimizer:
         begin_num_update: initial update count (an integer >= 0).
         multi_precision: keep float32 master weights (and state) for float16/bfloat16 weights.
         param_dict: ``{index: Parameter}`` giving lr_mult / wd_mult.
-        aggregate_num, use_fused_step: accepted for MXNet compatibility.
+        aggregate_num, use_fused_step: accepted for MXNet compatibility (``aggregate_num`` an integer >= 0,
+            an integral float, or ``np.inf`` for all tensors; mxlite's fused update takes every tensor anyway).
 
     Raises:
         TypeError: learning_rate or wd is not a real number.
@@ -225,11 +226,16 @@ class Optimizer:
         self.param_dict = dict(param_dict or {})
         self.lr_mult: dict[Any, float] = {}
         self.wd_mult: dict[Any, float] = {}
-        if aggregate_num is not None and (isinstance(aggregate_num, bool)
-                                          or not isinstance(aggregate_num, (int, np.integer)) or aggregate_num < 0):
-            raise TypeError(f"aggregate_num must be an integer >= 0 or None, got {type(aggregate_num).__name__}: "
-                            f"{aggregate_num!r}")
-        self.aggregate_num = int(aggregate_num or 0)
+        # MXNet's own tests pass aggregate_num=np.inf ("aggregate every tensor"): an infinite float, or a float
+        # holding a whole number, is accepted as MXNet accepts it (and kept as given).
+        number = isinstance(aggregate_num, numbers.Real) and not isinstance(aggregate_num, (bool, np.bool_))
+        if aggregate_num is not None and (not number or aggregate_num < 0 or (
+                not isinstance(aggregate_num, numbers.Integral)
+                and not (math.isinf(aggregate_num) or float(aggregate_num).is_integer()))):
+            raise TypeError(f"aggregate_num must be an integer >= 0, an integral float, infinity (all tensors) or "
+                            f"None, got {type(aggregate_num).__name__}: {aggregate_num!r}")
+        self.aggregate_num = (int(aggregate_num or 0) if aggregate_num is None or not math.isinf(aggregate_num)
+                              else aggregate_num)
         if use_fused_step is not None and not isinstance(use_fused_step, (bool, np.bool_)):
             raise TypeError(f"use_fused_step must be a bool or None, got {type(use_fused_step).__name__}: "
                             f"{use_fused_step!r}")

@@ -17,7 +17,16 @@ from .basic_layers import (
     Lambda,
     LayerNorm,
 )
-from .conv_layers import AvgPool2D, Conv2D, GlobalAvgPool2D, GlobalMaxPool2D, MaxPool2D
+from .conv_layers import (
+    AvgPool2D,
+    Conv2D,
+    GlobalAvgPool2D,
+    GlobalMaxPool2D,
+    MaxPool2D,
+    PixelShuffle1D,
+    PixelShuffle2D,
+    PixelShuffle3D,
+)
 from .conv_nd_layers import (
     AvgPool1D,
     AvgPool3D,
@@ -42,5 +51,6 @@ __all__ = [
     "AvgPool1D", "AvgPool3D", "Conv1D", "Conv1DTranspose", "Conv2DTranspose", "Conv3D", "Conv3DTranspose",
     "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
     "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
-    "GroupNorm", "InstanceNorm", "Concatenate", "HybridConcatenate",
+    "GroupNorm", "InstanceNorm", "Concatenate", "HybridConcatenate", "PixelShuffle1D", "PixelShuffle2D",
+    "PixelShuffle3D",
 ]

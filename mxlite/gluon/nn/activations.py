@@ -23,8 +23,8 @@ class LeakyReLU(Block):
         ValueError: ``alpha < 0``.
     """
 
-    def __init__(self, alpha: float) -> None:
-        super().__init__()
+    def __init__(self, alpha: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         if not alpha >= 0:
             raise ValueError(f"LeakyReLU: alpha must be >= 0, got {alpha}")
         self._alpha = float(alpha)
@@ -44,8 +44,8 @@ class PReLU(Block):
         in_channels: number of slopes (1: one shared slope).
     """
 
-    def __init__(self, alpha_initializer: Any = None, in_channels: int = 1) -> None:
-        super().__init__()
+    def __init__(self, alpha_initializer: Any = None, in_channels: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.alpha = Parameter("alpha", shape=(in_channels,),
                                init=alpha_initializer if alpha_initializer is not None else _init.Constant(0.25))
 
@@ -58,8 +58,8 @@ class PReLU(Block):
 class ELU(Block):
     """``x`` where positive, else ``alpha * (exp(x) - 1)``."""
 
-    def __init__(self, alpha: float = 1.0) -> None:
-        super().__init__()
+    def __init__(self, alpha: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._alpha = float(alpha)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -80,8 +80,8 @@ class GELU(Block):
         ValueError: unknown ``approximation``.
     """
 
-    def __init__(self, approximation: str = "erf") -> None:
-        super().__init__()
+    def __init__(self, approximation: str = "erf", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         if approximation not in ("erf", "tanh"):
             raise ValueError(f"GELU: approximation must be 'erf' or 'tanh', got {approximation!r}")
         self._approximation = approximation
@@ -93,8 +93,8 @@ class GELU(Block):
 class Swish(Block):
     """``x * sigmoid(beta * x)`` (beta fixed, 1.0 by default)."""
 
-    def __init__(self, beta: float = 1.0) -> None:
-        super().__init__()
+    def __init__(self, beta: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._beta = float(beta)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -104,5 +104,5 @@ class Swish(Block):
 class SiLU(Swish):
     """``x * sigmoid(x)`` (Swish with beta 1)."""
 
-    def __init__(self) -> None:
-        super().__init__(1.0)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(1.0, **kwargs)

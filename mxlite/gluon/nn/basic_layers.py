@@ -71,6 +71,20 @@ def _ready(param: Parameter, x: Tensor) -> Tensor:
     return param.data(x.device)
 
 
+def _check_input_dtype(layer: str, x: Tensor, param: Parameter) -> None:
+    """Refuse an input whose dtype differs from the layer's parameters, as MXNet does (its type inference
+    fails: "Incompatible attr in node ... expected float64, got float32"); mxlite would otherwise compute
+    silently in the wider type.
+
+    Raises:
+        TypeError: the dtypes differ (names both and how to fix it).
+    """
+    if x.dtype != param.dtype:
+        raise TypeError(f"{layer}: the input has dtype {x.dtype} but Parameter '{param.label}' has dtype "
+                        f"{param.dtype}; MXNet refuses mixed dtypes here too. Cast the input "
+                        f"(x.astype('{param.dtype}')) or the model (net.cast('{x.dtype}'))")
+
+
 class Activation(Block):
     """Applies an activation: 'relu', 'sigmoid', 'tanh', 'softrelu' or 'softsign'.
 
@@ -78,8 +92,8 @@ class Activation(Block):
         ValueError: unknown activation name.
     """
 
-    def __init__(self, activation: str) -> None:
-        super().__init__()
+    def __init__(self, activation: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._act_name = activation
         self._act = _activation(activation)
 
@@ -113,8 +127,8 @@ class Dense(Block):
 
     def __init__(self, units: int, activation: str | None = None, use_bias: bool = True, flatten: bool = True,
                  dtype: Any = np.float32, weight_initializer: Any = None, bias_initializer: Any = "zeros",
-                 in_units: int = 0) -> None:
-        super().__init__()
+                 in_units: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         # MXNet accepts Dense(0) at construction and fails at the first forward (FullyConnected needs
         # num_hidden >= 1); so does mxlite, with a ValueError.
         units = _int_arg("Dense", "units", units, low=0)
@@ -138,6 +152,7 @@ class Dense(Block):
             seen = f"x flattened to {in_units} features" if self._flatten else f"x's last axis has {in_units}"
             raise ValueError(f"Dense: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the layer "
                              f"expects {self.weight.shape[1]} input features, but {seen} (x shape {x.shape})")
+        _check_input_dtype("Dense", x, self.weight)
         w = _ready(self.weight, x)
         b = _ready(self.bias, x) if self.bias is not None else None
         y = nn_ops.fully_connected(x, w, b, flatten=self._flatten)
@@ -157,8 +172,8 @@ class Dropout(Block):
         axes: axes on which the mask is shared.
     """
 
-    def __init__(self, rate: float, axes: tuple[int, ...] = ()) -> None:
-        super().__init__()
+    def __init__(self, rate: float, axes: tuple[int, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _real_arg("Dropout", "rate", rate, low=0, high=1, high_inclusive=True)
         self._rate, self._axes = rate, tuple(axes)
 
@@ -185,8 +200,8 @@ class Lambda(Block):
         ValueError: a string that names no ``mx.nd`` function. TypeError: neither a string nor a callable.
     """
 
-    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None, params: Any = None) -> None:
+        super().__init__(prefix, params)
         if isinstance(function, str):
             from ...arrays import nd  # noqa: PLC0415
 
@@ -209,8 +224,8 @@ class HybridLambda(Lambda):
     ``F`` = ``mx.nd``. A string names an ``mx.nd`` function, called as ``fn(x, *args)``.
     """
 
-    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None) -> None:
-        super().__init__(function, prefix)
+    def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None, params: Any = None) -> None:
+        super().__init__(function, prefix, params)
         self._takes_f = not isinstance(function, str) and _first_parameter(function) == "F"
 
     def forward(self, *args: Any) -> Any:
@@ -237,8 +252,8 @@ class Concatenate(Sequential):
     ``net = Concatenate(axis=1); net.add(Dense(128), Dense(64))`` maps ``(N, d)`` to ``(N, 192)``.
     """
 
-    def __init__(self, axis: int = -1) -> None:
-        super().__init__()
+    def __init__(self, axis: int = -1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.axis = axis
 
     def forward(self, x: Any) -> Tensor:
@@ -280,8 +295,8 @@ class BatchNorm(Block):
     def __init__(self, axis: int = 1, momentum: float = 0.9, epsilon: float = 1e-5, center: bool = True,
                  scale: bool = True, use_global_stats: bool = False, beta_initializer: Any = "zeros",
                  gamma_initializer: Any = "ones", running_mean_initializer: Any = "zeros",
-                 running_variance_initializer: Any = "ones", in_channels: int = 0) -> None:
-        super().__init__()
+                 running_variance_initializer: Any = "ones", in_channels: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _real_arg("BatchNorm", "momentum", momentum, low=0, high=1, high_inclusive=True)
         _real_arg("BatchNorm", "epsilon", epsilon, low=0, low_inclusive=False)
         _int_arg("BatchNorm", "axis", axis, low=-(2**31))
@@ -319,8 +334,9 @@ class LayerNorm(Block):
     """Layer normalisation over ``axis``: ``gamma * (x - mean) / sqrt(var + eps) + beta``."""
 
     def __init__(self, axis: int = -1, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
-                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0) -> None:
-        super().__init__()
+                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _real_arg("LayerNorm", "epsilon", epsilon, low=0, low_inclusive=False)
         _int_arg("LayerNorm", "axis", axis, low=-(2**31))
         self._axis, self._eps = axis, epsilon
@@ -346,8 +362,8 @@ class Embedding(Block):
     """
 
     def __init__(self, input_dim: int, output_dim: int, dtype: Any = np.float32, weight_initializer: Any = None,
-                 sparse_grad: bool = False) -> None:
-        super().__init__()
+                 sparse_grad: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         for name, value in (("input_dim", input_dim), ("output_dim", output_dim)):
             if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value <= 0:
                 raise ValueError(f"Embedding: input_dim and output_dim must be > 0, got {input_dim}, {output_dim}")

@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import nn_ops
+from ...autograd import nn_ops, ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
-from .basic_layers import _activation, _int_arg, _ready
+from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready
 
-__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D"]
+__all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "PixelShuffle1D", "PixelShuffle2D",
+           "PixelShuffle3D"]
 
 
 def _pair(value: int | tuple[int, int], layer: str = "layer", name: str = "size", low: int = 1) -> tuple[int, int]:
@@ -49,8 +50,8 @@ class Conv2D(Block):
     def __init__(self, channels: int, kernel_size: int | tuple[int, int], strides: Any = (1, 1),
                  padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1, layout: str = "NCHW",
                  activation: str | None = None, use_bias: bool = True, weight_initializer: Any = None,
-                 bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
-        super().__init__()
+                 bias_initializer: Any = "zeros", in_channels: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _check_layout(layout)
         for name, value in (("channels", channels), ("groups", groups)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -80,6 +81,7 @@ class Conv2D(Block):
             raise ValueError(f"Conv2D: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the layer "
                              f"expects {self.weight.shape[1] * self._groups} input channels, but x has {x.shape[1]} "
                              f"(x shape {x.shape})")
+        _check_input_dtype("Conv2D", x, self.weight)
         w = _ready(self.weight, x)
         b = _ready(self.bias, x) if self.bias is not None else None
         y = nn_ops.conv2d(x, w, b, stride=self._strides, padding=self._padding, dilation=self._dilation,
@@ -91,8 +93,8 @@ class Conv2D(Block):
 
 
 class _Pool(Block):
-    def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str) -> None:
-        super().__init__()
+    def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _check_layout(layout)
         layer = type(self).__name__
         self._pool = _pair(pool_size, layer, "pool_size")
@@ -110,8 +112,8 @@ class MaxPool2D(_Pool):
     """Max pooling over NCHW input (strides default to pool_size)."""
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
-                 ceil_mode: bool = False) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+                 ceil_mode: bool = False, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
 
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.max_pool2d(x, self._pool, self._strides, self._padding, ceil_mode=self._ceil)
@@ -121,8 +123,8 @@ class AvgPool2D(_Pool):
     """Average pooling over NCHW input; ``count_include_pad`` counts padding in the divisor."""
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
-                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+                 ceil_mode: bool = False, count_include_pad: bool = True, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
         self._count_include_pad = count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
@@ -133,8 +135,8 @@ class AvgPool2D(_Pool):
 class GlobalAvgPool2D(Block):
     """Mean over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
 
-    def __init__(self, layout: str = "NCHW") -> None:
-        super().__init__()
+    def __init__(self, layout: str = "NCHW", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _check_layout(layout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -144,9 +146,60 @@ class GlobalAvgPool2D(Block):
 class GlobalMaxPool2D(Block):
     """Maximum over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
 
-    def __init__(self, layout: str = "NCHW") -> None:
-        super().__init__()
+    def __init__(self, layout: str = "NCHW", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _check_layout(layout)
 
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.global_max_pool2d(x)
+
+
+class _PixelShuffle(Block):
+    """Rearranges ``(N, C * f1 * ... * fk, S1, ..., Sk)`` into ``(N, C, S1 * f1, ..., Sk * fk)`` (sub-pixel
+    upsampling, Shi et al. 2016), as MXNet Gluon's ``PixelShuffle1D/2D/3D``: the channels of each output
+    channel form an ``f1 x ... x fk`` block that is spread over the spatial axes. A reshape and a
+    transpose, so the gradient is theirs.
+    """
+
+    _dims = 1
+
+    def __init__(self, factor: int | tuple[int, ...], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        name = type(self).__name__
+        factors = (factor,) * self._dims if isinstance(factor, (int, np.integer)) else tuple(factor)
+        if len(factors) != self._dims:
+            raise ValueError(f"{name}: factor must be an int or {self._dims} ints, got {factor!r}")
+        self._factors = tuple(_int_arg(name, "factor", f) for f in factors)
+
+    def forward(self, x: Tensor) -> Tensor:
+        k, f = self._dims, self._factors
+        if x.ndim != k + 2 or x.shape[1] % int(np.prod(f)):
+            raise ValueError(f"{type(self).__name__}: expects (N, C * {' * '.join(map(str, f))}, {k} spatial axes), "
+                             f"got shape {x.shape}")
+        n, c, spatial = x.shape[0], x.shape[1] // int(np.prod(f)), x.shape[2:]
+        y = ops.reshape(x, (n, c) + f + spatial)  # (N, C, f1..fk, S1..Sk)
+        # interleave: (N, C, S1, f1, S2, f2, ...)
+        perm = (0, 1) + tuple(i for pair in zip(range(2 + k, 2 + 2 * k), range(2, 2 + k)) for i in pair)
+        return ops.reshape(ops.transpose(y, perm), (n, c) + tuple(s * g for s, g in zip(spatial, f)))
+
+    def _extra_repr(self) -> str:
+        return str(self._factors if self._dims > 1 else self._factors[0])
+
+
+class PixelShuffle1D(_PixelShuffle):
+    """``(N, C * f, W) -> (N, C, W * f)`` (MXNet Gluon's ``PixelShuffle1D``); ``factor`` an int."""
+
+    _dims = 1
+
+
+class PixelShuffle2D(_PixelShuffle):
+    """``(N, C * f1 * f2, H, W) -> (N, C, H * f1, W * f2)`` (MXNet Gluon's ``PixelShuffle2D``); ``factor`` an int
+    or ``(f1, f2)``."""
+
+    _dims = 2
+
+
+class PixelShuffle3D(_PixelShuffle):
+    """``(N, C * f1 * f2 * f3, D, H, W) -> (N, C, D * f1, H * f2, W * f3)`` (MXNet Gluon's ``PixelShuffle3D``)."""
+
+    _dims = 3

@@ -19,7 +19,7 @@ from ...autograd import nn_ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
-from .basic_layers import _activation, _int_arg, _ready
+from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready
 
 __all__ = [
     "Conv1D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose",
@@ -52,8 +52,8 @@ class _ConvND(Block):
 
     def __init__(self, channels: int, kernel_size: Any, strides: Any, padding: Any, dilation: Any, groups: int,
                  layout: str, activation: str | None, use_bias: bool, weight_initializer: Any,
-                 bias_initializer: Any, in_channels: int, output_padding: Any = 0) -> None:
-        super().__init__()
+                 bias_initializer: Any, in_channels: int, output_padding: Any = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         layer, nd = type(self).__name__, self._nd
         _check_layout(layer, layout, nd)
         self._channels = _int_arg(layer, "channels", channels, 1)
@@ -103,6 +103,7 @@ class _ConvND(Block):
             if expected != c:
                 raise ValueError(f"{layer}: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the "
                                  f"layer expects {expected} input channels, but x has {c} (x shape {x.shape})")
+        _check_input_dtype(layer, x, self.weight)
         w = _ready(self.weight, x)
         b = _ready(self.bias, x) if self.bias is not None else None
         if self._transposed:
@@ -142,9 +143,10 @@ class Conv1D(_ConvND):
 
     def __init__(self, channels: int, kernel_size: Any, strides: Any = 1, padding: Any = 0, dilation: Any = 1,
                  groups: int = 1, layout: str = "NCW", activation: str | None = None, use_bias: bool = True,
-                 weight_initializer: Any = None, bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
+                 weight_initializer: Any = None, bias_initializer: Any = "zeros", in_channels: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, activation, use_bias,
-                         weight_initializer, bias_initializer, in_channels)
+                         weight_initializer, bias_initializer, in_channels, **kwargs)
 
 
 class Conv3D(_ConvND):
@@ -159,9 +161,9 @@ class Conv3D(_ConvND):
     def __init__(self, channels: int, kernel_size: Any, strides: Any = (1, 1, 1), padding: Any = (0, 0, 0),
                  dilation: Any = (1, 1, 1), groups: int = 1, layout: str = "NCDHW", activation: str | None = None,
                  use_bias: bool = True, weight_initializer: Any = None, bias_initializer: Any = "zeros",
-                 in_channels: int = 0) -> None:
+                 in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, activation, use_bias,
-                         weight_initializer, bias_initializer, in_channels)
+                         weight_initializer, bias_initializer, in_channels, **kwargs)
 
 
 class Conv1DTranspose(_ConvND):
@@ -187,9 +189,9 @@ class Conv1DTranspose(_ConvND):
     def __init__(self, channels: int, kernel_size: Any, strides: Any = 1, padding: Any = 0,
                  output_padding: Any = 0, dilation: Any = 1, groups: int = 1, layout: str = "NCW",
                  activation: str | None = None, use_bias: bool = True, weight_initializer: Any = None,
-                 bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
+                 bias_initializer: Any = "zeros", in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, activation, use_bias,
-                         weight_initializer, bias_initializer, in_channels, output_padding)
+                         weight_initializer, bias_initializer, in_channels, output_padding, **kwargs)
 
 
 class Conv2DTranspose(_ConvND):
@@ -204,9 +206,9 @@ class Conv2DTranspose(_ConvND):
     def __init__(self, channels: int, kernel_size: Any, strides: Any = (1, 1), padding: Any = (0, 0),
                  output_padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1, layout: str = "NCHW",
                  activation: str | None = None, use_bias: bool = True, weight_initializer: Any = None,
-                 bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
+                 bias_initializer: Any = "zeros", in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, activation, use_bias,
-                         weight_initializer, bias_initializer, in_channels, output_padding)
+                         weight_initializer, bias_initializer, in_channels, output_padding, **kwargs)
 
 
 class Conv3DTranspose(_ConvND):
@@ -221,16 +223,17 @@ class Conv3DTranspose(_ConvND):
     def __init__(self, channels: int, kernel_size: Any, strides: Any = (1, 1, 1), padding: Any = (0, 0, 0),
                  output_padding: Any = (0, 0, 0), dilation: Any = (1, 1, 1), groups: int = 1,
                  layout: str = "NCDHW", activation: str | None = None, use_bias: bool = True,
-                 weight_initializer: Any = None, bias_initializer: Any = "zeros", in_channels: int = 0) -> None:
+                 weight_initializer: Any = None, bias_initializer: Any = "zeros", in_channels: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(channels, kernel_size, strides, padding, dilation, groups, layout, activation, use_bias,
-                         weight_initializer, bias_initializer, in_channels, output_padding)
+                         weight_initializer, bias_initializer, in_channels, output_padding, **kwargs)
 
 
 class _PoolND(Block):
     _nd = 2
 
-    def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str) -> None:
-        super().__init__()
+    def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         layer, nd = type(self).__name__, self._nd
         _check_layout(layer, layout, nd)
         self._pool = _tuple(layer, "pool_size", pool_size, nd, 1)
@@ -260,8 +263,8 @@ class _MaxPoolND(_PoolND):
 
 class _AvgPoolND(_PoolND):
     def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str,
-                 count_include_pad: bool) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+                 count_include_pad: bool, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
         self._count_include_pad = bool(count_include_pad)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -290,8 +293,8 @@ class MaxPool1D(_MaxPoolND):
     _nd = 1
 
     def __init__(self, pool_size: Any = 2, strides: Any = None, padding: Any = 0, layout: str = "NCW",
-                 ceil_mode: bool = False) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+                 ceil_mode: bool = False, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
 
 
 class MaxPool3D(_MaxPoolND):
@@ -304,8 +307,8 @@ class MaxPool3D(_MaxPoolND):
     _nd = 3
 
     def __init__(self, pool_size: Any = (2, 2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCDHW",
-                 ceil_mode: bool = False) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout)
+                 ceil_mode: bool = False, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
 
 
 class AvgPool1D(_AvgPoolND):
@@ -319,8 +322,8 @@ class AvgPool1D(_AvgPoolND):
     _nd = 1
 
     def __init__(self, pool_size: Any = 2, strides: Any = None, padding: Any = 0, layout: str = "NCW",
-                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout, count_include_pad)
+                 ceil_mode: bool = False, count_include_pad: bool = True, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, count_include_pad, **kwargs)
 
 
 class AvgPool3D(_AvgPoolND):
@@ -333,16 +336,16 @@ class AvgPool3D(_AvgPoolND):
     _nd = 3
 
     def __init__(self, pool_size: Any = (2, 2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCDHW",
-                 ceil_mode: bool = False, count_include_pad: bool = True) -> None:
-        super().__init__(pool_size, strides, padding, ceil_mode, layout, count_include_pad)
+                 ceil_mode: bool = False, count_include_pad: bool = True, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, ceil_mode, layout, count_include_pad, **kwargs)
 
 
 class _GlobalPoolND(Block):
     _nd = 1
     _max = False
 
-    def __init__(self, layout: str) -> None:
-        super().__init__()
+    def __init__(self, layout: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _check_layout(type(self).__name__, layout, self._nd)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -362,8 +365,8 @@ class GlobalMaxPool1D(_GlobalPoolND):
 
     _nd, _max = 1, True
 
-    def __init__(self, layout: str = "NCW") -> None:
-        super().__init__(layout)
+    def __init__(self, layout: str = "NCW", **kwargs: Any) -> None:
+        super().__init__(layout, **kwargs)
 
 
 class GlobalMaxPool3D(_GlobalPoolND):
@@ -371,8 +374,8 @@ class GlobalMaxPool3D(_GlobalPoolND):
 
     _nd, _max = 3, True
 
-    def __init__(self, layout: str = "NCDHW") -> None:
-        super().__init__(layout)
+    def __init__(self, layout: str = "NCDHW", **kwargs: Any) -> None:
+        super().__init__(layout, **kwargs)
 
 
 class GlobalAvgPool1D(_GlobalPoolND):
@@ -380,8 +383,8 @@ class GlobalAvgPool1D(_GlobalPoolND):
 
     _nd = 1
 
-    def __init__(self, layout: str = "NCW") -> None:
-        super().__init__(layout)
+    def __init__(self, layout: str = "NCW", **kwargs: Any) -> None:
+        super().__init__(layout, **kwargs)
 
 
 class GlobalAvgPool3D(_GlobalPoolND):
@@ -389,5 +392,5 @@ class GlobalAvgPool3D(_GlobalPoolND):
 
     _nd = 3
 
-    def __init__(self, layout: str = "NCDHW") -> None:
-        super().__init__(layout)
+    def __init__(self, layout: str = "NCDHW", **kwargs: Any) -> None:
+        super().__init__(layout, **kwargs)

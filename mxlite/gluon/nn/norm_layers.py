@@ -102,8 +102,8 @@ class _ChannelNorm(Block):
     _layer = "norm"
 
     def __init__(self, epsilon: float, center: bool, scale: bool, beta_initializer: Any, gamma_initializer: Any,
-                 in_channels: int) -> None:
-        super().__init__()
+                 in_channels: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         _real_arg(self._layer, "epsilon", epsilon, low=0, low_inclusive=False)
         in_channels = _int_arg(self._layer, "in_channels", in_channels, low=0)
         self._eps, self._center, self._scale = epsilon, bool(center), bool(scale)
@@ -151,8 +151,9 @@ class GroupNorm(_ChannelNorm):
     _layer = "GroupNorm"
 
     def __init__(self, num_groups: int = 1, epsilon: float = 1e-5, center: bool = True, scale: bool = True,
-                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0) -> None:
-        super().__init__(epsilon, center, scale, beta_initializer, gamma_initializer, in_channels)
+                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(epsilon, center, scale, beta_initializer, gamma_initializer, in_channels, **kwargs)
         self._num_groups = _int_arg("GroupNorm", "num_groups", num_groups)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -196,8 +197,9 @@ class InstanceNorm(_ChannelNorm):
     _layer = "InstanceNorm"
 
     def __init__(self, axis: int = 1, epsilon: float = 1e-5, center: bool = True, scale: bool = False,
-                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0) -> None:
-        super().__init__(epsilon, center, scale, beta_initializer, gamma_initializer, in_channels)
+                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones", in_channels: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(epsilon, center, scale, beta_initializer, gamma_initializer, in_channels, **kwargs)
         self._axis = _int_arg("InstanceNorm", "axis", axis, low=-(2**31))
         if axis == 0:
             raise ValueError("InstanceNorm: axis must name the channel axis, not the batch axis 0")

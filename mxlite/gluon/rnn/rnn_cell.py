@@ -317,8 +317,8 @@ class _GatedCell(RecurrentCell):
 
     def __init__(self, hidden_size: int, i2h_weight_initializer: Any, h2h_weight_initializer: Any,
                  i2h_bias_initializer: Any, h2h_bias_initializer: Any, input_size: int, dtype: Any = np.float32,
-                 recurrent_size: int | None = None) -> None:
-        super().__init__()
+                 recurrent_size: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         name = type(self).__name__
         self._hidden_size = _int_arg(name, "hidden_size", hidden_size)
         self._input_size = _int_arg(name, "input_size", input_size, low=0)
@@ -387,7 +387,7 @@ class RNNCell(_GatedCell):
                  i2h_bias_initializer: Any = "zeros", h2h_bias_initializer: Any = "zeros", input_size: int = 0,
                  prefix: str | None = None, params: Any = None) -> None:
         super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                         h2h_bias_initializer, input_size)
+                         h2h_bias_initializer, input_size, prefix=prefix, params=params)
         self._activation = _act("RNNCell", activation)
 
     def forward(self, inputs: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
@@ -405,7 +405,7 @@ class _ActivatedGatedCell(_GatedCell):
                  prefix: str | None = None, params: Any = None, activation: Any = "tanh",
                  recurrent_activation: Any = "sigmoid") -> None:
         super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                         h2h_bias_initializer, input_size)
+                         h2h_bias_initializer, input_size, prefix=prefix, params=params)
         self._activation = _act(type(self).__name__, activation)
         self._recurrent_activation = _act(type(self).__name__, recurrent_activation)
 
@@ -480,7 +480,7 @@ class LSTMPCell(_GatedCell):
                  prefix: str | None = None, params: Any = None) -> None:
         proj = _int_arg("LSTMPCell", "projection_size", projection_size)
         super().__init__(hidden_size, i2h_weight_initializer, h2h_weight_initializer, i2h_bias_initializer,
-                         h2h_bias_initializer, input_size, recurrent_size=proj)
+                         h2h_bias_initializer, input_size, recurrent_size=proj, prefix=prefix, params=params)
         self._projection_size = proj
         self.h2r_weight = Parameter("h2r_weight", shape=(proj, self._hidden_size), init=h2r_weight_initializer,
                                     allow_deferred_init=True)
@@ -679,14 +679,14 @@ class ModifierCell(RecurrentCell):
         ValueError: ``base_cell`` is already wrapped by another modifier cell.
     """
 
-    def __init__(self, base_cell: RecurrentCell) -> None:
+    def __init__(self, base_cell: RecurrentCell, **kwargs: Any) -> None:
         name = type(self).__name__
         if not isinstance(base_cell, RecurrentCell):
             raise TypeError(f"{name}: base_cell must be a recurrent cell, got {type(base_cell).__name__}")
         if base_cell._modified:
             raise ValueError(f"{name}: base_cell {type(base_cell).__name__} is already modified; "
                              "one cell cannot be modified twice")
-        super().__init__()
+        super().__init__(**kwargs)
         base_cell._modified = True
         self.base_cell = base_cell
 
@@ -741,14 +741,15 @@ class ZoneoutCell(ModifierCell):
         TypeError / ValueError: as :class:`ModifierCell`.
     """
 
-    def __init__(self, base_cell: RecurrentCell, zoneout_outputs: float = 0.0, zoneout_states: float = 0.0
+    def __init__(self, base_cell: RecurrentCell, zoneout_outputs: float = 0.0, zoneout_states: float = 0.0,
+                 **kwargs: Any
                  ) -> None:
         if isinstance(base_cell, RecurrentCell) and _has_bidirectional(base_cell):
             raise ValueError("ZoneoutCell: base_cell contains a BidirectionalCell, which cannot be stepped; "
                              "wrap the cells underneath in ZoneoutCell instead")
         p_out = _rate("ZoneoutCell", "zoneout_outputs", zoneout_outputs)
         p_states = _rate("ZoneoutCell", "zoneout_states", zoneout_states)
-        super().__init__(base_cell)
+        super().__init__(base_cell, **kwargs)
         self.zoneout_outputs, self.zoneout_states = p_out, p_states
         self._prev_output: Tensor | None = None
 
@@ -843,11 +844,11 @@ class BidirectionalCell(RecurrentCell):
         TypeError: a cell that is not a recurrent cell.
     """
 
-    def __init__(self, l_cell: RecurrentCell, r_cell: RecurrentCell, output_prefix: str = "bi_") -> None:
+    def __init__(self, l_cell: RecurrentCell, r_cell: RecurrentCell, output_prefix: str = "bi_", **kwargs: Any) -> None:
         for arg, cell in (("l_cell", l_cell), ("r_cell", r_cell)):
             if not isinstance(cell, RecurrentCell):
                 raise TypeError(f"BidirectionalCell: {arg} must be a recurrent cell, got {type(cell).__name__}")
-        super().__init__()
+        super().__init__(**kwargs)
         self.l_cell = l_cell
         self.r_cell = r_cell
         self._output_prefix = output_prefix
@@ -940,14 +941,14 @@ class VariationalDropoutCell(ModifierCell):
     """
 
     def __init__(self, base_cell: RecurrentCell, drop_inputs: float = 0.0, drop_states: float = 0.0,
-                 drop_outputs: float = 0.0) -> None:
+                 drop_outputs: float = 0.0, **kwargs: Any) -> None:
         p_in = _rate("VariationalDropoutCell", "drop_inputs", drop_inputs)
         p_states = _rate("VariationalDropoutCell", "drop_states", drop_states)
         p_out = _rate("VariationalDropoutCell", "drop_outputs", drop_outputs)
         if p_states and isinstance(base_cell, RecurrentCell) and _has_bidirectional(base_cell):
             raise ValueError("VariationalDropoutCell: drop_states is not possible with a BidirectionalCell base "
                              "(it cannot be stepped); wrap the cells underneath instead")
-        super().__init__(base_cell)
+        super().__init__(base_cell, **kwargs)
         self.drop_inputs, self.drop_states, self.drop_outputs = p_in, p_states, p_out
         self.drop_inputs_mask: Tensor | None = None
         self.drop_states_mask: Tensor | None = None

@@ -10,6 +10,7 @@ direction, with the gates stacked in MXNet's order (LSTM ``i, f, c, o``; GRU ``r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +35,9 @@ class _RNNLayer(Block):
     def __init__(self, hidden_size: int, num_layers: int, layout: str, dropout: float, bidirectional: bool,
                  input_size: int, i2h_weight_initializer: Any, h2h_weight_initializer: Any,
                  i2h_bias_initializer: Any, h2h_bias_initializer: Any, mode: str, dtype: Any,
-                 use_sequence_length: bool = False, clip: tuple[float | None, float | None] | None = None) -> None:
-        super().__init__()
+                 use_sequence_length: bool = False, clip: tuple[float | None, float | None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         name = type(self).__name__
         if layout not in ("TNC", "NTC"):
             raise ValueError(f"{name}: layout must be 'TNC' or 'NTC', got {layout!r}")
@@ -107,6 +109,80 @@ class _RNNLayer(Block):
             out = ops.swapaxes(out, 0, 1)
         return out if skip_states else (out, new_states)
 
+    # -- MXNet's other layouts of the same weights, for load_parameters / save_parameters(format="mxnet") --
+    # MXNet 1.x's save_parameters names a layer's weights as its unfused cells: '_unfused.{layer}.i2h_weight'
+    # (one direction) or '_unfused.{layer}.{l|r}_cell.i2h_weight' (bidirectional); MXNet 2.x keeps them all in
+    # one flat 'rnn_param' vector (below). mxlite's own names are 1.x's attributes, 'l0_i2h_weight'.
+    _UNFUSED = re.compile(r"_unfused\.(\d+)\.(?:([lr])_cell\.)?((?:i2h|h2h)_(?:weight|bias))\Z")
+
+    def _from_mxnet_layout(self, prefix: str, loaded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``loaded`` with this layer's weights (under ``prefix``) renamed from MXNet 1.x's ``_unfused`` names
+        and unpacked from MXNet 2.x's ``rnn_param`` to this layer's names; other entries unchanged."""
+        mine = {n for names in self._names for n in names}
+        out: dict[str, np.ndarray] = {}
+        for key, value in loaded.items():
+            match = self._UNFUSED.match(key[len(prefix):]) if key.startswith(prefix) else None
+            if match is not None:
+                layer, direction, kind = match.groups()
+                if direction is None and self._dir == 2:
+                    direction = "?"  # a one-direction file for a bidirectional layer: left for the load to report
+                name = f"{direction or 'l'}{layer}_{kind}"
+                if name in mine:
+                    out[prefix + name] = value
+                    continue
+            elif key == prefix + "rnn_param":
+                out.update((prefix + n, v) for n, v in self._unpack_fused(value).items())
+                continue
+            out[key] = value
+        return out
+
+    def _to_mxnet_layout(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``arrays`` with this layer's weights renamed to MXNet 1.x's ``save_parameters`` names (``_unfused``)."""
+        out: dict[str, np.ndarray] = {}
+        for key, value in arrays.items():
+            name = key[len(prefix):] if key.startswith(prefix) else ""
+            match = re.fullmatch(r"([lr])(\d+)_((?:i2h|h2h)_(?:weight|bias))", name)
+            if match is None:
+                out[key] = value
+                continue
+            direction, layer, kind = match.groups()
+            cell = f"{direction}_cell." if self._dir == 2 else ""
+            out[f"{prefix}_unfused.{layer}.{cell}{kind}"] = value
+        return out
+
+    def _unpack_fused(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """MXNet 2.x's ``rnn_param`` split into this layer's weights.
+
+        The packing (MXNet 2.x ``gluon/rnn/rnn_layer.py`` and its ``RNNFused`` initializer, the layout of the
+        fused RNN operator, ``src/operator/rnn-inl.h``): every weight first, then every bias; within each,
+        layer by layer, direction by direction (l, then r), i2h then h2h; each matrix row-major, ``(gates *
+        hidden, inputs)``. The input size is what the total length leaves for layer 0.
+
+        Raises:
+            ValueError: ``flat`` is not 1-D, or its length fits no input size of this layer's configuration.
+        """
+        name = type(self).__name__
+        g, h, d, layers = _steps.GATES[self._mode] * self._hidden_size, self._hidden_size, self._dir, self._num_layers
+        rest = (layers - 1) * d * g * (d * h + h + 2)  # layers 1.. : i2h (d*h inputs), h2h, two biases
+        first, remainder = divmod(flat.size - rest, d * g) if flat.ndim == 1 else (0, 1)
+        in_size = first - h - 2
+        if flat.ndim != 1 or remainder or in_size < 1 or (self._input_size and in_size != self._input_size):
+            raise ValueError(f"{name}: an MXNet 'rnn_param' of shape {flat.shape} does not fit this layer "
+                             f"(hidden_size={h}, num_layers={layers}, bidirectional={d == 2}"
+                             + (f", input_size={self._input_size}" if self._input_size else "") + ")")
+        out: dict[str, np.ndarray] = {}
+        pos = 0
+        for part in ("weight", "bias"):
+            for layer in range(layers):
+                for direction in ("l", "r")[:d]:
+                    for kind in ("i2h", "h2h"):
+                        inputs = h if kind == "h2h" else (in_size if layer == 0 else d * h)
+                        shape = (g, inputs) if part == "weight" else (g,)
+                        size = int(np.prod(shape))
+                        out[f"{direction}{layer}_{kind}_{part}"] = flat[pos:pos + size].reshape(shape)
+                        pos += size
+        return out
+
     def _extra_repr(self) -> str:
         shape = getattr(self, self._names[0][0]).shape
         in_size = shape[1] if shape and shape[1] > 0 else None
@@ -147,7 +223,7 @@ class RNN(_RNNLayer):
             raise ValueError(f"RNN: activation must be 'relu' or 'tanh', got {activation!r}")
         super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
                          h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "rnn_" + activation,
-                         dtype, use_sequence_length)
+                         dtype, use_sequence_length, prefix=prefix, params=params)
 
 
 class LSTM(_RNNLayer):
@@ -172,7 +248,7 @@ class LSTM(_RNNLayer):
         clip = None if state_clip_min is None and state_clip_max is None else (state_clip_min, state_clip_max)
         super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
                          h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "lstm", dtype,
-                         use_sequence_length, clip)
+                         use_sequence_length, clip, prefix=prefix, params=params)
 
 
 class GRU(_RNNLayer):
@@ -188,4 +264,4 @@ class GRU(_RNNLayer):
                  prefix: str | None = None, params: Any = None) -> None:
         super().__init__(hidden_size, num_layers, layout, dropout, bidirectional, input_size, i2h_weight_initializer,
                          h2h_weight_initializer, i2h_bias_initializer, h2h_bias_initializer, "gru", dtype,
-                         use_sequence_length)
+                         use_sequence_length, prefix=prefix, params=params)
