@@ -351,7 +351,6 @@ print("left the loop", flush=True)
 }
 
 
-@xfail("N2: leaving a DataLoader loop while a worker is busy or stuck leaves the program unable to exit")
 @pytest.mark.parametrize("scenario", sorted(N2_SCENARIOS))
 def test_n2_leaving_a_loader_early_lets_the_program_exit(scenario):
     # Reproduces N2: each script leaves its loop early (break, a caught timeout, an abandoned
@@ -389,7 +388,6 @@ for attempt in range(3):
 """
 
 
-@xfail("unclear: a SIGKILLed worker surfaces as a raw BrokenProcessPool from submit(), not the documented error")
 def test_unclear_a_killed_worker_is_the_documented_runtime_error():
     # Reproduces "a SIGKILLed DataLoader worker sometimes surfaces as a raw BrokenProcessPool": the
     # batch before the dead one completes, the pool breaks while the loop's body runs, and the next
@@ -403,7 +401,6 @@ def test_unclear_a_killed_worker_is_the_documented_runtime_error():
     assert len(lines) == 3 and all(line.startswith(documented) for line in lines), result["out"]
 
 
-@xfail("unclear: DataLoader(timeout=inf) fails with OverflowError at the first batch")
 def test_unclear_an_infinite_loader_timeout_means_no_limit():
     # Reproduces DataLoader(timeout=float('inf')): accepted by the constructor (> 0), then
     # future.result(timeout=inf) raises OverflowError ("timestamp out of range"). Expected: inf waits
@@ -413,7 +410,6 @@ def test_unclear_an_infinite_loader_timeout_means_no_limit():
     assert [b.shape for b in loader] == [(2, 2), (1, 2)]
 
 
-@xfail("unclear: an empty batch from the batch sampler gives a bare IndexError")
 def test_unclear_an_empty_batch_is_named():
     # Reproduces "an empty batch IndexError": a batch_sampler yielding [] reaches default_batchify_fn,
     # which indexes data[0]. Expected: ValueError naming the empty batch (and its number).
@@ -835,3 +831,38 @@ def test_unclear_set_learning_rate_refuses_none_at_the_call():
     with pytest.raises((TypeError, ValueError), match=r"learning_rate.*None"):
         trainer.set_learning_rate(None)
     assert trainer.learning_rate == 0.1
+
+
+# -- DataLoader worker processes: one BLAS/OpenMP thread each ---------------------------------------------------------
+
+class _ThreadCount:
+    """Samples: the most threads of any BLAS library loaded in the reading process, and its OMP_NUM_THREADS."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        import threadpoolctl
+
+        blas = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+        return np.array([max(blas, default=1), int(os.environ.get("OMP_NUM_THREADS", "0"))])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_worker_processes_use_one_blas_thread(method):
+    # A forked worker shares the parent's initialised OpenBLAS (which no longer reads its environment):
+    # threadpoolctl limits it; a spawned one imports NumPy afresh and reads OMP_NUM_THREADS and siblings,
+    # which the pool sets around Process.start() only (this process keeps its own settings).
+    import multiprocessing
+
+    from mxlite.gluon.data import _workers, dataloader
+
+    before = {name: os.environ.get(name) for name in _workers.THREAD_VARIABLES}
+    pool = _workers.ProcessPool(1, multiprocessing.get_context(method), _ThreadCount(),
+                                dataloader.default_batchify_fn, 0, dataloader._worker_init, dataloader._worker_load)
+    try:
+        batch = dataloader._from_wire(pool.result(pool.submit([0, 1], 0), 60)).asnumpy()
+    finally:
+        pool.close()
+    assert batch.tolist() == [[1, 1], [1, 1]]
+    assert {name: os.environ.get(name) for name in _workers.THREAD_VARIABLES} == before
