@@ -485,7 +485,6 @@ N5_CASES = [(kind, check, bad) for kind in ("2bit", "threshold") for check in (T
             for bad in (float("nan"), float("inf")) if not (kind == "threshold" and bad == float("inf"))]
 
 
-@xfail("N5: a NaN/inf gradient vanishes into the compression residual: not seen by check_finite, element frozen")
 @pytest.mark.parametrize("kind, check_finite, bad", N5_CASES,
                          ids=[f"{k}-{'check' if c else 'nocheck'}-{b}" for k, c, b in N5_CASES])
 def test_n5_a_non_finite_gradient_is_not_absorbed_by_compression(kind, check_finite, bad):

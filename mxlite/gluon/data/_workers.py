@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import os
-import pickle
 import queue
 import signal
 import threading
@@ -54,30 +53,18 @@ class _RemoteTraceback(Exception):
         return self.args[0]
 
 
-def _pack_exception(exc: BaseException) -> tuple[str, str, str, bytes | None]:
-    """What travels back for an exception raised in a worker: type, message, traceback, the pickled exception."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        pickled: bytes | None = pickle.dumps(exc)
-        pickle.loads(pickled)
-    except Exception:  # noqa: BLE001 - an exception that does not survive pickling travels as text
-        pickled = None
-    return type(exc).__name__, str(exc), text, pickled
+def _exception_facts(exc: BaseException) -> tuple[str, str, str]:
+    """What always travels back for an exception raised in a worker: its type name, message and traceback."""
+    return type(exc).__name__, str(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-def _raise_packed(packed: tuple[str, str, str, bytes | None]) -> None:
-    """Re-raise an exception of a worker process in this one, its traceback as the cause."""
-    name, message, text, pickled = packed
-    cause = _RemoteTraceback(f'\n"""\n{text}"""')
-    exc = None
-    if pickled is not None:
-        try:
-            exc = pickle.loads(pickled)  # noqa: S301 - bytes from our own child process, never from disk
-        except Exception:  # noqa: BLE001 - a class the parent cannot rebuild
-            exc = None
+def _raise_from_worker(facts: tuple[str, str, str], exc: Any) -> None:
+    """Re-raise an exception of a worker process here, its traceback as the cause (a RuntimeError when
+    the exception itself could not travel)."""
+    name, message, text = facts
     if not isinstance(exc, BaseException):
         exc = RuntimeError(f"DataLoader: a worker raised {name}: {message}")
-    raise exc from cause
+    raise exc from _RemoteTraceback(f'\n"""\n{text}"""')
 
 
 def _batch_text(number: int | None) -> str:
@@ -274,13 +261,16 @@ class ProcessPool(_Pool):
         dead = set()
         for item in ready:
             worker = watched[item]
-            if item is self._conns[worker] or self._conns[worker].poll(0):
+            ticket = self._busy[worker]
+            if ticket is not None and (item is self._conns[worker] or self._conns[worker].poll(0)):
                 # a result (even from a worker that sent its batch and then died), or the end of the pipe
                 try:
-                    ticket, ok, payload = self._conns[worker].recv()
+                    ok, payload = self._conns[worker].recv()
                 except (EOFError, OSError):
                     dead.add(worker)
                     continue
+                except Exception as exc:  # noqa: BLE001 - the answer does not unpickle here
+                    ok, payload = False, (_exception_facts(exc), None)
                 self._finished(worker, ticket, ok, payload)
             else:
                 dead.add(worker)
@@ -311,7 +301,7 @@ class ProcessPool(_Pool):
             "the error in this process")
 
     def _reraise(self, payload: Any) -> None:
-        _raise_packed(payload)
+        _raise_from_worker(*payload)
 
     def close(self) -> None:
         """End the workers: idle ones are asked to leave, busy ones terminated, stragglers killed."""
@@ -352,7 +342,9 @@ def _limit_threads() -> None:
 
 def _process_main(conn: Any, parent: int, init: Callable[[Any, Callable, int, int], None],
                   load: Callable[[list[Any]], Any], setup: tuple[Any, Callable, int, int]) -> None:
-    """A worker process: wait for ``(ticket, indices)``, answer ``(ticket, ok, batch or packed exception)``."""
+    """A worker process: wait for ``(ticket, indices)``, answer ``(True, batch)`` or ``(False, (facts, exception))``.
+
+    One task at a time, so the parent knows which batch an answer belongs to."""
     _limit_threads()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pool
     init(*setup)
@@ -366,16 +358,37 @@ def _process_main(conn: Any, parent: int, init: Callable[[Any, Callable, int, in
             return
         if task is None:
             return
-        ticket, indices = task
+        _, indices = task
         try:
-            answer: tuple[int, bool, Any] = (ticket, True, load(indices))
-            payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+            batch = load(indices)
+        except (SystemExit, KeyboardInterrupt):
+            raise
         except BaseException as exc:  # noqa: BLE001 - travels to the loop, which re-raises it
-            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                raise
-            payload = pickle.dumps((ticket, False, _pack_exception(exc)), protocol=pickle.HIGHEST_PROTOCOL)
+            if not _send_error(conn, exc):
+                return
+            continue
         try:
-            conn.send_bytes(payload)
-        except (BrokenPipeError, OSError):
+            conn.send((True, batch))  # pickled whole before anything is written
+        except OSError:
             return
-        del task, payload
+        except Exception as exc:  # noqa: BLE001 - a batch that does not pickle
+            unsent = TypeError(f"DataLoader: a worker process cannot send its batch ({exc}); batchify_fn must return "
+                               "picklable values (arrays, Tensors, tuples), or use thread_pool=True")
+            if not _send_error(conn, unsent):
+                return
+        del task, batch
+
+
+def _send_error(conn: Any, exc: BaseException) -> bool:
+    """Send ``exc`` to the parent (its facts alone when it does not pickle); False when the pipe is gone."""
+    facts = _exception_facts(exc)
+    try:
+        conn.send((False, (facts, exc)))
+    except OSError:
+        return False
+    except Exception:  # noqa: BLE001 - the exception does not pickle: its facts travel
+        try:
+            conn.send((False, (facts, None)))
+        except OSError:
+            return False
+    return True
