@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..device import current_device
-from ..formats.archive import load_arrays, save_arrays
-from ..formats.mxnet_params import strip_arg_aux_prefixes
-from ..store import ParameterStore
-from .parameter import Parameter, ParameterDict, _device_list, _missing_names
+from ..formats.archive import save_arrays
+from .parameter import Parameter, ParameterDict, _device_list, apply_load, plan_load
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
@@ -303,9 +301,10 @@ class Block:
         ``filename`` is an mxlite ``.npz`` or a file MXNet wrote (``save_parameters``, ``nd.save`` of
         a dict: its binary format, dense arrays); MXNet's ``arg:``/``aux:`` name prefixes are removed.
 
-        Everything is validated before any parameter changes: names missing from the file
-        (unless ``allow_missing``), names the model lacks (unless ``ignore_extra``), shape
-        mismatches, and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
+        Everything is validated before any parameter changes, from the file's array headers before
+        any array is read: names missing from the file (unless ``allow_missing``), names the model
+        lacks (unless ``ignore_extra``), shape mismatches (a zero-size dimension cannot complete a
+        deferred shape), and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
         'current' keeps the model's dtype, 'saved' adopts the file's).
         Uninitialised parameters are initialised on ``device`` (default: current device).
 
@@ -326,52 +325,12 @@ class Block:
 
         Raises the errors of :meth:`load_parameters`.
         """
-        if dtype_source not in ("current", "saved"):
-            raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
-        loaded = strip_arg_aux_prefixes(load_arrays(filename, data=data), filename)
-        params = self.collect_params()
-        problems: list[str] = []
-        missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once
-        extra = [n for n in loaded if n not in params]
-        if missing and not allow_missing:
-            problems.append(f"missing from the file: {missing} (pass allow_missing=True to skip them)")
-        if extra and not ignore_extra:
-            problems.append(f"not in the model: {extra} (pass ignore_extra=True to skip them)")
-        plan: list[tuple[Parameter, np.ndarray]] = []
-        for name, param in params.items():
-            if name not in loaded:
-                continue
-            value = loaded[name]
-            shape = param.shape
-            if shape is not None and (len(shape) != value.ndim or any(
-                    a != -1 and a != b for a, b in zip(shape, value.shape))):
-                problems.append(f"{name!r}: shape {tuple(shape)} in the model, {value.shape} in the file")
-                continue
-            if value.dtype != param.dtype:
-                if not cast_dtype:
-                    problems.append(f"{name!r}: dtype {param.dtype} in the model, {value.dtype} in the file "
-                                    "(pass cast_dtype=True to convert)")
-                    continue
-                if dtype_source == "current":
-                    value = value.astype(param.dtype)
-            plan.append((param, value))
-        if problems:
-            raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
-        return plan
+        return plan_load(filename, self.collect_params(), data=data, allow_missing=allow_missing,
+                         ignore_extra=ignore_extra, cast_dtype=cast_dtype, dtype_source=dtype_source)
 
     def _apply_load(self, plan: list[tuple[Parameter, np.ndarray]], device: Any = None) -> None:
         """Apply what :meth:`_plan_load` checked (uninitialised parameters are initialised on ``device``)."""
-        devices = _device_list(device) if device is not None else [current_device()]
-        store = ParameterStore()  # one arena set for every parameter initialised here, as initialize() does
-        for param, value in plan:
-            if value.dtype != param.dtype:
-                param.cast(value.dtype)
-            if param.is_initialized:
-                param.set_data(value)
-            else:
-                param.shape = value.shape
-                param._init_impl(value.astype(param.dtype), param._deferred[2] if param._deferred else devices,
-                                 param._deferred[3] if param._deferred else (param._store or store))
+        apply_load(plan, _device_list(device) if device is not None else [current_device()])
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
