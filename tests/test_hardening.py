@@ -763,7 +763,6 @@ def test_n12_hand_made_trainer_states_are_refused_naming_the_problem(tmp_path, e
         trainer.load_states(str(path))
 
 
-@xfail("unclear: a save killed while it replaced 'latest' leaves a .tmp-latest.* file for ever")
 def test_unclear_a_dead_writers_temporary_latest_is_removed_by_the_next_save(tmp_path):
     # Reproduces ".tmp-latest.* can stay behind": atomic_write(latest) creates .tmp-latest.XXXX, and a
     # kill before its rename leaves it; staging folders of dead writers are cleaned, this file never
