@@ -778,7 +778,6 @@ def test_unclear_a_dead_writers_temporary_latest_is_removed_by_the_next_save(tmp
 
 # -- N14, N15 and set_learning_rate: settings -----------------------------------------------------------------------
 
-@xfail("N14: MXLITE_DEBUG_COLLECTIVES=true/yes/on/2 is silently off")
 @pytest.mark.parametrize("value", ["true", "yes", "on", "2"])
 def test_n14_debug_collectives_takes_the_usual_spellings_and_refuses_others(monkeypatch, value):
     # Reproduces N14: debug.enabled() is `value == "1"`, so "true" is silently off, while the other

@@ -53,6 +53,8 @@ import weakref
 from types import TracebackType
 from typing import Any
 
+from ..device import env
+
 __all__ = ["install", "is_installed", "failure_message", "collective_timeout", "wait", "watch", "attach",
            "watch_communicator", "TIMEOUT_ENV"]
 
@@ -67,21 +69,13 @@ _aborting = False  # set by the NCCL watchdog when it ends the job: the main thr
 
 
 def collective_timeout() -> float | None:
-    """Seconds a collective may wait for the other ranks (``MXLITE_COLLECTIVE_TIMEOUT``), or None (no limit).
+    """Seconds a collective may wait for the other ranks (``MXLITE_COLLECTIVE_TIMEOUT``), or None (no limit:
+    unset, empty or ``inf``).
 
     Raises:
         ValueError: the variable is set to something other than a positive number.
     """
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
-    return seconds
+    return env.seconds(TIMEOUT_ENV)
 
 
 def wait(request: Any, rank: int, size: int, what: str, timeout: float | None) -> None:
