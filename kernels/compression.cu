@@ -2,11 +2,13 @@
 // half-precision wire casts. Driven by mxlite/comm/compression/kernels.py, whose NumPy twins follow
 // these kernels operation by operation (bit for bit: no multiply-add contraction, see below).
 //
-//   quantize_2bit<T>       one thread per 32-bit output word (16 values): r += g; r >= th: code 11,
-//                          r -= th; r <= -th: code 10, r += th; else 00. Value j of a word sits in
-//                          byte j/4 (memory order), bits 7-6 / 5-4 / 3-2 / 1-0 for j%4 = 0..3
-//                          (MXNet's gradient_compression-inl.h layout)
-//   dequantize_2bit        one thread per value: 11 -> +th, 10 -> -th, else 0; out = v or out += v
+//   quantize_2bit<T>       one thread per 32-bit output word (16 values): r += g; r not finite: code
+//                          01, r = 0; r >= th: code 11, r -= th; r <= -th: code 10, r += th; else 00.
+//                          Value j of a word sits in byte j/4 (memory order), bits 7-6 / 5-4 / 3-2 /
+//                          1-0 for j%4 = 0..3 (MXNet's gradient_compression-inl.h layout; MXNet never
+//                          writes code 01, which mxlite uses for "not finite")
+//   dequantize_2bit        one thread per value: 11 -> +th, 10 -> -th, 01 -> NaN (0x7fc00000), 00 -> 0;
+//                          out = v or out += v
 //   residual_accumulate<T> r += g (top-k: the selection itself runs as CuPy sort/partition ops)
 //   take_and_zero          values[j] = r[idx[j]]; r[idx[j]] = 0   (what a sparse message sends)
 //   scatter_add            out[idx[j]] += values[j]               (indices unique per message)
@@ -42,6 +44,10 @@ namespace {
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+// The largest finite float32 (FLT_MAX), and the canonical quiet NaN that code 01 decodes to.
+#define kMaxFloat 3.40282346638528859812e+38f
+#define kQuietNaN __int_as_float(0x7fc00000)
 
 __device__ __forceinline__ long long first_index() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ long long grid_stride() { return (long long)gridDim.x * blockDim.x; }
@@ -104,7 +110,10 @@ __global__ void quantize_2bit(const T *__restrict__ grad, float *__restrict__ re
         for (int j = 0; j < count; ++j) {
             const long long i = start + j;
             float r = add_ieee(residual[i], to_f32(grad[i]));  // r += g
-            if (r >= threshold) {
+            if (!(fabsf(r) <= kMaxFloat)) {                  // NaN or inf: send NaN, clear the residual
+                word |= 1u << two_bit_shift(j);
+                r = 0.0f;
+            } else if (r >= threshold) {
                 word |= 3u << two_bit_shift(j);       // send +th
                 r = sub_ieee(r, threshold);
             } else if (r <= -threshold) {
@@ -121,7 +130,7 @@ __global__ void dequantize_2bit(const unsigned int *__restrict__ packed, float *
                                 float threshold, int accumulate) {
     for (long long i = first_index(); i < n; i += grid_stride()) {
         const unsigned int code = (packed[i >> 4] >> two_bit_shift((int)(i & 15))) & 3u;
-        const float v = code == 3u ? threshold : (code == 2u ? -threshold : 0.0f);
+        const float v = code == 3u ? threshold : (code == 2u ? -threshold : (code == 1u ? kQuietNaN : 0.0f));
         out[i] = accumulate ? add_ieee(out[i], v) : v;
     }
 }

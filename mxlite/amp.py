@@ -200,8 +200,8 @@ def init_trainer(trainer: Any, loss_scaler: LossScaler | None = None) -> None:
     kind = (trainer._compression_params or {}).get("type") if isinstance(trainer._compression_params, dict) else None
     if kind in ("2bit", "topk", "threshold"):
         raise ValueError(f"amp.init_trainer: dynamic loss scaling cannot be combined with {kind!r} compression: "
-                         "an overflow is quantised away or kept in the error-feedback residuals at the old scale; "
-                         "use the 'fp16' or 'bf16' wire, or no compression")
+                         "its error-feedback residuals would keep gradients at the old loss scale whenever the scale "
+                         "changes; use the 'fp16' or 'bf16' wire, or no compression")
     trainer._amp_loss_scaler = loss_scaler if loss_scaler is not None else LossScaler()
     trainer._amp_original_scale = trainer._scale
     trainer.optimizer.multi_precision = True

@@ -191,6 +191,7 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
             os.makedirs(folder, exist_ok=True)
             with _lock(folder):  # no live writer holds a set-aside folder outside the lock
                 _recover(folder)
+                _remove_dead_latest_temporaries(folder)
                 for name in os.listdir(folder):
                     if name.startswith(".old-step-"):
                         shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
@@ -418,6 +419,7 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         if os.path.isdir(folder_root):
             with _lock(folder_root):
                 _recover(folder_root)
+                _remove_dead_latest_temporaries(folder_root)
         wanted = step
         if wanted is None:
             wanted, problem = _read_latest(folder_root)
@@ -584,6 +586,20 @@ def _recover(directory: str) -> None:
     aside = os.path.join(directory, f".old-{_step_name(step)}")
     if not os.path.isdir(final) and os.path.isdir(aside):
         os.replace(aside, final)
+
+
+def _remove_dead_latest_temporaries(directory: str) -> None:
+    """Remove the temporaries of ``latest`` (``.tmp-latest.*``) a killed writer left (under the lock).
+
+    ``latest`` is written only by :func:`_publish`, under the folder's lock, through ``atomic_write``,
+    whose temporary is ``.tmp-latest.<random>``: whoever holds the lock knows no live writer owns one.
+    A folder this process may not write in keeps them (a load must not fail for that).
+    """
+    prefix = f".tmp-{_LATEST}."
+    for name in os.listdir(directory):
+        if name.startswith(prefix):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _steps(directory: str) -> list[int]:

@@ -80,8 +80,21 @@ def test_2bit_dequantize_of_the_hand_bytes():
     out = np.ones(20, f32)
     C.dequantize_2bit(np.array(TWO_BIT_BYTES[0], np.uint8).view(np.uint32), 20, 0.5, out=out, accumulate=True)
     np.testing.assert_array_equal(out, 1 + np.array(TWO_BIT_SENT[0], f32))
-    # code 01 (never written) decodes to 0, as in MXNet; unused codes past `size` are ignored
-    np.testing.assert_array_equal(C.dequantize_2bit(np.array([0x55555555], np.uint32), 3, 0.5), [0, 0, 0])
+    # code 01 means "not finite" (MXNet never writes it and decodes it to 0): it decodes to the canonical
+    # quiet NaN, so a NaN/inf gradient reaches the summed gradient; unused codes past `size` are ignored
+    decoded = C.dequantize_2bit(np.array([0x55555555], np.uint32), 3, 0.5)
+    assert decoded.view(np.uint32).tolist() == [0x7FC00000] * 3
+
+
+def test_2bit_sends_a_non_finite_value_as_nan_and_clears_its_residual():
+    residual = np.array([0.25, 0, 0, 0.25, 0], f32)
+    with np.errstate(invalid="ignore"):
+        packed = C.quantize_2bit(np.array([np.nan, np.inf, -np.inf, 0.25, 1], f32), residual, 0.5)
+    codes = [(int(packed.view(np.uint8)[j // 4]) >> (6 - 2 * (j % 4))) & 3 for j in range(5)]
+    assert codes == [1, 1, 1, 3, 3]
+    np.testing.assert_array_equal(residual, [0, 0, 0, 0, 0.5])
+    sent = C.dequantize_2bit(packed, 5, 0.5)
+    assert np.isnan(sent[:3]).all() and sent[3:].tolist() == [0.5, 0.5]
 
 
 def test_2bit_sent_plus_residual_is_old_residual_plus_grad():
@@ -167,8 +180,9 @@ def test_threshold_residual_accounting_and_convergence():
 def test_threshold_by_hand():
     residual = np.array([0.5, 0, 0, -1, 0], f32)
     indices, values = C.threshold_select(np.array([0.5, 0.999, -1, 0, np.nan], f32), residual, 1.0)
-    assert indices.tolist() == [0, 2, 3] and values.tolist() == [1, -1, -1]  # NaN is never >= t
-    np.testing.assert_array_equal(residual, np.array([0, 0.999, 0, 0, np.nan], f32))
+    # NaN (and inf) are always sent, so the summed gradient shows them and the residual stays clean
+    assert indices.tolist() == [0, 2, 3, 4] and values[:3].tolist() == [1, -1, -1] and np.isnan(values[3])
+    np.testing.assert_array_equal(residual, np.array([0, 0.999, 0, 0, 0], f32))
 
 
 # -- half-precision wires ------------------------------------------------------------------------------
@@ -475,12 +489,15 @@ def _same_bits_or_nan(gpu_array, cpu_array, what):
 def test_quantize_dequantize_2bit_kernels_match_the_twin(dtype):
     rng = np.random.default_rng(10)
     r_cpu, r_gpu = _pair(_grid_values(rng, N, f32))
-    for step in range(4):
+    for step in range(5):
         g = _grid_values(rng, N, dtype)
         if step == 3:
             g[:64] = rng.normal(size=64)  # off the grid too
+        if step == 4:  # non-finite gradients: code 01 (NaN), residual cleared
+            g[100:106] = [np.nan, np.inf, -np.inf, np.nan, 65504, -65504]
         g_cpu, g_gpu = _pair(g)
-        p_cpu, p_gpu = C.quantize_2bit(g_cpu, r_cpu, 0.5), C.quantize_2bit(g_gpu, r_gpu, 0.5)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p_cpu, p_gpu = C.quantize_2bit(g_cpu, r_cpu, 0.5), C.quantize_2bit(g_gpu, r_gpu, 0.5)
         _same_bits(p_gpu, p_cpu, f"packed, step {step}")
         _same_bits(r_gpu, r_cpu, f"residual, step {step}")
         assert (_host(p_gpu) != 0).any()
@@ -488,7 +505,7 @@ def test_quantize_dequantize_2bit_kernels_match_the_twin(dtype):
             o_cpu, o_gpu = _pair(_grid_values(rng, N, f32))
             C.dequantize_2bit(p_cpu, N, 0.5, out=o_cpu, accumulate=accumulate)
             C.dequantize_2bit(p_gpu, N, 0.5, out=o_gpu, accumulate=accumulate)
-            _same_bits(o_gpu, o_cpu, f"dequantized, accumulate={accumulate}")
+            _same_bits_or_nan(o_gpu, o_cpu, f"dequantized, accumulate={accumulate}")
     words = rng.integers(0, 2**32, size=(N + 15) // 16, dtype=np.uint64).astype(np.uint32)  # code 01 too
     w_cpu, w_gpu = _pair(words)
     _same_bits(C.dequantize_2bit(w_gpu, N, 0.75), C.dequantize_2bit(w_cpu, N, 0.75), "random words")
@@ -518,13 +535,18 @@ def test_topk_kernels_match_the_twin(dtype, k):
 def test_threshold_kernels_match_the_twin(dtype):
     rng = np.random.default_rng(12)
     r_cpu, r_gpu = _pair(_grid_values(rng, N, f32))
-    for step in range(3):
-        g_cpu, g_gpu = _pair(_grid_values(rng, N, dtype))  # |r| == 0.75 exactly for many elements
+    for step in range(4):
+        g = _grid_values(rng, N, dtype)  # |r| == 0.75 exactly for many elements
+        if step == 3:  # non-finite gradients are always sent
+            g[100:103] = [np.nan, np.inf, -np.inf]
+        g_cpu, g_gpu = _pair(g)
         i_cpu, v_cpu = C.threshold_select(g_cpu, r_cpu, 0.75)
         i_gpu, v_gpu = C.threshold_select(g_gpu, r_gpu, 0.75)
         assert 0 < i_cpu.size < N
+        if step == 3:
+            assert {100, 101, 102} <= set(i_cpu.tolist())
         _same_bits(i_gpu, i_cpu, f"indices, step {step}")
-        _same_bits(v_gpu, v_cpu, f"values, step {step}")
+        _same_bits_or_nan(v_gpu, v_cpu, f"values, step {step}")
         _same_bits(r_gpu, r_cpu, f"residual, step {step}")
     empty = C.threshold_select(_on(mx.gpu(0), np.zeros(10)), _on(mx.gpu(0), np.zeros(10)), 1.0)
     assert empty[0].size == 0 and empty[1].size == 0

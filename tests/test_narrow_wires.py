@@ -207,7 +207,7 @@ def test_compact_take_and_scatter_add_message_match_their_twins():
     np.testing.assert_array_equal(got_r.view(np.uint32), r_host.view(np.uint32))
     # the twin of compact_take itself
     r_twin = r0 + g
-    pos = np.cumsum(np.abs(r_twin) >= np.float32(0.9), dtype=np.int32)
+    pos = np.cumsum(~(np.abs(r_twin) < np.float32(0.9)), dtype=np.int32)  # NaN is selected (sent)
     t_idx, t_val = C.kernels.compact_take_twin(pos, r_twin)
     np.testing.assert_array_equal(t_idx, want_idx)
     # scatter_add_message: capacity larger than the count; the padding is never read

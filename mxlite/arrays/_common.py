@@ -12,6 +12,7 @@ import numpy as np
 from ..autograd.tensor import Tensor
 from ..autograd.tensor import nd_reshape_shape as reshape_nd  # noqa: F401 - the faces' name for it
 from ..device import Device, as_device, current_device, num_gpus
+from ..formats._messages import quote
 from ..formats.archive import load_arrays, save_arrays
 
 _LIST_PREFIX, _DICT_PREFIX = "list:", "dict:"
@@ -102,11 +103,12 @@ def save(fname: str | os.PathLike, data: Tensor | Sequence[Tensor] | Mapping[str
 
     Raises:
         TypeError: ``data`` is not a Tensor, a list of them or a dict of them (names the entry).
+        ValueError: two dict keys that give one name (``1`` and ``'1'``), before anything is written.
     """
     if isinstance(data, Tensor):
         data = [data]
     if isinstance(data, Mapping):
-        items = {_DICT_PREFIX + str(k): v for k, v in data.items()}
+        items = {_DICT_PREFIX + name: v for name, v in zip(entry_names(data, "save"), data.values())}
     elif isinstance(data, (list, tuple)):
         items = {f"{_LIST_PREFIX}{i}": v for i, v in enumerate(data)}
     else:
@@ -128,13 +130,52 @@ def load(fname: str | os.PathLike, device: Any = None) -> list[Tensor] | dict[st
     An ``.npz`` written by other means loads as a dict keyed by its array names.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: not an mxlite/NumPy ``.npz`` archive.
+        FileNotFoundError: no such file. ValueError: not an mxlite/NumPy ``.npz`` archive, or a saved list
+            whose positions are not exactly ``list:0 .. list:n-1`` (names the file and the entries).
     """
     from ..autograd.creation import array  # noqa: PLC0415
 
     dev = as_device(device) if device is not None else Device("cpu", 0)
     raw = load_arrays(fname)
-    if raw and _b.all(k.startswith(_LIST_PREFIX) for k in raw):
-        keys = sorted(raw, key=lambda k: int(k[len(_LIST_PREFIX):]))
-        return [array(raw[k], dev) for k in keys]
+    if raw and _b.any(k.startswith(_LIST_PREFIX) for k in raw):
+        return [array(raw[k], dev) for k in _list_order(raw, fname)]
     return {(k[len(_DICT_PREFIX):] if k.startswith(_DICT_PREFIX) else k): array(v, dev) for k, v in raw.items()}
+
+
+def entry_names(data: Mapping[Any, Any], where: str) -> list[str]:
+    """The names a dict's keys are saved under (``str(key)``).
+
+    Raises:
+        ValueError: two keys give one name (``1`` and ``'1'``): one value would silently replace the other.
+    """
+    names: dict[str, Any] = {}
+    for key in data:
+        name = str(key)
+        if name in names:
+            raise ValueError(f"{where}: keys {quote(names[name])} and {quote(key)} both become the name "
+                             f"{quote(name)}; give every entry a distinct str key")
+        names[name] = key
+    return list(names)
+
+
+def _list_order(raw: Mapping[str, Any], fname: Any) -> list[str]:
+    """The names of a saved list in position order; every position 0..n-1 once, nothing else.
+
+    Raises:
+        ValueError: a name that is not a list position (``list:x``, ``list:01``, a ``dict:`` entry among
+            ``list:`` ones) or positions missing, naming the file and the first few such entries.
+    """
+    where = f"cannot read {os.fspath(fname)!r} as a saved list"
+    positions: dict[int, str] = {}
+    for name in raw:
+        suffix = name[len(_LIST_PREFIX):] if name.startswith(_LIST_PREFIX) else None
+        if suffix is None or not suffix.isdigit() or not suffix.isascii() or (suffix != "0" and suffix[0] == "0"):
+            raise ValueError(f"{where}: {quote(name)} is not a list position (list:0, list:1, ...)")
+        positions[int(suffix)] = name
+    missing = [i for i in range(max(positions) + 1) if i not in positions]
+    if missing:
+        shown = ", ".join(f"list:{i}" for i in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                                                 else "")
+        raise ValueError(f"{where}: entries {shown} are missing (it holds positions up to "
+                         f"{max(positions)}, {len(positions)} entries)")
+    return [positions[i] for i in range(len(positions))]  # complete: 0..n-1

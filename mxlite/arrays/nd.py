@@ -35,6 +35,7 @@ from ..formats.archive import is_mxnet_file as _is_mxnet_file
 from ..formats.archive import load_mxnet_arrays as _load_mxnet_arrays
 from ..formats.archive import save_mxnet_arrays as _save_mxnet_arrays
 from ._common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
+from ._common import entry_names as _entry_names
 from ._common import load as _npz_load
 from ._common import save as _npz_save
 
@@ -501,8 +502,8 @@ def save(fname: str | _os.PathLike, data: Tensor | Sequence[Tensor] | _Mapping[s
     Raises:
         TypeError: ``data`` is not a Tensor, a list of them or a dict of them (names the entry), or
             (``"mxnet"``) a dtype MXNet has no type flag for.
-        ValueError: an unknown ``format``, or (``"mxnet"``) a 0-d array, which MXNet 1.x's layout
-            cannot hold (``mx.npx.save`` can).
+        ValueError: an unknown ``format``, two dict keys that give one name (``1`` and ``'1'``), or
+            (``"mxnet"``) a 0-d array, which MXNet 1.x's layout cannot hold (``mx.npx.save`` can).
     """
     _save(fname, data, format, np_shape=False, where="save")
 
@@ -517,7 +518,7 @@ def _save(fname: str | _os.PathLike, data: Any, format: str, np_shape: bool, whe
     if isinstance(data, Tensor):
         data = [data]
     if isinstance(data, _Mapping):
-        names: list[str] | None = [str(k) for k in data]
+        names: list[str] | None = _entry_names(data, where)
         values = list(data.values())
     elif isinstance(data, (list, tuple)):
         names, values = None, list(data)

@@ -1,8 +1,8 @@
-"""Debug mode for collectives (``MXLITE_DEBUG_COLLECTIVES=1``): every rank checks its partners first.
+"""Debug mode for collectives (``MXLITE_DEBUG_COLLECTIVES=1``, or true/yes/on): every rank checks its partners first.
 
 Purpose: a collective called with other shapes or dtypes on one rank, or a different collective
 altogether (rank 0 in an all-reduce while rank 1 waits in a barrier), either hangs or silently
-mixes unrelated data. With the variable set to ``1``, every collective of a multi-process
+mixes unrelated data. With the variable set to ``1`` (or ``true``, ``yes``, ``on``), every collective of a multi-process
 communicator (MPI or NCCL) first runs :func:`~mxlite.comm.agree.check_same_across_ranks` on a
 description of the call (its number in this communicator, the operation, the buffers' shapes
 and dtype), so every rank raises the same ValueError naming the odd rank out instead. The
@@ -16,11 +16,12 @@ debugging, not for production runs. Off (the default), it costs one dictionary l
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from ..device import env
 
 __all__ = ["enabled", "describe_call", "parameter_digests"]
 
@@ -28,8 +29,12 @@ ENV = "MXLITE_DEBUG_COLLECTIVES"
 
 
 def enabled() -> bool:
-    """Whether ``MXLITE_DEBUG_COLLECTIVES=1`` is set (read at each call, so tests can toggle it)."""
-    return os.environ.get(ENV, "") == "1"
+    """Whether ``MXLITE_DEBUG_COLLECTIVES`` is on (1/true/yes/on; read at each call, so tests can toggle it).
+
+    Raises:
+        ValueError: a value other than 1/true/yes/on or 0/false/no/off (any case), naming the variable.
+    """
+    return env.flag(ENV)
 
 
 def describe_call(number: int, op: str, buffers: Sequence[Any], with_shapes: bool = True) -> list[tuple[str, Any]]:

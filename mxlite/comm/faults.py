@@ -44,13 +44,19 @@ Warnings:
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
+import time
 import traceback
+import weakref
 from types import TracebackType
 from typing import Any
 
-__all__ = ["install", "is_installed", "failure_message", "collective_timeout", "wait", "TIMEOUT_ENV"]
+from ..device import env
+
+__all__ = ["install", "is_installed", "failure_message", "collective_timeout", "wait", "watch", "attach",
+           "watch_communicator", "TIMEOUT_ENV"]
 
 TIMEOUT_ENV = "MXLITE_COLLECTIVE_TIMEOUT"
 TIMEOUT_STATUS = 124  # as coreutils' timeout
@@ -59,26 +65,17 @@ _installed = False
 _previous_hook: Any = None
 _original_exit: Any = None
 _exit_status = 0  # the status of the last sys.exit call on the main thread
+_aborting = False  # set by the NCCL watchdog when it ends the job: the main thread's errors are then its doing
 
 
 def collective_timeout() -> float | None:
-    """Seconds a collective may wait for the other ranks (``MXLITE_COLLECTIVE_TIMEOUT``), or None (no limit).
+    """Seconds a collective may wait for the other ranks (``MXLITE_COLLECTIVE_TIMEOUT``), or None (no limit:
+    unset, empty or ``inf``).
 
     Raises:
         ValueError: the variable is set to something other than a positive number.
     """
-    import os  # noqa: PLC0415
-
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
-    return seconds
+    return env.seconds(TIMEOUT_ENV)
 
 
 def wait(request: Any, rank: int, size: int, what: str, timeout: float | None) -> None:
@@ -93,8 +90,6 @@ def wait(request: Any, rank: int, size: int, what: str, timeout: float | None) -
     if timeout is None:
         request.Wait()
         return
-    import time  # noqa: PLC0415
-
     deadline = time.monotonic() + timeout
     polls = 0
     while not request.Test():
@@ -105,6 +100,151 @@ def wait(request: Any, rank: int, size: int, what: str, timeout: float | None) -
             _abort(_world(), f"mxlite rank {rank} of {size}: {what} did not complete within {timeout:g} s "
                              f"({TIMEOUT_ENV}); a rank that has not reported this has stopped or hangs\n",
                    TIMEOUT_STATUS)
+
+
+# -- the NCCL watchdog ---------------------------------------------------------------------------------
+#
+# NCCL collectives are queued on a stream and return at once; the host blocks later, in some
+# synchronisation with no deadline (or, in the emulation and in NCCL's own set-up, inside the call).
+# As PyTorch's ProcessGroupNCCL watchdog does with blocking communicators, a daemon thread watches
+# every collective: each is registered *before* it is issued (so a call that blocks is covered),
+# then given the completion events recorded after it; the thread polls those events (cudaEventQuery,
+# no host synchronisation) and, every second, each communicator's asynchronous error. A collective
+# past its deadline, or an asynchronous error, aborts every registered communicator (which frees a
+# GPU spinning in an NCCL kernel and a host thread blocked in a synchronisation) and ends the job:
+# status 124 for a timeout (as on the MPI path), 1 for an NCCL error. Nothing runs while
+# MXLITE_COLLECTIVE_TIMEOUT is unset.
+
+_ASYNC_CHECK_PERIOD = 1.0  # seconds between check_async_error() polls of the registered communicators
+_POLL_PERIOD_MAX = 0.1  # seconds between polls of the watched events (at most; timeout / 10 when shorter)
+
+
+class _Watched:
+    __slots__ = ("what", "rank", "size", "timeout", "deadline", "events")
+
+    def __init__(self, what: str, rank: int, size: int, timeout: float, deadline: float) -> None:
+        self.what, self.rank, self.size, self.timeout, self.deadline = what, rank, size, timeout, deadline
+        self.events: list[Any] | None = None  # None: the call has not returned yet
+
+
+class _Watchdog:
+    """The process-wide watchdog thread (started by the first :func:`watch`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: list[_Watched] = []
+        self.communicators: list[Any] = []
+        self.period = _POLL_PERIOD_MAX
+        self.thread: threading.Thread | None = None
+
+    def start(self, timeout: float) -> None:
+        self.period = min(self.period, timeout / 10)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self.run, name="mxlite-nccl-watchdog", daemon=True)
+            self.thread.start()
+
+    def run(self) -> None:
+        next_check = time.monotonic() + _ASYNC_CHECK_PERIOD
+        while True:
+            time.sleep(self.period)
+            now = time.monotonic()
+            with self.lock:
+                entries = list(self.entries)
+            done = {id(e) for e in entries if e.events is not None and _all_done(e.events)}
+            if done:
+                with self.lock:
+                    self.entries = [e for e in self.entries if id(e) not in done]
+            late = next((e for e in entries if id(e) not in done and now > e.deadline), None)
+            if late is not None:
+                self.fire(f"mxlite rank {late.rank} of {late.size}: {late.what} did not complete within "
+                          f"{late.timeout:g} s ({TIMEOUT_ENV}); a rank that has not reported this has stopped or "
+                          "hangs\n", TIMEOUT_STATUS)
+                return
+            if now >= next_check:
+                next_check = now + _ASYNC_CHECK_PERIOD
+                error = self.async_error()
+                if error is not None:
+                    self.fire(error, 1)
+                    return
+
+    def async_error(self) -> str | None:
+        for owner in self.owners():
+            for handle in owner.handles:
+                try:
+                    handle.check_async_error()
+                except Exception as exc:  # noqa: BLE001 - NcclError: the communicator failed
+                    return f"mxlite rank {owner.rank} of {owner.size}: NCCL reported an asynchronous error: {exc}\n"
+        return None
+
+    def owners(self) -> list[Any]:
+        """The live communicators registered by :func:`watch_communicator` (dropping the collected ones)."""
+        with self.lock:
+            alive = [(ref, ref()) for ref in self.communicators]
+            self.communicators = [ref for ref, owner in alive if owner is not None]
+        return [owner for _, owner in alive if owner is not None]
+
+    def fire(self, text: str, status: int) -> None:
+        """End the job: abort every communicator (unblocking this process), write ``text``, exit with ``status``."""
+        global _aborting
+        _aborting = True
+        for owner in self.owners():
+            for handle in owner.handles:
+                try:
+                    handle.abort()
+                except Exception:  # noqa: BLE001 - aborting a failed communicator may fail too; go on
+                    pass
+        world = _world()
+        mpi = sys.modules.get("mpi4py.MPI")
+        if world is not None and mpi is not None and mpi.Query_thread() >= mpi.THREAD_MULTIPLE:
+            _abort(world, text, status)
+        # MPI_Abort is not allowed from this thread (or there is no MPI job): leave without finalizing,
+        # which makes the launcher end the other ranks with this status.
+        _abort(None, text, status)
+        os._exit(status)
+
+
+def _all_done(events: list[Any]) -> bool:
+    try:
+        return all(event.done for event in events)
+    except Exception:  # noqa: BLE001 - an event that cannot be queried (a failed device): the deadline decides
+        return False
+
+
+_watchdog = _Watchdog()
+
+
+def watch(what: str, rank: int, size: int, timeout: float | None) -> _Watched | None:
+    """Register a collective about to be issued; past ``timeout`` seconds the job ends (status 124).
+
+    Returns a token for :func:`attach`, or None when ``timeout`` is None (nothing is watched). Call it
+    before issuing the collective, so a call that blocks (NCCL's set-up, the emulation) is covered.
+    """
+    if timeout is None:
+        return None
+    entry = _Watched(what, rank, size, timeout, time.monotonic() + timeout)
+    with _watchdog.lock:
+        _watchdog.entries.append(entry)
+    _watchdog.start(timeout)
+    return entry
+
+
+def attach(token: _Watched | None, events: list[Any]) -> None:
+    """The collective of ``token`` was issued: it is complete when every event of ``events`` is (none: now)."""
+    if token is None:
+        return
+    if not events:
+        with _watchdog.lock:
+            if token in _watchdog.entries:
+                _watchdog.entries.remove(token)
+        return
+    token.events = list(events)
+
+
+def watch_communicator(owner: Any) -> None:
+    """Poll the asynchronous errors of ``owner.handles`` (CuPy NCCL communicators) and abort them when the
+    watchdog fires. ``owner`` (with ``rank``, ``size`` and ``handles``) is held by a weak reference."""
+    with _watchdog.lock:
+        _watchdog.communicators.append(weakref.ref(owner))
 
 
 def failure_message(rank: int, size: int, exc_type: type[BaseException], exc: BaseException,
@@ -154,6 +294,7 @@ def _world() -> Any:
 
 
 def _abort(world: Any, text: str, status: int) -> None:
+    """Flush, write ``text`` to stderr and ``world.Abort(status)`` (``world`` None: only write)."""
     for stream in (sys.stdout, sys.stderr):  # Abort kills the process: nothing buffered survives it
         try:
             stream.flush()
@@ -166,13 +307,16 @@ def _abort(world: Any, text: str, status: int) -> None:
         pass
     # The launcher forwards each rank's output through a pipe; Abort makes it tear the job down,
     # and without a pause it sometimes does so before reading the message just written.
-    import time  # noqa: PLC0415
-
+    if world is None:
+        return
     time.sleep(0.2)
     world.Abort(status)
 
 
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    if _aborting:  # the watchdog is ending the job; this error is what its abort() caused
+        while True:
+            time.sleep(1)
     world = _world()
     if world is None:
         _previous_hook(exc_type, exc, tb)

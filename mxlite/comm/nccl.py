@@ -32,6 +32,7 @@ import numpy as np
 
 from ..device import Device
 from ..device.copy import as_host
+from . import faults
 from .base import Communicator, Work
 from .mpi import timed_barrier, timed_bcast_bytes
 
@@ -127,6 +128,9 @@ class NcclCommunicator(Communicator):
         import cupy  # noqa: PLC0415
 
         self._cupy = cupy
+        self._timeout = faults.collective_timeout()  # MXLITE_COLLECTIVE_TIMEOUT, read once
+        self._calls_made = 0
+        self._watching: Any = None  # the watchdog's token of the collectives issued since begin()
         if mpi_comm is not None:  # one GPU per process, the NCCL id broadcast over MPI (world size 1 too)
             if len(self.devices) != 1:
                 raise ValueError(f"multi-process NCCL runs one GPU per process; this process has {self.devices}")
@@ -136,10 +140,14 @@ class NcclCommunicator(Communicator):
             # NCCL's own set-up waits for every rank with no time limit (and the root's broadcast may
             # complete before anyone receives it): meet under MXLITE_COLLECTIVE_TIMEOUT first.
             timed_barrier(mpi_comm, "the NCCL unique id: every rank joining")
+            token = faults.watch("the NCCL communicator set-up", self.rank, self.size, self._timeout)
             with self.devices[0].use():
                 self._comms = [nccl.NcclCommunicator(self.size, uid, self.rank)]
+            faults.attach(token, [])
         else:
             self._comms = nccl.NcclCommunicator.initAll([d.device_id for d in self.devices])
+        if self._timeout is not None:
+            faults.watch_communicator(self)
         self._staging: list[Any] = []  # see _stage
         self._streams = []
         for d in self.devices:
@@ -160,11 +168,36 @@ class NcclCommunicator(Communicator):
                 ready.record(self._cupy.cuda.get_current_stream())
                 stream.wait_event(ready)
 
+    @property
+    def handles(self) -> list[Any]:
+        """CuPy's NCCL communicators of this communicator, one per local device (the watchdog aborts them)."""
+        return list(self._comms)
+
+    def _watch(self, what: str) -> None:
+        """Register the collectives about to be issued with the watchdog (only under MXLITE_COLLECTIVE_TIMEOUT).
+
+        Called after the communication streams waited for the callers (so they have joined a capture, if
+        any) and before the first NCCL call; :meth:`_done` gives the watchdog the completion events. Not
+        while a CUDA graph is captured: the collectives then run at each replay, and the events are nodes.
+        """
+        if self._timeout is None or any(stream.is_capturing() for stream in self._streams):
+            return
+        self._calls_made += 1
+        self._watching = faults.watch(f"NCCL {what} (call {self._calls_made} of this communicator)", self.rank,
+                                      self.size, self._timeout)
+
+    def _finished(self) -> None:
+        """The host has seen the watched collectives complete (it synchronised): the watchdog forgets them."""
+        faults.attach(self._watching, [])
+        self._watching = None
+
     def _done(self) -> NcclWork:
         events = []
         for device, stream in zip(self.devices, self._streams):
             with device.use():
                 events.append(stream.record())
+        faults.attach(self._watching, events)
+        self._watching = None
         work = NcclWork(self.devices, events)
         if self._staging:  # staging buffers of sharded collectives, in use on the streams until the work is done
             work.keep, self._staging = self._staging, []
@@ -181,9 +214,11 @@ class NcclCommunicator(Communicator):
 
         Then run encodes under ``with device.use(), stream:``, enqueue collectives with
         :meth:`allreduce_on_device` / :meth:`allgather_on_device`, decode on the same streams and
-        finish with :meth:`end`.
+        finish with :meth:`end`. Under ``MXLITE_COLLECTIVE_TIMEOUT`` everything enqueued until
+        :meth:`end` is watched as one collective.
         """
         self._after_callers()
+        self._watch("collectives on the communication streams")
 
     def end(self) -> NcclWork:
         """The work of everything enqueued on the communication streams since :meth:`begin`."""
@@ -383,6 +418,7 @@ class NcclCommunicator(Communicator):
         nccl = self._nccl
         dtypes = [self._dtype(buf) for buf in buffers]  # before groupStart: an error must not leave it open
         self._after_callers()
+        self._watch("allreduce")
         nccl.groupStart()
         try:
             for comm, buf, dtype, stream in zip(self._comms, buffers, dtypes, self._streams):
@@ -404,6 +440,7 @@ class NcclCommunicator(Communicator):
         # NCCL's root is a rank of the NCCL communicator: local device 0 of process `root`.
         nccl_root = root * len(self.devices)
         dtypes = [self._dtype(buf) for buf in buffers]
+        self._watch(f"broadcast from rank {root}")
         nccl.groupStart()
         try:
             for comm, buf, dtype, stream in zip(self._comms, buffers, dtypes, self._streams):
@@ -426,8 +463,10 @@ class NcclCommunicator(Communicator):
             flat = cupy.ascontiguousarray(cupy.asarray(array)).reshape(-1)  # host arrays come too (agree, codecs)
             out = cupy.empty(flat.size * self.size, flat.dtype)
             self._after_callers()
+            self._watch("allgather")
             comm.allGather(flat.data.ptr, out.data.ptr, flat.size, self._dtype(flat), stream.ptr)
             stream.synchronize()
+            self._finished()
             return np.split(out.get(), self.size)
 
     def barrier(self) -> None:
@@ -438,6 +477,8 @@ class NcclCommunicator(Communicator):
         with self.devices[0].use():
             token = self._cupy.zeros(1, np.float32)
         self._after_callers()  # the communication stream reads the token the current stream zeroed
+        self._watch("barrier")
         self._comms[0].allReduce(token.data.ptr, token.data.ptr, 1, self._nccl.NCCL_FLOAT32, self._nccl.NCCL_SUM,
                                  self._streams[0].ptr)
         self._streams[0].synchronize()
+        self._finished()

@@ -18,7 +18,6 @@ arrays when no device is given (MXNet's ``with mx.gpu(0):`` idiom).
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 from types import ModuleType
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import env
 from .topology import launched_by_mpi, local_rank_and_size
 
 __all__ = [
@@ -83,16 +83,7 @@ def _emulated_gpus() -> int:
     Raises:
         ValueError: the variable is set to something other than an integer from 0 to 16.
     """
-    text = os.environ.get(EMULATE_GPUS_ENV, "").strip()
-    if not text:
-        return 0
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if not 0 <= count <= 16:
-        raise ValueError(f"{EMULATE_GPUS_ENV} must be an integer from 0 (off) to 16 emulated GPUs, got {text!r}")
-    return count
+    return env.integer(EMULATE_GPUS_ENV, 0, 16, 0, " emulated GPUs (0: off)")
 
 
 def cuda_status() -> tuple[ModuleType | None, int, str]:

@@ -24,6 +24,7 @@ import os
 import warnings
 from typing import Any
 
+from . import env
 from .devices import Device
 
 __all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
@@ -103,10 +104,7 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
 
 
 def _cpu_mode() -> str:
-    mode = os.environ.get(CPU_KERNELS_ENV, "").strip().lower() or "auto"
-    if mode not in _CPU_MODES:
-        raise ValueError(f"{CPU_KERNELS_ENV} must be one of {', '.join(_CPU_MODES)}, got {mode!r}")
-    return mode
+    return env.choice(CPU_KERNELS_ENV, _CPU_MODES, "auto")
 
 
 @functools.cache

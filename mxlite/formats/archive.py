@@ -2,10 +2,13 @@
 binary NDArray-list files (what ``mx.nd.save`` and 1.x ``save_parameters`` write; :mod:`.mxnet_params`).
 
 Writers go to a temporary file in the destination folder, fsync it and rename it over the
-target, so a crash during a save leaves the previous file intact. Readers load everything into
-memory and report a damaged or foreign file as a :class:`ValueError` naming the file, before
-any caller has changed state. Readers tell the two formats apart by the file's first bytes (a zip
-archive starts with ``PK``; an MXNet file with its u64 list magic 0x112), not by its name.
+target, so a crash during a save leaves the previous file intact. Readers load into memory and
+report a damaged or foreign file as a :class:`ValueError` naming the file, before any caller has
+changed state. An ``.npz``'s arrays are described from their headers first
+(:func:`describe_arrays`), checked against the zip's sizes, and allocated only within a limit, so
+a small file cannot make a reader allocate what it does not declare. Readers tell the two formats
+apart by the file's first bytes (a zip archive starts with ``PK``; an MXNet file with its u64 list
+magic 0x112), not by its name.
 
 Readers also take the file's bytes (``data=``) in place of reading ``path``: a caller that has
 already read and verified a file (``mx.checkpoint.load`` against its SHA-256 manifest) parses
@@ -14,20 +17,24 @@ exactly those bytes, and ``path`` only names the file in errors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping
-from typing import IO
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any
 
 import numpy as np
 
 from ..device.copy import as_host  # re-exported: device-to-host reads live in the device layer
-from . import mxnet_params
+from . import _messages, mxnet_params
 
 __all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host",
-           "is_mxnet_file", "load_mxnet_arrays", "save_mxnet_arrays"]
+           "is_mxnet_file", "load_mxnet_arrays", "save_mxnet_arrays", "describe_arrays", "ArraySpec",
+           "memory_limit"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
@@ -154,44 +161,184 @@ def save_mxnet_arrays(path: str | os.PathLike, arrays: list[np.ndarray], names: 
     atomic_write(path, lambda f: f.write(data))
 
 
-def load_arrays(path: str | os.PathLike, *, data: bytes | None = None) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` file written by :func:`save_arrays`, or of a named MXNet file.
+class ArraySpec:
+    """What a file declares about one of its arrays, read from its header before any of its data.
+
+    ``name`` is the name as stored; ``shape`` and ``dtype`` are what reading it would give (``ndim``
+    and ``nbytes`` follow), so a caller can refuse a file before it allocates anything.
+    """
+
+    __slots__ = ("name", "shape", "dtype")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.name, self.shape, self.dtype = name, tuple(int(n) for n in shape), np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the array occupies once read."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"ArraySpec({self.name!r}, {self.shape}, {self.dtype})"
+
+
+# Deflate cannot inflate more than 1032:1 (RFC 1951: one 258-byte match per 2 bits at best); a zip entry
+# claiming more has a lying size field. The slack covers headers of tiny members.
+_DEFLATE_MAX_RATIO = 1032
+_DEFLATE_SLACK = 1024
+
+
+def memory_limit() -> int:
+    """Bytes a reader may allocate for one file's arrays: this machine's physical memory (2**62 if unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2**62
+
+
+def describe_arrays(path: str | os.PathLike, *, data: bytes | None = None) -> dict[str, ArraySpec]:
+    """Name, shape and dtype of every array of a file :func:`load_arrays` reads, without reading the arrays.
+
+    For an ``.npz`` only the zip directory and each member's ``.npy`` header are read, and every header
+    is checked against the zip's sizes (so a member cannot inflate to more than it declares); an
+    MXNet file is parsed whole (its arrays are no larger than the file). Same arguments and errors as
+    :func:`load_arrays`.
+    """
+    path = os.fspath(path)
+    head = _head(path) if data is None else data[:8]
+    if mxnet_params.looks_like_mxnet(head):
+        return {name: ArraySpec(name, a.shape, a.dtype) for name, a in _mxnet_named(path, data).items()}
+    with _npz(path, data, head) as (_, members):
+        return {name: spec for name, (spec, _) in members.items()}
+
+
+def load_arrays(path: str | os.PathLike, *, data: bytes | None = None, names: Iterable[str] | None = None,
+                limit: int | None = None) -> dict[str, np.ndarray]:
+    """Read the arrays of an ``.npz`` file written by :func:`save_arrays`, or of a named MXNet file.
 
     The format is told by the file's first bytes. MXNet names come back as saved (``arg:``/``aux:``
-    prefixes included).
+    prefixes included). Before any array of an ``.npz`` is allocated, every member's ``.npy`` header
+    must agree with the zip's sizes (a member inflates to exactly what it declares), and the arrays
+    to read must fit in ``limit`` bytes: a small compressed file cannot make the reader allocate
+    gigabytes it does not announce (:func:`describe_arrays` lets a caller check shapes first).
 
     Args:
         path: the file. With ``data`` it is not opened at all, only named in errors.
         data: the file's whole content, already read (and verified) by the caller: these bytes are
             parsed, so what is returned is exactly what the caller checked. None reads ``path``.
+        names: read only these arrays (names as stored; unknown names are ignored); None: all.
+        limit: the most bytes the arrays read may declare; default :func:`memory_limit`.
 
     Raises:
         FileNotFoundError: no such file (``data`` None).
         ValueError: the file is truncated, corrupt, not an npz archive (e.g. a zip holding
-            other files than ``.npy`` arrays), holds pickled objects (never unpickled), or is an
-            MXNet file that cannot be read (see :func:`load_mxnet_arrays`) or holds an unnamed list.
+            other files than ``.npy`` arrays), holds pickled objects (never unpickled), declares
+            more than ``limit`` bytes, or is an MXNet file that cannot be read (see
+            :func:`load_mxnet_arrays`) or holds an unnamed list.
     """
     path = os.fspath(path)
+    wanted = None if names is None else set(names)
     head = _head(path) if data is None else data[:8]
     if mxnet_params.looks_like_mxnet(head):
-        names, arrays = load_mxnet_arrays(path, data=data)
-        if names is None and arrays:
-            raise ValueError(f"cannot read {path!r} as named arrays: it is an MXNet NDArray file holding an unnamed "
-                             f"list of {len(arrays)} arrays (mx.nd.save of a list); load it with mx.nd.load")
-        return dict(zip(names or [], arrays))
+        return {n: a for n, a in _mxnet_named(path, data).items() if wanted is None or n in wanted}
+    with _npz(path, data, head) as (archive, members):
+        chosen = {n: m for n, m in members.items() if wanted is None or n in wanted}
+        total = sum(spec.nbytes for spec, _ in chosen.values())
+        limit = memory_limit() if limit is None else limit
+        if total > limit:
+            raise ValueError(f"cannot read {path!r}: its arrays declare {total} bytes, more than the {limit} bytes "
+                             "a load may allocate (this machine's memory, or the caller's limit)")
+        try:
+            return {name: _read_member(archive, info) for name, (_, info) in chosen.items()}
+        except Exception as exc:  # noqa: BLE001 - a damaged member raises anything from BadZipFile to EOFError
+            raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: "
+                             f"{_messages.quote(str(exc), 200)})") from exc
+
+
+def _mxnet_named(path: str, data: bytes | None) -> dict[str, np.ndarray]:
+    names, arrays = load_mxnet_arrays(path, data=data)
+    if names is None and arrays:
+        raise ValueError(f"cannot read {path!r} as named arrays: it is an MXNet NDArray file holding an unnamed "
+                         f"list of {len(arrays)} arrays (mx.nd.save of a list); load it with mx.nd.load")
+    return dict(zip(names or [], arrays))
+
+
+@contextlib.contextmanager
+def _npz(path: str, data: bytes | None, head: bytes) -> Iterator[tuple[zipfile.ZipFile, dict[str, Any]]]:
+    """The open archive and its members, ``{array name: (ArraySpec, ZipInfo)}``, every header checked."""
+    if head.startswith(b"\x93NUMPY"):
+        raise ValueError(f"cannot read {path!r} as an mxlite .npz file: it holds a single ndarray, not an .npz archive "
+                         "of named arrays (a .npy file)")
+    if head.startswith(b"\x80") and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise ValueError(f"cannot read {path!r} as an mxlite .npz file: it holds pickled data, which is never "
+                         "unpickled")
     try:
-        loaded = np.load(path if data is None else io.BytesIO(data), allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ValueError(f"holds a single {type(loaded).__name__}, not an .npz archive of named arrays")
-        with loaded as archive:
-            # NpzFile hands back raw bytes for members that are not .npy arrays: refuse such zips.
-            foreign = [n for n in archive.zip.namelist() if not n.endswith(".npy")]
-            if foreign:
-                raise ValueError(f"it is a zip archive but not an .npz of arrays: members {foreign[:5]} are not "
-                                 ".npy files")
-            return {name: archive[name] for name in archive.files}
+        archive = zipfile.ZipFile(path if data is None else io.BytesIO(data))
     except FileNotFoundError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from BadZipFile to NotImplementedError
+    except Exception as exc:  # noqa: BLE001 - not a zip, or a damaged one
         hint = "" if head.startswith(b"PK") else "; nor is it an MXNet NDArray file (no list magic 0x112 at its start)"
-        raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: {exc}){hint}") from exc
+        raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: "
+                         f"{_messages.quote(str(exc), 200)}){hint}") from exc
+    with archive:
+        members: dict[str, Any] = {}
+        try:
+            infos = archive.infolist()
+            foreign = [i.filename for i in infos if not i.filename.endswith(".npy")]
+            if foreign:
+                raise ValueError(f"it is a zip archive but not an .npz of arrays: members "
+                                 f"{_messages.listing(foreign, 5)} are not .npy files")
+            for info in infos:
+                name = info.filename[:-4]
+                if name in members:
+                    raise ValueError(f"member {_messages.quote(info.filename)} appears twice")
+                members[name] = (_member_spec(archive, info), info)
+        except ValueError as exc:
+            raise ValueError(f"cannot read {path!r} as an mxlite .npz file: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from BadZipFile to EOFError
+            raise ValueError(f"cannot read {path!r} as an mxlite .npz file ({type(exc).__name__}: "
+                             f"{_messages.quote(str(exc), 200)})") from exc
+        yield archive, members
+
+
+def _member_spec(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> ArraySpec:
+    """A member's ``.npy`` header, checked against the zip's sizes (raises ValueError naming the member)."""
+    what = f"member {_messages.quote(info.filename)}"
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        if info.file_size > _DEFLATE_MAX_RATIO * info.compress_size + _DEFLATE_SLACK:
+            raise ValueError(f"{what} claims to inflate {info.compress_size} bytes to {info.file_size}, more than "
+                             "deflate can; the file is damaged")
+    elif info.compress_type == zipfile.ZIP_STORED:
+        if info.file_size != info.compress_size:
+            raise ValueError(f"{what} is stored with {info.compress_size} bytes but declares {info.file_size}; "
+                             "the file is damaged")
+    else:
+        raise ValueError(f"{what} uses zip compression method {info.compress_type}; .npz files are stored or "
+                         "deflated")
+    with archive.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"{what} is .npy format version {version[0]}.{version[1]}; 1.0 and 2.0 are read")
+        header = f.tell()
+    if dtype.hasobject:
+        raise ValueError(f"Object arrays cannot be loaded: {what} holds Python objects (dtype {dtype}), which are "
+                         "never unpickled")
+    spec = ArraySpec(info.filename[:-4], shape, dtype)
+    if header + spec.nbytes != info.file_size:
+        raise ValueError(f"{what} is damaged: its header announces {spec.nbytes} bytes of data ({spec.shape} "
+                         f"{spec.dtype}), the zip holds {info.file_size - header}")
+    return spec
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    with archive.open(info) as f:
+        return np.lib.format.read_array(f, allow_pickle=False)

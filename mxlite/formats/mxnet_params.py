@@ -43,11 +43,14 @@ that are not UTF-8, and a name given twice.
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from . import _messages
 
 __all__ = ["LIST_MAGIC", "V1_MAGIC", "V2_MAGIC", "V3_MAGIC", "MXNetFormatError", "looks_like_mxnet", "decode",
            "encode", "strip_arg_aux_prefixes"]
@@ -174,13 +177,15 @@ def _decode(r: _Reader) -> tuple[list[str] | None, list[np.ndarray]]:
         seen: set[str] = set()
         for name in names:
             if name in seen:
-                raise MXNetFormatError(f"the name {name!r} is given to two arrays")
+                raise MXNetFormatError(f"the name {_messages.quote(name)} is given to two arrays")
             seen.add(name)
     if r.pos != len(r.buf):
         raise MXNetFormatError(f"{len(r.buf) - r.pos} unexpected bytes after the end of the list (offset {r.pos})")
     if refused:
-        listed = [f"{names[i]!r} (#{i}) {why}" if names else f"#{i} {why}" for i, why in refused.items()]
-        raise MXNetFormatError("unsupported array(s): " + "; ".join(listed))
+        listed = [(f"{_messages.quote(names[i])} (#{i})" if names else f"#{i}") + f" {why}"
+                  for i, why in refused.items()]
+        more = f"; and {len(listed) - _messages.LIST_LIMIT} more" if len(listed) > _messages.LIST_LIMIT else ""
+        raise MXNetFormatError("unsupported array(s): " + "; ".join(listed[:_messages.LIST_LIMIT]) + more)
     return names, arrays  # type: ignore[return-value] # no None left: "none" arrays are refused above
 
 
@@ -258,12 +263,14 @@ def encode(arrays: Sequence[np.ndarray], names: Sequence[str] | None = None, np_
         ValueError: names and arrays of different lengths, a name given twice, or a 0-d array with
             ``np_shape=False`` (MXNet's V2 layout reads ndim 0 as an uninitialised array).
     """
-    labels = [f"{n!r}" for n in names] if names is not None else [f"#{i}" for i in range(len(arrays))]
+    labels = [_messages.quote(n) for n in names] if names is not None else [f"#{i}" for i in range(len(arrays))]
     if names is not None:
         if len(names) != len(arrays):
             raise ValueError(f"{len(names)} names for {len(arrays)} arrays")
         if len(set(names)) != len(names):
-            raise ValueError("a name is given twice: " + repr(sorted(n for n in set(names) if names.count(n) > 1)))
+            counts = collections.Counter(names)
+            twice = sorted(n for n, k in counts.items() if k > 1)
+            raise ValueError("a name is given twice: " + _messages.listing(twice))
     out = [struct.pack("<QQQ", LIST_MAGIC, 0, len(arrays))]
     for label, value in zip(labels, arrays):
         value = np.asarray(value)
@@ -301,7 +308,8 @@ def strip_arg_aux_prefixes(loaded: Mapping[str, np.ndarray], source: str | os.Pa
     for key, value in loaded.items():
         name = key[4:] if key.startswith(("arg:", "aux:")) else key
         if name in out:
-            raise ValueError(f"cannot load parameters from {os.fspath(source)!r}: {origin[name]!r} and {key!r} "
-                             f"both name parameter {name!r} once MXNet's arg:/aux: prefixes are removed")
+            first, second, both = (_messages.quote(n) for n in (origin[name], key, name))
+            raise ValueError(f"cannot load parameters from {os.fspath(source)!r}: {first} and {second} both name "
+                             f"parameter {both} once MXNet's arg:/aux: prefixes are removed")
         out[name], origin[name] = value, key
     return out

@@ -24,10 +24,9 @@ import numpy as np
 
 from ..autograd.tensor import NDTensor, Tensor
 from ..device import current_device
-from ..formats.archive import load_arrays, save_arrays, save_mxnet_arrays
+from ..formats.archive import describe_arrays, load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
-from ..store import ParameterStore
-from .parameter import Parameter, ParameterDict, _device_list, _missing_names
+from .parameter import Parameter, ParameterDict, _device_list, apply_load, plan_from_arrays, plan_load
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
@@ -364,9 +363,10 @@ class Block:
         ``filename`` is an mxlite ``.npz`` or a file MXNet wrote (``save_parameters``, ``nd.save`` of
         a dict: its binary format, dense arrays); MXNet's ``arg:``/``aux:`` name prefixes are removed.
 
-        Everything is validated before any parameter changes: names missing from the file
-        (unless ``allow_missing``), names the model lacks (unless ``ignore_extra``), shape
-        mismatches, and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
+        Everything is validated before any parameter changes, from the file's array headers before
+        any array is read: names missing from the file (unless ``allow_missing``), names the model
+        lacks (unless ``ignore_extra``), shape mismatches (a zero-size dimension cannot complete a
+        deferred shape), and dtype mismatches (unless ``cast_dtype``; then ``dtype_source``
         'current' keeps the model's dtype, 'saved' adopts the file's).
         Uninitialised parameters are initialised on ``device`` (default: current device).
 
@@ -405,39 +405,17 @@ class Block:
 
         Raises the errors of :meth:`load_parameters`.
         """
-        if dtype_source not in ("current", "saved"):
-            raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
-        loaded = self._from_mxnet_layouts(arrays if arrays is not None else
-                                          strip_arg_aux_prefixes(load_arrays(filename, data=data), filename))
         params = self.collect_params()
-        problems: list[str] = []
-        missing = _missing_names(params, loaded)  # a deduplicated file names a shared Parameter once
-        extra = [n for n in loaded if n not in params]
-        if missing and not allow_missing:
-            problems.append(f"missing from the file: {missing} (pass allow_missing=True to skip them)")
-        if extra and not ignore_extra:
-            problems.append(f"not in the model: {extra} (pass ignore_extra=True to skip them)")
-        plan: list[tuple[Parameter, np.ndarray]] = []
-        for name, param in params.items():
-            if name not in loaded:
-                continue
-            value = loaded[name]
-            shape = param.shape
-            if shape is not None and (len(shape) != value.ndim or any(
-                    a != -1 and a != b for a, b in zip(shape, value.shape))):
-                problems.append(f"{name!r}: shape {tuple(shape)} in the model, {value.shape} in the file")
-                continue
-            if value.dtype != param.dtype:
-                if not cast_dtype:
-                    problems.append(f"{name!r}: dtype {param.dtype} in the model, {value.dtype} in the file "
-                                    "(pass cast_dtype=True to convert)")
-                    continue
-                if dtype_source == "current":
-                    value = value.astype(param.dtype)
-            plan.append((param, value))
-        if problems:
-            raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
-        return plan
+        options = dict(allow_missing=allow_missing, ignore_extra=ignore_extra, cast_dtype=cast_dtype,
+                       dtype_source=dtype_source)
+        if arrays is None:
+            hooks = list(self._layout_hooks("_from_mxnet_layout"))
+            if not hooks or set(params) <= set(strip_arg_aux_prefixes(describe_arrays(filename, data=data),
+                                                                          filename)):
+                # the file names this model's parameters as they are: headers first, then only what is needed
+                return plan_load(filename, params, data=data, **options)
+            arrays = strip_arg_aux_prefixes(load_arrays(filename, data=data), filename)  # MXNet's RNN layouts
+        return plan_from_arrays(filename, params, self._from_mxnet_layouts(arrays), **options)
 
     def _layout_hooks(self, name: str) -> Iterator[tuple[str, Callable[..., Any]]]:
         """(structural prefix, hook) of every descendant that has method ``name`` (the recurrent layers'
@@ -461,17 +439,7 @@ class Block:
 
     def _apply_load(self, plan: list[tuple[Parameter, np.ndarray]], device: Any = None) -> None:
         """Apply what :meth:`_plan_load` checked (uninitialised parameters are initialised on ``device``)."""
-        devices = _device_list(device) if device is not None else [current_device()]
-        store = ParameterStore()  # one arena set for every parameter initialised here, as initialize() does
-        for param, value in plan:
-            if value.dtype != param.dtype:
-                param.cast(value.dtype)
-            if param.is_initialized:
-                param.set_data(value)
-            else:
-                param.shape = value.shape
-                param._init_impl(value.astype(param.dtype), param._deferred[2] if param._deferred else devices,
-                                 param._deferred[3] if param._deferred else (param._store or store))
+        apply_load(plan, _device_list(device) if device is not None else [current_device()])
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -11,6 +11,7 @@ first forward pass once the input shape is known (``Dense(10)`` without ``in_uni
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 from .. import initializer as _init
 from ..autograd.tensor import Tensor
 from ..device import Device, as_device, current_device
+from ..formats import _messages
 from ..store import Arena, ParameterStore, Slot
 
 __all__ = ["Parameter", "ParameterDict", "Constant", "DeferredInitializationError"]
@@ -226,6 +228,20 @@ class Parameter:
         self._deferred = None
         for dev in devices:
             self._allocate(dev, store, values)
+
+    def _load_uninitialized(self, value: np.ndarray, devices: list[Device], store: ParameterStore) -> None:
+        """Initialise from a loaded ``value`` (its shape completes a deferred one); on failure nothing changes:
+        the shape, the deferred initialisation and the slots made so far are restored or released."""
+        saved = self._shape, self._deferred, self._store
+        try:
+            self.shape = value.shape
+            deferred = self._deferred
+            self._init_impl(value.astype(self.dtype), deferred[2] if deferred else devices,
+                            deferred[3] if deferred else (self._store or store))
+        except BaseException:
+            self._release()
+            self._shape, self._deferred, self._store = saved
+            raise
 
     def _allocate(self, dev: Device, store: ParameterStore, values: Any) -> None:
         arena = store.arena(dev, self.dtype)
@@ -614,42 +630,13 @@ class ParameterDict(dict):
 
         Raises:
             ValueError: names missing from the file (unless ``allow_missing``), names not in this dict
-                (unless ``ignore_extra``), shape or dtype mismatches (every problem listed at once).
+                (unless ``ignore_extra``), shape or dtype mismatches (every problem listed at once),
+                all found from the file's array headers before any array is read.
         """
-        from ..formats.archive import load_arrays  # noqa: PLC0415
-        from ..formats.mxnet_params import strip_arg_aux_prefixes  # noqa: PLC0415
-
-        loaded = {restore_prefix + k: v for k, v in strip_arg_aux_prefixes(load_arrays(filename), filename).items()}
-        missing = _missing_names(self, loaded)
-        extra = [n for n in loaded if n not in self]
-        problems = []
-        if missing and not allow_missing:
-            problems.append(f"missing from the file: {missing}")
-        if extra and not ignore_extra:
-            problems.append(f"not in this ParameterDict: {extra}")
-        for name, param in self.items():
-            if name in loaded and param.shape is not None and (len(param.shape) != loaded[name].ndim or any(
-                    a != -1 and a != b for a, b in zip(param.shape, loaded[name].shape))):
-                problems.append(f"{name!r}: shape {param.shape} here, {loaded[name].shape} in the file")
-            elif name in loaded and loaded[name].dtype != param.dtype and not cast_dtype:
-                problems.append(f"{name!r}: dtype {param.dtype} here, {loaded[name].dtype} in the file")
-        if problems:
-            raise ValueError(f"cannot load parameters from {filename!r}: " + "; ".join(problems))
-        devices = _device_list(device if ctx is None else ctx)
-        store = ParameterStore()
-        for name, param in self.items():
-            if name not in loaded:
-                continue
-            value = loaded[name]
-            if dtype_source == "saved" and value.dtype != param.dtype:
-                param.cast(value.dtype)
-            value = value.astype(param.dtype)
-            if param.is_initialized:
-                param.set_data(value)
-            else:
-                param.shape = value.shape
-                param._init_impl(value, param._deferred[2] if param._deferred else devices,
-                                 param._deferred[3] if param._deferred else (param._store or store))
+        plan = plan_load(filename, self, restore_prefix=restore_prefix, allow_missing=allow_missing,
+                         ignore_extra=ignore_extra, cast_dtype=cast_dtype, dtype_source=dtype_source,
+                         owner="this ParameterDict")
+        apply_load(plan, _device_list(device if ctx is None else ctx))
 
     # MXNet 2.x's collect_params() returns a plain dict, printed on one line: {'0.weight': Parameter ...}
     __repr__ = dict.__repr__
@@ -664,3 +651,109 @@ def _missing_names(params: dict[str, Parameter], loaded: Any) -> list[str]:
     """
     present = {id(p) for n, p in params.items() if n in loaded}
     return [n for n, p in params.items() if n not in loaded and id(p) not in present]
+
+
+# -- loading parameter files (Block.load_parameters, ParameterDict.load, mx.checkpoint.load) ----------------------
+
+def plan_load(filename: Any, params: dict[str, Parameter], *, data: bytes | None = None, restore_prefix: str = "",
+              allow_missing: bool = False, ignore_extra: bool = False, cast_dtype: bool = False,
+              dtype_source: str = "current", owner: str = "the model") -> list[tuple[Parameter, np.ndarray]]:
+    """Check a parameter file against ``params`` and read what they need, changing nothing: [(parameter, value)].
+
+    The file's array headers (names, shapes, dtypes) are checked first, so a file that does not fit is
+    refused before any of its arrays is allocated (a small compressed ``.npz`` cannot make this
+    allocate what the model does not hold); then only the arrays of ``params`` are read. ``data``: the
+    file's bytes, already read and verified by the caller (``filename`` then only names it). A value
+    comes back in the parameter's dtype unless ``dtype_source='saved'``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: an unreadable file, or mismatches, every problem listed at once: names missing from
+            the file (unless ``allow_missing``), names ``params`` lack (unless ``ignore_extra``), shapes,
+            a zero-size dimension offered for a dimension still unknown (deferred initialisation), dtypes
+            (unless ``cast_dtype``).
+    """
+    from ..formats.archive import describe_arrays, load_arrays  # noqa: PLC0415
+    from ..formats.mxnet_params import strip_arg_aux_prefixes  # noqa: PLC0415
+
+    if dtype_source not in ("current", "saved"):
+        raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
+
+    def named(entries: dict[str, Any]) -> dict[str, Any]:
+        return {restore_prefix + k: v for k, v in strip_arg_aux_prefixes(entries, filename).items()}
+
+    specs = named(describe_arrays(filename, data=data))
+    _check_loadable(filename, params, specs, allow_missing, ignore_extra, cast_dtype, owner)
+    loaded = named(load_arrays(filename, data=data, names={specs[n].name for n in params if n in specs}))
+    changed = [n for n in params if n in specs and (n not in loaded or loaded[n].shape != specs[n].shape
+                                                    or loaded[n].dtype != specs[n].dtype)]
+    if changed:
+        raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: the file changed while it was read "
+                         f"({_messages.listing(changed)} differ from their headers)")
+    plan = []
+    for name, param in params.items():
+        if name in loaded:
+            value = loaded[name]
+            if value.dtype != param.dtype and dtype_source == "current":
+                value = value.astype(param.dtype)
+            plan.append((param, value))
+    return plan
+
+
+def plan_from_arrays(filename: Any, params: dict[str, Parameter], arrays: dict[str, np.ndarray], *,
+                     allow_missing: bool = False, ignore_extra: bool = False, cast_dtype: bool = False,
+                     dtype_source: str = "current", owner: str = "the model") -> list[tuple[Parameter, np.ndarray]]:
+    """:func:`plan_load` for values already in memory (``Block.load_dict``, a file whose names needed
+    translating first): the same checks and errors, ``filename`` only names the source in them."""
+    if dtype_source not in ("current", "saved"):
+        raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
+    _check_loadable(filename, params, arrays, allow_missing, ignore_extra, cast_dtype, owner)
+    plan = []
+    for name, param in params.items():
+        if name in arrays:
+            value = np.asarray(arrays[name])
+            if value.dtype != param.dtype and dtype_source == "current":
+                value = value.astype(param.dtype)
+            plan.append((param, value))
+    return plan
+
+
+def _check_loadable(filename: Any, params: dict[str, Parameter], entries: dict[str, Any], allow_missing: bool,
+                    ignore_extra: bool, cast_dtype: bool, owner: str) -> None:
+    """Raise the ValueError of :func:`plan_load` for ``entries`` (anything with ``shape``, ``ndim``, ``dtype``)."""
+    problems: list[str] = []
+    missing = _missing_names(params, entries)  # a deduplicated file names a shared Parameter once
+    extra = [n for n in entries if n not in params]
+    if missing and not allow_missing:
+        problems.append(f"missing from the file: {_messages.listing(missing, 20)} (pass allow_missing=True to skip "
+                        "them)")
+    if extra and not ignore_extra:
+        problems.append(f"not in {owner}: {_messages.listing(extra, 20)} (pass ignore_extra=True to skip them)")
+    for name, param in params.items():
+        if name not in entries:
+            continue
+        entry, shape = entries[name], param.shape
+        if shape is not None and (len(shape) != entry.ndim or any(
+                a != -1 and a != b for a, b in zip(shape, entry.shape))):
+            problems.append(f"{name!r}: shape {tuple(shape)} in {owner}, {entry.shape} in the file")
+        elif shape is not None and any(a == -1 and b <= 0 for a, b in zip(shape, entry.shape)):
+            problems.append(f"{name!r}: the file holds shape {entry.shape}; a zero-size dimension cannot fill the "
+                            f"unknown dimension of {tuple(shape)} in {owner} (deferred initialisation)")
+        elif entry.dtype != param.dtype and not cast_dtype:
+            problems.append(f"{name!r}: dtype {param.dtype} in {owner}, {entry.dtype} in the file "
+                            "(pass cast_dtype=True to convert)")
+    if problems:
+        raise ValueError(f"cannot load parameters from {os.fspath(filename)!r}: " + "; ".join(problems))
+
+
+def apply_load(plan: list[tuple[Parameter, np.ndarray]], devices: list[Device]) -> None:
+    """Apply what :func:`plan_load` checked; an uninitialised parameter is initialised on ``devices`` (or on
+    those of its deferred initialisation), and one whose initialisation fails is left as it was."""
+    store = ParameterStore()  # one arena set for every parameter initialised here, as initialize() does
+    for param, value in plan:
+        if value.dtype != param.dtype:
+            param.cast(value.dtype)
+        if param.is_initialized:
+            param.set_data(value)
+        else:
+            param._load_uninitialized(value, devices, store)

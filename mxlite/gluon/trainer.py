@@ -189,7 +189,12 @@ class Trainer(TrainerStates):
         return self._optimizer.learning_rate
 
     def set_learning_rate(self, lr: float) -> None:
-        """Set the optimizer's learning rate (UserWarning is raised if a scheduler is set)."""
+        """Set the optimizer's learning rate (UserWarning is raised if a scheduler is set).
+
+        Raises:
+            TypeError: ``lr`` is not a real number (None included). ValueError: NaN, infinite or negative.
+            The rate is unchanged then.
+        """
         self._optimizer.set_learning_rate(lr)
 
     @property

@@ -265,16 +265,39 @@ class Optimizer:
     # -- learning rate --------------------------------------------------------------------
     @property
     def learning_rate(self) -> float:
-        """The current learning rate (the scheduler's value at ``num_update`` when set)."""
+        """The current learning rate (the scheduler's value at ``num_update`` when set).
+
+        Raises:
+            ValueError: the scheduler returned something other than a finite number >= 0 (names the
+                scheduler, the value and the update).
+        """
         if self.lr_scheduler is not None:
-            return self.lr_scheduler(self.num_update)
+            checked, self._checked_rate = getattr(self, "_checked_rate", None), None
+            if checked is not None and checked[0] == self.num_update:  # asked by _update_count just now
+                return checked[1]
+            return self._scheduled_rate(self.num_update)
         return self.lr
 
+    def _scheduled_rate(self, num_update: int) -> float:
+        """The scheduler's rate at ``num_update``, checked: a finite real number >= 0."""
+        rate = self.lr_scheduler(num_update)
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not (math.isfinite(rate) and rate >= 0):
+            scheduler = getattr(self.lr_scheduler, "__name__", None) or type(self.lr_scheduler).__name__
+            raise ValueError(f"the lr_scheduler ({scheduler}) returned {rate!r} at update {num_update}; a learning "
+                             "rate must be a finite number >= 0. Nothing was updated")
+        return rate
+
     def set_learning_rate(self, lr: float) -> None:
-        """Set the learning rate. Raises UserWarning when a scheduler controls it (MXNet)."""
+        """Set the learning rate. Raises UserWarning when a scheduler controls it (MXNet).
+
+        Raises:
+            TypeError: ``lr`` is not a real number (None included). ValueError: NaN, infinite or negative.
+        """
         if self.lr_scheduler is not None:
             raise UserWarning("LRScheduler of the optimizer has already been defined; "
                               "set_learning_rate would be overridden by it")
+        if lr is None:
+            raise TypeError("learning_rate must be a real number, got None")
         _check_nonneg("learning_rate", lr)
         self.lr = lr
 
@@ -299,6 +322,9 @@ class Optimizer:
 
     def _update_count(self, index: Any) -> int:
         count = self._index_update_count.get(index, self.begin_num_update) + 1
+        if self.lr_scheduler is not None:  # refuse a bad scheduled rate before anything is counted (or written);
+            num_update = max(count, self.num_update)  # the rate read next (one scheduler call, as before)
+            self._checked_rate = (num_update, self._scheduled_rate(num_update))
         self._index_update_count[index] = count
         self.num_update = max(count, self.num_update)
         return count

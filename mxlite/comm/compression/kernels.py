@@ -37,14 +37,19 @@ _ALL_NAMES = (
 _THREADS = 256  # threads per block: a multiple of the warp size with good occupancy on sm_80+
 _MAX_BLOCKS = 65535  # enough blocks to fill any current GPU; the kernels loop grid-stride past it
 _MAX_INDEX = 2**31 - 1  # sparse messages carry int32 indices
+_MAX_FLOAT = np.float32(np.finfo(np.float32).max)  # |r| above it (inf) or unordered (NaN): not finite
+_QUIET_NAN = np.uint32(0x7FC00000).view(np.float32)  # what 2-bit code 01 decodes to (the kernel's kQuietNaN)
 
 
 # -- low-level codecs: NumPy twin or CUDA kernel, chosen by the array type ---------------------------
 def quantize_2bit(grad: Any, residual: Any, threshold: float) -> Any:
     """MXNet's 2-bit quantisation of ``residual + grad``; returns the packed uint32 words.
 
-    Per element, in float32: ``r += g``; ``r >= threshold``: code 11 (+threshold), ``r -= threshold``;
-    ``r <= -threshold``: code 10 (-threshold), ``r += threshold``; else code 00 (0). Value j of
+    Per element, in float32: ``r += g``; ``r`` not finite (NaN, inf): code 01 (NaN) and ``r = 0``;
+    ``r >= threshold``: code 11 (+threshold), ``r -= threshold``; ``r <= -threshold``: code 10
+    (-threshold), ``r += threshold``; else code 00 (0). A non-finite gradient is thus sent (as NaN,
+    so the summed gradient shows it to check_finite and AMP) instead of staying in the residual
+    for ever. MXNet never writes code 01 (its decoder maps it to 0). Value j of
     word w (element ``16*w + j``) lives in byte ``j // 4`` of the word in memory order, in bits
     0xc0 / 0x30 / 0x0c / 0x03 for ``j % 4`` = 0..3. ``ceil(n/16)`` words; the unused codes of the
     last word are 00.
@@ -68,20 +73,23 @@ def quantize_2bit(grad: Any, residual: Any, threshold: float) -> Any:
                 (grad, residual, packed, np.int64(n), th))
         return packed
     residual += grad                                     # r += g
-    pos = residual >= th
-    neg = residual <= -th
+    bad = ~(np.abs(residual) <= _MAX_FLOAT)              # NaN or inf: sent as NaN
+    pos = (residual >= th) & ~bad
+    neg = (residual <= -th) & ~bad
     np.subtract(residual, th, out=residual, where=pos)   # sent +th: r -= th
     np.add(residual, th, out=residual, where=neg)        # sent -th: r += th
+    residual[bad] = 0                                    # sent NaN: r = 0
     codes = np.zeros(16 * words, np.uint8)
     codes[:n][pos] = 3
     codes[:n][neg] = 2
+    codes[:n][bad] = 1
     c = codes.reshape(-1, 4)
     packed_bytes = ((c[:, 0] << 6) | (c[:, 1] << 4) | (c[:, 2] << 2) | c[:, 3]).astype(np.uint8)
     return packed_bytes.view("<u4")
 
 
 def dequantize_2bit(packed: Any, size: int, threshold: float, out: Any = None, accumulate: bool = False) -> Any:
-    """Decode :func:`quantize_2bit`'s words: 11 -> +threshold, 10 -> -threshold, else 0 (float32).
+    """Decode :func:`quantize_2bit`'s words: 11 -> +threshold, 10 -> -threshold, 01 -> NaN, 00 -> 0 (float32).
 
     Args:
         packed: at least ``ceil(size/16)`` words, uint32 (or float32 words as MXNet stores them).
@@ -116,7 +124,7 @@ def dequantize_2bit(packed: Any, size: int, threshold: float, out: Any = None, a
         return out
     raw = np.ascontiguousarray(packed[:words]).view(np.uint8)
     codes = ((raw[:, None] >> np.array([6, 4, 2, 0], np.uint8)) & np.uint8(3)).reshape(-1)[:size]
-    values = np.array([0, 0, -th, th], np.float32)[codes]   # 00, 01 -> 0; 10 -> -th; 11 -> +th
+    values = np.array([0, _QUIET_NAN, -th, th], np.float32)[codes]   # 00 -> 0; 01 -> NaN; 10 -> -th; 11 -> +th
     if accumulate:
         out += values
     else:
@@ -195,6 +203,9 @@ def _topk_indices(xp: Any, r: Any, k: int) -> Any:
 def threshold_select(grad: Any, residual: Any, threshold: float) -> tuple[Any, Any]:
     """Threshold sparsification with local accumulation: ``r += g``; send every ``|r| >= threshold``; zero it.
 
+    NaN and inf are always sent (the test is ``not |r| < threshold``), so a non-finite gradient
+    reaches the summed gradient instead of staying in the residual for ever.
+
     Returns:
         ``(indices, values)``: int32 indices in ascending order and the float32 values ``r`` had
         there, on grad's device. On a GPU this is :func:`threshold_select_on_device` (prefix count
@@ -212,7 +223,7 @@ def threshold_select(grad: Any, residual: Any, threshold: float) -> tuple[Any, A
             m = int(count.get()[0])  # the host exchange needs the message size
         return indices[:m], values[:m]
     residual += grad                                             # r += g
-    indices = np.flatnonzero(np.abs(residual) >= t).astype(np.int32)
+    indices = np.flatnonzero(~(np.abs(residual) < t)).astype(np.int32)   # |r| >= t, NaN too
     values = residual[indices]                                   # send r[idx]
     residual[indices] = 0                                        # r[idx] = 0
     return indices, values
@@ -229,7 +240,7 @@ def _scatter_add(indices: Any, values: Any, out: Any) -> None:
 def threshold_select_on_device(grad: Any, residual: Any, threshold: float) -> tuple[Any, Any, Any]:
     """:func:`threshold_select` with the count left on the device (CuPy arrays; no host synchronisation).
 
-    ``r += g`` (kernel ``residual_accumulate``); the mask ``|r| >= threshold`` and its inclusive
+    ``r += g`` (kernel ``residual_accumulate``); the mask ``not |r| < threshold`` and its inclusive
     prefix count ``pos`` (CuPy ops); kernel ``compact_take`` writes every selected element to slot
     ``pos[i] - 1`` and zeroes it in ``r``. The same elements, in the same (ascending) order, as
     :func:`threshold_select`.
@@ -251,7 +262,7 @@ def threshold_select_on_device(grad: Any, residual: Any, threshold: float) -> tu
     xp = device.xp
     _launch(f"residual_accumulate<{_type_name(grad)}>", device, n, (grad, residual, np.int64(n)))   # r += g
     with device.use():
-        pos = xp.cumsum(xp.abs(residual) >= t, dtype=np.int32)                   # selected before and at i
+        pos = xp.cumsum(~(xp.abs(residual) < t), dtype=np.int32)                 # selected before and at i
         indices, values = xp.empty(max(n, 1), np.int32), xp.empty(max(n, 1), np.float32)
         count = pos[-1:] if n else xp.zeros(1, np.int32)
     _launch("compact_take", device, n, (pos, np.int64(n), residual, indices, values))        # send r[i]; r[i] = 0

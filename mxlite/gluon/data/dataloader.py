@@ -33,10 +33,18 @@ Workers (``num_workers > 0``):
   between workers.
 * ``thread_pool=True``: the same with threads, which run in parallel only where the work
   releases the GIL (NumPy, Pillow decoding); no pickling, and batches are built in this process.
+* Each worker process limits the BLAS/OpenMP thread pools of the libraries it uses to one
+  thread (``OMP_NUM_THREADS`` and its siblings, and :mod:`threadpoolctl` for the libraries
+  already loaded), so ``num_workers`` workers do not oversubscribe the cores.
 * A worker process that dies (a crash, ``os._exit``, the out-of-memory killer) makes the
-  loader raise :class:`RuntimeError` saying so, and a batch not ready within ``timeout``
+  loader raise :class:`RuntimeError` ("a worker process died while loading batch N", with its
+  pid and exit status or signal) and shuts the pool down; a batch not ready within ``timeout``
   seconds raises :class:`RuntimeError` naming the timeout: the loop never hangs. An exception
   raised by the dataset in a worker is re-raised in the loop with the worker's traceback.
+* Leaving a loop early (``break``, an exception) never blocks: batches not yet started are
+  dropped, and those being read are discarded when they arrive. A worker stuck in a read never
+  keeps the program from exiting: worker processes are daemonic (ended at interpreter exit)
+  and worker threads are daemon threads.
 * The pool lives as long as the loader (and any iterator over it) and is shut down when both
   are gone, or by :meth:`DataLoader.close`.
 
@@ -52,12 +60,12 @@ Warnings:
 from __future__ import annotations
 
 import collections
-import concurrent.futures
+import functools
+import math
 import multiprocessing
 import os
 import random as _pyrandom
 from collections.abc import Callable, Iterable, Iterator, Sized
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
@@ -66,6 +74,7 @@ from ...autograd import random as _mxrandom
 from ...autograd.tensor import Tensor
 from ...device import Device, as_device, cpu
 from ...device.copy import as_host
+from . import _workers
 from . import sampler as _sampler
 from .dataset import Dataset
 
@@ -84,6 +93,8 @@ def default_batchify_fn(data: list[Any]) -> Any:
         ValueError: the samples' fields have different shapes (the message lists them).
         TypeError: a field is not numeric (strings, objects).
     """
+    if len(data) == 0:
+        raise ValueError("default_batchify_fn: got no samples; a batch needs at least one")
     first = data[0]
     if isinstance(first, tuple):
         return tuple(default_batchify_fn(list(field)) for field in zip(*data, strict=True))
@@ -128,7 +139,8 @@ class DataLoader:
         pin_device_id: accepted with ``pin_memory``; an integer >= 0.
         prefetch: batches in flight with workers, an integer >= 1 (default ``2 * num_workers``).
         thread_pool: use threads instead of processes for the workers.
-        timeout: seconds to wait for one batch from the workers before raising (> 0, default 120).
+        timeout: seconds to wait for one batch from the workers before raising (> 0, default 120;
+            ``math.inf``: wait without a limit).
         try_nopython, auto_reload: accepted for MXNet compatibility; ignored.
         seed: a non-negative integer seeding the loader's own shuffle generator (used only
             with ``shuffle=True``; ignored otherwise).
@@ -162,8 +174,8 @@ class DataLoader:
             raise ValueError(f"prefetch must be an integer >= 1 or None, got {prefetch!r}")
         self._prefetch = max(int(prefetch), 1)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        self._timeout = float(timeout)
+            raise ValueError(f"timeout must be a number of seconds > 0 (math.inf: no limit), got {timeout!r}")
+        self._timeout: float | None = None if math.isinf(timeout) else float(timeout)
         self._thread_pool = bool(thread_pool)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
@@ -203,91 +215,73 @@ class DataLoader:
             RuntimeError: a worker process died, or a batch took longer than ``timeout``.
         """
         if self._num_workers == 0:
-            for indices in self._batch_sampler:
-                yield _to_device(self._load(indices), self._device)
+            for number, indices in enumerate(self._batch_sampler):
+                yield _to_device(self._load(_check_batch(indices, number)), self._device)
             return
         yield from self._iter_workers()
 
     def _load(self, indices: Iterable[Any]) -> Any:
-        return self._batchify_fn([self._read(i) for i in indices])
+        return _load_batch(self._dataset, self._batchify_fn, indices)
 
-    def _get_pool(self) -> Any:
-        if self._pool is None:
+    def _get_pool(self) -> _workers.ThreadPool | _workers.ProcessPool:
+        if self._pool is None or self._pool.closed:  # closed: a worker process died
             if self._thread_pool:
-                self._pool = concurrent.futures.ThreadPoolExecutor(self._num_workers,
-                                                                   thread_name_prefix="mxlite-dataloader")
+                # not self._load: a thread holding the loader would keep it (and its pool) alive for ever
+                self._pool = _workers.ThreadPool(self._num_workers,
+                                                 functools.partial(_load_batch, self._dataset, self._batchify_fn))
             else:
                 methods = multiprocessing.get_all_start_methods()
                 ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
                 base_seed = int(_mxrandom.host_generator().integers(2**31))
-                counter = ctx.Value("i", 0)
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self._num_workers, mp_context=ctx, initializer=_worker_init,
-                    initargs=(self._dataset, self._batchify_fn, base_seed, counter))
+                self._pool = _workers.ProcessPool(self._num_workers, ctx, self._dataset, self._batchify_fn,
+                                                  base_seed, _worker_init, _worker_load)
         return self._pool
 
     def _iter_workers(self) -> Iterator[Any]:
         pool = self._get_pool()
-        batches = iter(self._batch_sampler)
-        pending: collections.deque[tuple[int, Any]] = collections.deque()
-        submitted = 0
+        batches = enumerate(self._batch_sampler)
+        pending: collections.deque[tuple[int, int]] = collections.deque()  # (batch number, ticket)
 
         def submit() -> None:
-            nonlocal submitted
-            indices = next(batches, None)
-            if indices is None:
+            number, indices = next(batches, (None, None))
+            if number is None:
                 return
-            fn = self._load if self._thread_pool else _worker_load
-            pending.append((submitted, pool.submit(fn, list(indices))))
-            submitted += 1
+            pending.append((number, pool.submit(_check_batch(indices, number), number)))
 
         try:
             for _ in range(self._prefetch):
                 submit()
             while pending:
-                number, future = pending.popleft()
+                number, ticket = pending.popleft()
                 try:
-                    batch = future.result(timeout=self._timeout)
-                except BrokenProcessPool as exc:
-                    self.close()
-                    raise RuntimeError(
-                        f"DataLoader: a worker process died while loading batch {number} (a crash, os._exit or "
-                        "the out-of-memory killer); the pool was shut down. Check the dataset and batchify_fn, "
-                        "or run with num_workers=0 to see the error in this process") from exc
-                except concurrent.futures.TimeoutError as exc:
+                    batch = pool.result(ticket, self._timeout)
+                except TimeoutError:
                     self.close()
                     raise RuntimeError(f"DataLoader: batch {number} was not ready after timeout={self._timeout:g} "
                                        "seconds; a worker is stuck or too slow (raise timeout= if it is only "
-                                       "slow)") from exc
+                                       "slow)") from None
                 submit()
                 yield _to_device(batch if self._thread_pool else _from_wire(batch), self._device)
         finally:
-            for _, future in pending:
-                future.cancel()
+            if not pool.closed:
+                pool.abandon([ticket for _, ticket in pending])
 
     def close(self) -> None:
-        """Shut the worker pool down, ending its worker processes (a later iteration starts a new one).
+        """Shut the workers down (a later iteration starts new ones). Safe to call twice.
 
-        Safe to call twice. A stuck worker *thread* (``thread_pool=True``) cannot be stopped: it runs
-        until its read returns.
+        Worker processes end: idle ones at once, busy ones by SIGTERM (SIGKILL after a second). A worker
+        *thread* (``thread_pool=True``) stuck in a read cannot be stopped; it is a daemon thread, so it
+        never keeps the program from exiting.
         """
         pool, self._pool = getattr(self, "_pool", None), None
-        if pool is None:
-            return
-        workers = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown() drops them
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in workers:  # a stuck worker would outlive the loader, and interpreter exit would wait for it
-            if proc.is_alive():
-                proc.terminate()
+        if pool is not None:
+            pool.close()
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to release
             pass
-
-    def _read(self, index: Any) -> Any:
-        return _read_sample(self._dataset, index)
 
     def __len__(self) -> int:
         """Number of batches the next epoch yields (see :class:`~mxlite.gluon.data.BatchSampler`).
@@ -329,12 +323,8 @@ def _from_wire(obj: Any) -> Any:
     return obj
 
 
-def _worker_init(dataset: Any, batchify_fn: Callable[[list[Any]], Any], base_seed: int, counter: Any) -> None:
+def _worker_init(dataset: Any, batchify_fn: Callable[[list[Any]], Any], seed: int, worker_id: int) -> None:
     """Runs once in each worker process: keep the dataset and give the worker its own seeds."""
-    with counter.get_lock():
-        worker_id = counter.value
-        counter.value += 1
-    seed = (base_seed + 7919 * (worker_id + 1)) % 2**31
     np.random.seed(seed)
     _pyrandom.seed(seed)
     _mxrandom.seed(seed)
@@ -343,8 +333,20 @@ def _worker_init(dataset: Any, batchify_fn: Callable[[list[Any]], Any], base_see
 
 def _worker_load(indices: list[Any]) -> Any:
     """Read and batchify one batch in a worker process."""
-    dataset = _WORKER["dataset"]
-    return _to_wire(_WORKER["batchify_fn"]([_read_sample(dataset, i) for i in indices]))
+    return _to_wire(_load_batch(_WORKER["dataset"], _WORKER["batchify_fn"], indices))
+
+
+def _load_batch(dataset: Any, batchify_fn: Callable[[list[Any]], Any], indices: Iterable[Any]) -> Any:
+    return batchify_fn([_read_sample(dataset, i) for i in indices])
+
+
+def _check_batch(indices: Iterable[Any], number: int) -> list[Any]:
+    """The batch sampler's ``indices`` as a list; an empty batch is refused here, naming its number."""
+    indices = list(indices)
+    if not indices:
+        raise ValueError(f"DataLoader: the batch sampler gave an empty batch (batch {number} of the epoch); a "
+                         "batch needs at least one index")
+    return indices
 
 
 def _read_sample(dataset: Any, index: Any) -> Any:

@@ -26,7 +26,9 @@ Byte counts, per rank (each rank's device counters), with ``n`` ranks:
   ``groupEnd``. Until then, touching a participating buffer raises.
 * Several processes under ``mpiexec``, one rank each (``NcclCommunicator(nranks, uid, rank)`` when
   mpi4py's ``MPI.COMM_WORLD`` has ``nranks`` processes): collectives go over mpi4py on the host copies;
-  all ranks must join with the same uid.
+  all ranks must join with the same uid. A collective completes inside the call (not asynchronously
+  as on a GPU), so a rank that never joins shows as a call that blocks; the wait polls non-blocking
+  MPI requests, and :meth:`NcclCommunicator.abort` (from another thread) ends it with NcclError.
 
 Reductions follow NCCL's numerics (see :mod:`._reduce`).
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -64,6 +67,7 @@ NCCL_BFLOAT16 = 9
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN, NCCL_AVG = 0, 1, 2, 3, 4
 
 _VERSION = 22703  # NCCL 2.27.3
+_SYSTEM_ERROR = 2
 _INVALID_ARGUMENT = 4
 _INVALID_USAGE = 5
 
@@ -197,24 +201,37 @@ class _Clique:
 _local_cliques: dict[bytes, _Clique] = {}
 
 
+_KINDS = ("allReduce", "reduce", "bcast", "broadcast", "allGather", "reduceScatter")
+_POLL_SLEEP = 0.0005  # seconds between two tests of a pending MPI request (the GIL is free meanwhile)
+
+
 class _MpiClique:
-    """All ranks of a communicator, one per MPI process (this process holds one)."""
+    """All ranks of a communicator, one per MPI process (this process holds one).
+
+    Every exchange is a non-blocking MPI collective on fixed-size NumPy buffers, polled (sleeping
+    between polls, so other threads run) until it completes or the communicator is aborted: as on a
+    GPU, ``abort()`` from another thread (mxlite's watchdog) ends a wait that would never finish, and
+    the waiting call raises NcclError.
+    """
 
     def __init__(self, nranks: int, uid: bytes, rank: int) -> None:
         from mpi4py import MPI  # noqa: PLC0415 - only under mpiexec
 
         self.mpi = MPI.COMM_WORLD
+        self.aborted = False  # set by NcclCommunicator.abort(), from any thread
         if self.mpi.Get_size() != nranks:
             raise NcclError._with(_INVALID_ARGUMENT, f"NcclCommunicator({nranks}, uid, {rank}): MPI.COMM_WORLD has "
                                                f"{self.mpi.Get_size()} processes; the emulation needs one per rank")
-        joined = self.mpi.allgather((uid, rank))
-        if any(u != uid for u, _ in joined) or sorted(r for _, r in joined) != list(range(nranks)):
+        mine = np.frombuffer(bytes(uid) + int(rank).to_bytes(8, "little", signed=True), np.uint8)
+        joined = self._allgather(mine, "ncclCommInitRank")
+        uids = [row[:128].tobytes() for row in joined]
+        ranks = [int.from_bytes(row[128:].tobytes(), "little", signed=True) for row in joined]
+        if any(u != uid for u in uids) or sorted(ranks) != list(range(nranks)):
             raise NcclError._with(_INVALID_USAGE, "NcclCommunicator: the MPI processes did not all join with the same "
-                                            f"unique id and distinct ranks 0..{nranks - 1} (got ranks "
-                                            f"{[r for _, r in joined]})")
+                                            f"unique id and distinct ranks 0..{nranks - 1} (got ranks {ranks})")
         self.nranks = nranks
         self.rank = rank
-        self.order = [r for _, r in joined]  # rank of each MPI process
+        self.order = ranks  # rank of each MPI process
         self.pending: list[_Call] = []
 
     def submit(self, call: _Call) -> None:
@@ -230,18 +247,35 @@ class _MpiClique:
         for call in calls:
             self._run(call)
 
+    def _wait(self, request: Any, what: str) -> None:
+        while not request.Test():
+            if self.aborted:
+                raise NcclError._with(_SYSTEM_ERROR, f"ncclSystemError: communicator aborted while in {what}")
+            time.sleep(_POLL_SLEEP)
+
+    def _allgather(self, mine: np.ndarray, what: str) -> np.ndarray:
+        """Every process's ``mine`` (equal sizes), one row per MPI process."""
+        rows = np.empty((self.mpi.Get_size(), mine.size), mine.dtype)
+        self._wait(self.mpi.Iallgather(np.ascontiguousarray(mine), rows), what)
+        return rows
+
     def _run(self, call: _Call) -> None:
-        signatures = self.mpi.allgather(call.signature())
-        if any(s != signatures[0] for s in signatures):
-            raise _EmulatedGPUError(f"mismatched NCCL collectives across MPI ranks: {signatures}")
+        signature = np.array([_KINDS.index(call.kind), call.count, call.dtype, call.op, call.root], np.int64)
+        signatures = self._allgather(signature, call.what)
+        if (signatures != signature).any():
+            shown = [(_KINDS[k], *map(int, rest)) for k, *rest in signatures.tolist()]
+            raise _EmulatedGPUError(f"mismatched NCCL collectives across MPI ranks: {shown}")
+        dtype = _DTYPES[call.dtype][0]
         if call.kind in ("bcast", "broadcast"):
-            data = self.mpi.bcast(call.send if self.rank == call.root else None, root=self.order.index(call.root))
+            data = np.empty(call.count, dtype) if self.rank != call.root else np.ascontiguousarray(call.send)
+            self._wait(self.mpi.Ibcast(data.view(np.uint8), root=self.order.index(call.root)), call.what)
             if call.recv is not None:
                 call.recv[...] = data
             return
+        rows = self._allgather(np.ascontiguousarray(call.send).reshape(-1).view(np.uint8), call.what)
         by_rank: list[Any] = [None] * self.nranks
-        for proc, arr in enumerate(self.mpi.allgather(np.array(call.send))):
-            by_rank[self.order[proc]] = arr
+        for proc, row in enumerate(rows):
+            by_rank[self.order[proc]] = row.view(dtype)
         if call.kind == "allGather":
             call.recv[...] = np.concatenate(by_rank)
             return
@@ -274,6 +308,7 @@ class NcclCommunicator:
         _state.check_device_id(self._device)
         self._rank, self._size = rank, ndev
         self._alive = True
+        self._aborted = False
         self.comm = 0x5EC0_0000_0000 + next(_Clique._handles) * 0x100
         uid = bytes(commId)
         mpi = sys.modules.get("mpi4py.MPI")
@@ -334,11 +369,21 @@ class NcclCommunicator:
         self._alive = False
 
     def abort(self) -> None:
-        """Abort the communicator's pending work and release it."""
+        """Abort the communicator's pending work and release it (from any thread).
+
+        A call of this rank waiting for the other ranks (MPI mode) then raises NcclError
+        (ncclSystemError), as a host thread blocked on an aborted NCCL kernel is released on a GPU.
+        """
         self._alive = False
+        self._aborted = True
+        if isinstance(self._clique, _MpiClique):
+            self._clique.aborted = True
 
     def check_async_error(self) -> None:
-        """Raise when an asynchronous error happened (never, in the emulation)."""
+        """Raise NcclError after :meth:`abort` (CuPy nulls the aborted handle, which NCCL then refuses);
+        otherwise nothing (the emulation has no asynchronous errors)."""
+        if self._aborted:
+            raise NcclError._with(_INVALID_ARGUMENT, "ncclInvalidArgument: the communicator was aborted")
 
     # -- collectives ---------------------------------------------------------------------------
     def _buffer(self, ptr: int, count: int, dtype: int, what: str) -> tuple[np.ndarray, tuple]:
