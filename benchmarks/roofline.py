@@ -302,7 +302,7 @@ def conv_flops(batch: int, in_channels: int, channels: int, kernel: tuple[int, i
 
 # -- the fused optimizer kernels' traffic ---------------------------------------------------------------
 # Per kernel of kernels/optimizers.cu: how it touches its buffer arguments, in the order the
-# launcher passes them (mxlite/optimizer/_fused_rules.py): weight first, then the gradient
+# launcher passes them (each rule's registration with mxlite/optimizer/_fused.py): weight first, then the gradient
 # (absent from lamb_phase2), the rule's float32 states, and the float32 master weights last.
 #   weight: "rw" read and written (through the master copy when there is one: read master, write
 #           master and weight), "r" read only (norm passes);
@@ -319,7 +319,7 @@ class KernelTraffic:
 
 KERNEL_TRAFFIC: dict[str, KernelTraffic] = {
     **{k: KernelTraffic("rw", True, "rw") for k in (
-        "sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
+        "sgd_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
         "adadelta_update", "signum_update", "ftrl_update", "lars_update", "nadam_update", "adabelief_update")},
     "lamb_phase1": KernelTraffic("r", True, "rw"),
     "lamb_phase2": KernelTraffic("rw", False, "r"),

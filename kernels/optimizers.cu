@@ -7,7 +7,7 @@
 // mxlite/optimizer/<rule>.py operation by operation (that NumPy code is the kernel's twin).
 //
 //   sgd_update       G = clip(rescale*g) + wd*w; mom = mu*mom - lr*G; w += mom   (no mom: w -= lr*G)
-//   nag_update       mom = mu*mom - lr*G; w += mu*mom - lr*G                     (no mom: w -= lr*G)
+//                    nesterov != 0 (NAG): w += mu*mom - lr*G with the new mom
 //   adam_update      m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2; w -= lr_t*m/(sqrt(v)+eps)
 //   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)
 //   nadam_update     m, v as Adam; w -= (a*m + b*G)/(sqrt(v/c2)+eps), with the momentum schedule folded
@@ -252,33 +252,19 @@ __device__ __forceinline__ void sum_norms_into(double *sums, const T *weight, co
 
 }  // namespace
 
-// seg_hp: [lr, wd]
+// seg_hp: [lr, wd]. SGD with momentum, and NAG (MXNet's nag_mom_update) when nesterov != 0: one kernel,
+// the flag tested once per chunk, outside the element loops.
 template <typename T, typename G = T>
 __global__ void sgd_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
-                           float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
+                           float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum,
+                           float nesterov) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
     const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
-    if (mom) {
-        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
-            const float g = effective_grad(raw, w, rescale, clip, wd);
-            const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
-            mom[i] = m;
-            w += m;                                      // w += mom
-        });
-    } else {
+    if (!mom) {
         for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
             w -= lr * effective_grad(raw, w, rescale, clip, wd);  // w -= lr*G
         });
-    }
-}
-
-// seg_hp: [lr, wd]
-template <typename T, typename G = T>
-__global__ void nag_update(T *__restrict__ weight, const G *__restrict__ grad, float *__restrict__ mom,
-                           float *__restrict__ master, CHUNK_TABLES, float rescale, float clip, float momentum) {
-    const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
-    const float lr = seg_hp[HP * c.seg], wd = seg_hp[HP * c.seg + 1];
-    if (mom) {
+    } else if (nesterov != 0.0f) {
         for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
             const float g = effective_grad(raw, w, rescale, clip, wd);
             const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
@@ -286,8 +272,11 @@ __global__ void nag_update(T *__restrict__ weight, const G *__restrict__ grad, f
             w += momentum * m - lr * g;                  // w += mu*mom - lr*G
         });
     } else {
-        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long) {
-            w -= lr * effective_grad(raw, w, rescale, clip, wd);  // w -= lr*G
+        for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
+            const float g = effective_grad(raw, w, rescale, clip, wd);
+            const float m = momentum * mom[i] - lr * g;  // mom = mu*mom - lr*G
+            mom[i] = m;
+            w += m;                                      // w += mom
         });
     }
 }
@@ -546,8 +535,8 @@ __global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad, 
 // the same list through name_expressions (mxlite/optimizer/_fused.py: _ALL_NAMES).
 #define TABLE_TYPES const int *, const long long *, const long long *, const long long *, const float *
 #define INSTANTIATE(T, G)                                                                                         \
-    template __global__ void sgd_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float);  \
-    template __global__ void nag_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float);  \
+    template __global__ void sgd_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float,  \
+                                              float);                                                               \
     template __global__ void adam_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float, float, \
                                             float, float, float, float, float);                                \
     template __global__ void adamw_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \

@@ -10,6 +10,8 @@ own ``step`` (the generic twin) bit for bit, in both the "plain" and the "full" 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -77,20 +79,22 @@ def test_chunked_twin_is_bit_identical_to_whole_segments(entry, dtype, monkeypat
             np.testing.assert_array_equal(a, b)
 
 
-TUNED = [e for e in FUSED if type(_make(e[0], e[1], "plain")) in _fused._chunk_twins()]
+TUNED = [e for e in FUSED if (rule := _fused.fused_rule(_make(e[0], e[1], "plain"), np.float32)) is not None
+         and rule.chunk_twin is not None]
 
 
 @pytest.mark.parametrize("setting", ["plain", "full"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("entry", TUNED, ids=[_rule_id(e) for e in TUNED])
 def test_hand_tuned_chunk_twin_is_bit_identical_to_the_rules_step(entry, dtype, setting, monkeypatch):
-    """A rule's hand-tuned chunk twin (``_fused._chunk_twins``) computes what its ``step`` computes, bit for bit.
+    """A rule's hand-tuned chunk twin (``FusedRule.chunk_twin``) computes what its ``step`` computes, bit for bit.
 
     Only the rules that have one (the others' twin is their ``step`` itself)."""
     name, kwargs, _ = entry
     mp = dtype == "float16"
     fast = _run(name, kwargs, np.dtype(dtype), 7, monkeypatch, mp, setting)
-    monkeypatch.setattr(_fused, "_chunk_twins", dict)  # no hand-tuned twins: every rule runs its step
+    no_chunk_twins = {cls: dataclasses.replace(rule, chunk_twin=None) for cls, rule in _fused._RULES.items()}
+    monkeypatch.setattr(_fused, "_RULES", no_chunk_twins)  # no hand-tuned twins: every rule runs its step
     generic = _run(name, kwargs, np.dtype(dtype), 7, monkeypatch, mp, setting)
     for a, b in zip(fast[0], generic[0]):
         assert a.tobytes() == b.tobytes()

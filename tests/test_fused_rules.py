@@ -22,7 +22,7 @@ import pytest
 import mxlite as mx
 from mxlite.device import kernels as _kernels
 from mxlite.optimizer._arena import ArenaUpdater
-from mxlite.optimizer._fused_rules import fused_rule
+from mxlite.optimizer._fused import fused_rule
 from mxlite.store import Arena
 from tests.test_optimizer_rules_a import PARAMS, RULES, SETTINGS, _data, _expected, _make, _rule_id
 

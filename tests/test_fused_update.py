@@ -6,10 +6,9 @@ import pytest
 
 import mxlite as mx
 from mxlite.device import kernels as _kernels
-from mxlite.optimizer import _fused
+from mxlite.optimizer import adam, sgd
 from mxlite.optimizer._arena import ArenaUpdater
-from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment
-from mxlite.optimizer._fused_rules import fused_rule
+from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment, fused_rule
 from mxlite.store import Arena
 from tests.test_trainer_fused import FUSED
 
@@ -74,7 +73,7 @@ def test_sgd_twin_matches_per_parameter_rule(momentum):
         _fill_grads(net, rng)
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
-        _fused.sgd_twin(plan, arena.data_buf, arena.grad_buf, mom, None, _hp(lr, wd), momentum, 0.5, 0.7)
+        sgd.sgd_twin(plan, arena.data_buf, arena.grad_buf, mom, None, _hp(lr, wd), momentum, 0.5, 0.7)
     for w, p in zip(ref_w, params):
         np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-6, atol=1e-7)
 
@@ -93,7 +92,7 @@ def test_adam_twin_matches_per_parameter_rule_and_keeps_padding_zero():
         for o, w, p, st in zip(opts, ref_w, params, states):
             o.update(0, w, p.grad().asnumpy(), st)
         lr_t = np.full(n, 0.01 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t), dtype=np.float32)
-        _fused.adam_twin(plan, arena.data_buf, arena.grad_buf, mean, var, None,
+        adam.adam_twin(plan, arena.data_buf, arena.grad_buf, mean, var, None,
                          _hp(lr_t, np.full(n, 1e-3, np.float32)), 0.9, 0.999, 1e-8, 1.0, None)
     for w, p in zip(ref_w, params):
         # float32 in a different evaluation order: a few ulp per step
@@ -116,8 +115,8 @@ def test_half_weights_with_master_follow_the_float32_run():
         g = rng.normal(size=arena32.grad_buf.shape).astype(np.float32)
         arena32.grad_buf[...] = g
         arena16.grad_buf[...] = g.astype(np.float16)
-        _fused.sgd_twin(plan32, arena32.data_buf, arena32.grad_buf, mom32, None, _hp(lr, wd), 0.9, 1.0, None)
-        _fused.sgd_twin(plan16, arena16.data_buf, arena16.grad_buf, mom16, master, _hp(lr, wd), 0.9, 1.0, None)
+        sgd.sgd_twin(plan32, arena32.data_buf, arena32.grad_buf, mom32, None, _hp(lr, wd), 0.9, 1.0, None)
+        sgd.sgd_twin(plan16, arena16.data_buf, arena16.grad_buf, mom16, master, _hp(lr, wd), 0.9, 1.0, None)
     np.testing.assert_allclose(master, arena32.data_buf.astype(np.float32), rtol=0, atol=5e-3)
     np.testing.assert_array_equal(arena16.data_buf, master.astype(np.float16))
 

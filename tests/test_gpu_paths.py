@@ -24,9 +24,8 @@ from mxlite.device import copy as _copy
 from mxlite.device import devices as device_module
 from mxlite.device import kernels as _kernels
 from mxlite.gluon.data.dataloader import default_batchify_fn
-from mxlite.optimizer import _fused
-from mxlite.optimizer._fused import HP, ArenaPlan, Segment, one_minus
-from mxlite.optimizer._fused_rules import fused_rule
+from mxlite.optimizer import adam, sgd
+from mxlite.optimizer._fused import HP, ArenaPlan, Segment, fused_rule, one_minus
 from tests.test_trainer_fused import FUSED
 
 
@@ -114,7 +113,7 @@ def test_adam_twin_uses_the_launch_constants():
     hp = np.zeros((1, HP), np.float32)
     hp[0, 0] = 0.01
     w, m, v = np.ones(10, np.float32), np.zeros(10, np.float32), np.zeros(10, np.float32)
-    _fused.adam_twin(plan, w, g, m, v, None, hp, 0.9, 0.999, 1e-8, 1.0, None)
+    adam.adam_twin(plan, w, g, m, v, None, hp, 0.9, 0.999, 1e-8, 1.0, None)
     np.testing.assert_array_equal(m, one_minus(0.9) * g)
     np.testing.assert_array_equal(v, one_minus(0.999) * g * g)
 
@@ -130,10 +129,10 @@ def test_twins_keep_a_nan_gradient_through_clipping():
     hp = np.zeros((1, HP), np.float32)
     hp[0, 0] = 1.0
     w = np.zeros(4, np.float32)
-    _fused.sgd_twin(plan, w, g, None, None, hp, 0.0, 1.0, 0.5)
+    sgd.sgd_twin(plan, w, g, None, None, hp, 0.0, 1.0, 0.5)
     assert np.isnan(w[0]) and w[1:].tolist() == pytest.approx([-0.5, 0.5, -0.1])
     w, m, v = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
-    _fused.adam_twin(plan, w, g, m, v, None, hp, 0.9, 0.999, 1e-8, 1.0, 0.5)
+    adam.adam_twin(plan, w, g, m, v, None, hp, 0.9, 0.999, 1e-8, 1.0, 0.5)
     assert np.isnan(w[0]) and np.isfinite(w[1:]).all()
     w = np.array([np.nan, 5.0, -5.0, 0.0], np.float32)
     mx.optimizer.RMSProp(clip_weights=1.0).step(0, w, np.zeros(4, np.float32), np.zeros(4, np.float32), 1)

@@ -188,7 +188,7 @@ def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     # warning): the step completes with the twin's values. (After the fix this test rebuilds
     # optimizers.cu, about 10 s; today it fails at once.)
     _needs_host_build()
-    names = _fused._ALL_NAMES
+    names = _fused.all_kernel_names()
     if _kernels._host_build_failure(_fused._KERNEL_FILE, names) is not None:
         pytest.skip("optimizers.cu does not build here")
     lib = _kernels._host_module(_fused._KERNEL_FILE, names)._lib._name
@@ -642,7 +642,7 @@ def test_n8_both_cpu_modes_follow_one_rule_for_infinite_and_nan_weights(monkeypa
     # finite states (AdamW's twin computes 0*w too, as its step does). Expected (R1, R2 of the module
     # docstring): both modes give the same bits; with wd = 0 the states of a NaN/inf weight stay
     # finite, and an infinite weight keeps its sign where the update is w + finite.
-    if _kernels._host_build_failure(_fused._KERNEL_FILE, _fused._ALL_NAMES) is not None:
+    if _kernels._host_build_failure(_fused._KERNEL_FILE, _fused.all_kernel_names()) is not None:
         pytest.skip("the compiled CPU kernels do not build here")
     problems = []
     for name, kwargs, _ in FUSED:
@@ -694,7 +694,7 @@ def test_n9_lamb_gives_the_same_bits_in_both_cpu_modes(dtype, multi_precision, m
     # the twin calls np.linalg.norm. The trust ratios differ in the last bit, and so do the float32
     # master weights (130 of 1000 after 3 steps) and float32 weights. Expected (R2): the twin sums in
     # the serial kernel's order, so both CPU modes give the same bits (weights, masters, states).
-    if _kernels._host_build_failure(_fused._KERNEL_FILE, _fused._ALL_NAMES) is not None:
+    if _kernels._host_build_failure(_fused._KERNEL_FILE, _fused.all_kernel_names()) is not None:
         pytest.skip("the compiled CPU kernels do not build here")
     compiled = _lamb_run("compiled", dtype, multi_precision, monkeypatch)
     twin = _lamb_run("numpy", dtype, multi_precision, monkeypatch)

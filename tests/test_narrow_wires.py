@@ -20,8 +20,7 @@ import pytest
 import mxlite as mx
 from mxlite.comm import compression as C
 from mxlite.optimizer import _fused
-from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment
-from mxlite.optimizer._fused_rules import fused_rule
+from mxlite.optimizer._fused import CHUNK, HP, ArenaPlan, Launcher, Segment, fused_rule
 from tests.test_fused_update import FUSED, _bf16_bits, _bf16_value, _optimizer
 from tests.training_helpers import random_backward
 

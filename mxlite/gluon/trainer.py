@@ -15,7 +15,7 @@ Behaviour:
 * A mirror whose gradient backward has not written since the last step is *stale*: ``step``
   raises naming the parameter and device, unless ``ignore_stale_grad=True`` (then stale
   parameters are skipped).
-* Parameters of a fused rule (``mxlite/optimizer/_fused_rules.py``: every built-in rule on
+* Parameters of a fused rule (``mxlite/optimizer/_fused.py``'s registry: every built-in rule on
   float32/float16 weights) are updated by one fused update per (arena, device mirror), with
   states laid out like the arena; other rules, float64 weights and row-sparse gradients take
   the per-parameter path.
@@ -49,7 +49,7 @@ from ..comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
 from ..comm.narrow import narrow_gradient
 from ..formats.archive import as_host
 from ..optimizer._arena import ArenaUpdater, fused_rule
-from ..optimizer._fused_rules import from_structure
+from ..optimizer._fused import from_structure
 from ._trainer_states import TrainerStates, copy_state
 from .parameter import Parameter
 

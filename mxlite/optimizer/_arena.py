@@ -1,7 +1,7 @@
 """Applying an optimizer to a whole arena at once: one fused update per (arena, device mirror).
 
 An :class:`ArenaUpdater` owns the optimizer state of every parameter of one arena as float32
-buffers with the arena's data layout (named by the rule, see ``_fused_rules.py``; plus a
+buffers with the arena's data layout (named by the rule, see each rule's registration with ``_fused.py``; plus a
 float32 ``master`` copy for half-precision weights with ``multi_precision``). Each step it
 increments the per-parameter update counts and reads the learning rates and weight decays
 from the optimizer, so ``lr_mult``/``wd_mult``, schedules and per-parameter step counts behave
@@ -31,7 +31,7 @@ import numpy as np
 
 from ..store import Arena, Slot
 from . import _fused
-from ._fused_rules import fused_rule, to_structure
+from ._fused import fused_rule, to_structure
 from .optimizer import Optimizer
 
 __all__ = ["ArenaUpdater", "fused_rule"]

@@ -1,4 +1,9 @@
-"""One launch per arena: the plan, the kernel launcher and the NumPy twins of the fused updates.
+"""The fused update engine: one launch per arena, the plan, the kernel launcher, and the registry of rules.
+
+It knows no rule. Each rule's module (``mxlite/optimizer/<rule>.py``) registers with
+:func:`register_fused` what this engine needs to run it over an arena (a :class:`FusedRule`): the
+names of its float32 state buffers, its row of the per-launch table, its kernel launches, its
+hand-tuned NumPy twin (whole plan, or per chunk) and whether its ``step`` is elementwise.
 
 Buffer flow: the arena's data buffer holds every weight in registration order, its gradient
 buffer every gradient in reverse order, and each optimizer state is one more float32 buffer
@@ -10,32 +15,25 @@ per parameter, that the host refreshes before each launch (:class:`Launcher`).
 
 On a CPU device the same kernels run compiled for the host (the serial build of
 :mod:`mxlite.device._hostcuda`: one thread per block, the block loop vectorised by g++) when
-:func:`mxlite._kernels.cpu_kernels_enabled` says they can. Otherwise, and always with
+:func:`mxlite.device.kernels.cpu_kernels_enabled` says they can. Otherwise, and always with
 ``MXLITE_CPU_KERNELS=numpy``, the NumPy twins do the same math: the reference the kernels are
-tested against. The twin of most kernels is the rule's own
-``step`` (``mxlite/optimizer/<rule>.py``) applied to views of the arena, segment by segment
-(:func:`step_segments`): one NumPy text of each rule, which the rule tests check against
-float64 references. SGD and Adam, the hot rules, also have hand-tuned twins
-(:func:`sgd_twin`, :func:`adam_twin`) that reuse scratch buffers instead of allocating; NAG,
-AdamW, RMSProp (plain), AdaGrad, AdaDelta, Signum and FTRL have hand-tuned chunk twins that
-:func:`step_segments` runs in place of their ``step`` (:func:`_chunk_twins`): the same float32
-operations in the same order, into reused scratch buffers (``tests/test_fused_chunks.py`` checks
-them against ``step`` bit for bit).
+tested against. A rule's twin is its hand-tuned plan twin when it registers one (SGD, Adam), else
+its own ``step`` applied to views of the arena, segment by segment (:func:`step_segments`), or its
+hand-tuned chunk twin (the same float32 operations in the same order as ``step``, into reused
+scratch buffers) where it registers one.
 
 Every twin walks each segment in chunks of :data:`TWIN_CHUNK` elements, the CPU's counterpart of
 a kernel's block: a NumPy expression makes one pass over memory per operation, so on a whole
 multi-megabyte parameter each of an update's ten-odd operations would stream the arena from DRAM;
 on a chunk the operands and temporaries stay in cache and the arena is read and written from
 memory about once. Every element goes through the same operations in the same order as without
-chunks, so results are bit-identical. Only rules known to be elementwise are chunked: LAMB's and
-LARS's ``step`` take norms over the whole parameter, so their generic twin (and that of any rule not
-on the list) keeps whole segments.
+chunks, so results are bit-identical. Only rules registered as elementwise are chunked: LAMB's and
+LARS's ``step`` take norms over the whole parameter and keep whole segments.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -44,9 +42,13 @@ import numpy as np
 
 from ..device import Device
 from ..device.kernels import cpu_kernels_enabled, get_kernel
+from .optimizer import MultiPrecisionState, Optimizer
 
-__all__ = ["CHUNK", "GRAD_TYPES", "HP", "KERNELS", "TWIN_CHUNK", "ArenaPlan", "Launcher", "Segment", "adam_twin",
-           "one_minus", "sgd_twin", "step_segments"]
+__all__ = ["CHUNK", "FUSED_DTYPES", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin", "FusedRule",
+           "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_grad", "chunk_views", "clip_arg",
+           "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad", "from_structure",
+           "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel", "one_minus", "plain",
+           "register_fused", "rescale_arg", "scratch", "step_segments", "to_structure", "weights32", "zeros_f32"]
 
 # Elements per block: on a GPU 256 threads x 256 elements, amortising the table reads; in the host
 # build (one thread per block) a chunk is one vectorised loop. Measured there with
@@ -65,18 +67,127 @@ HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: s
 
 _KERNEL_FILE = "optimizers.cu"
 _TYPE_NAMES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-KERNELS = ("sgd_update", "nag_update", "adam_update", "adamw_update", "rmsprop_update", "adagrad_update",
-           "adadelta_update", "signum_update", "ftrl_update", "lamb_phase1", "lamb_phase2", "lars_norms",
-           "lars_update", "nadam_update", "adabelief_update")
 # Gradient types a kernel reads besides its storage type: the narrow wires' sums (mxlite/comm/narrow.py), one
-# pair per `INSTANTIATE(T, G)` line of kernels/optimizers.cu. lamb_phase2 reads no gradient.
+# pair per `INSTANTIATE(T, G)` line of kernels/optimizers.cu.
 GRAD_TYPES = {"float32": ("float16", "bfloat16"), "float16": ("bfloat16",), "bfloat16": ("float16",)}
-_NO_GRAD = ("lamb_phase2",)
-_ALL_NAMES = (*(f"{k}<{t}>" for k in KERNELS for t in _TYPE_NAMES.values()),
-              *(f"{k}<{_TYPE_NAMES[w]}, {_TYPE_NAMES[g]}>" for k in KERNELS if k not in _NO_GRAD
-                for w, gs in GRAD_TYPES.items() for g in gs))
+FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # weights the kernels update
+
+Row = tuple[float, ...]
 
 
+# -- the registry ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkTwin:
+    """A rule's hand-tuned chunk twin: ``params(opt, index, count)`` gives a segment's scalars (or None: that
+    segment takes ``step``), ``run(opt, params, w, g, state, bufs)`` updates one chunk with ``buffers``
+    chunk-sized float32 scratch arrays."""
+
+    params: Callable[[Any, Any, int], tuple | None]
+    run: Callable[..., None]
+    buffers: int
+
+
+@dataclass(frozen=True)
+class FusedRule:
+    """How one optimizer class runs as a fused arena update.
+
+    Attributes:
+        states: ``states(opt)``: the names of the float32 state buffers (arena layout), in the order of the
+            state tuple the rule's ``step`` takes (one name: the state is that array; none: None).
+        row: ``row(opt, index, count)``: the parameter's row of the per-launch table (``HP`` floats: the
+            learning rate, the weight decay and up to two rule values), computed with the same optimizer
+            methods ``step`` uses, after the update count has been incremented.
+        launch: ``launch(run, opt, weight, grad, states, master)``: the kernel launches of one update (one, or
+            two for rules with per-parameter norms); ``grad`` may be a narrow wire's half-precision sum, so
+            every launch passes ``rescale_grad`` through :func:`rescale_arg`.
+        kernels: the kernels of ``kernels/optimizers.cu`` the launches use.
+        kernels_without_grad: those of them that read no gradient (compiled for the weights' type only).
+        twin: a hand-tuned NumPy twin of the whole update, ``twin(opt, plan, weight, grad, states, master,
+            hp)``, or None for :func:`step_segments`.
+        chunk_twin: the hand-tuned twin :func:`step_segments` runs per chunk, or None (the rule's ``step``).
+        elementwise: whether ``step`` is elementwise, so that the twin may run chunk by chunk.
+        eligible: ``eligible(opt)``: whether the kernels implement this instance's form (e.g. not SGD's
+            SINGA forms).
+    """
+
+    states: Callable[[Any], tuple[str, ...]]
+    row: Callable[[Any, Any, int], Row]
+    launch: Callable[..., None]
+    kernels: tuple[str, ...]
+    kernels_without_grad: tuple[str, ...] = ()
+    twin: Callable[..., None] | None = None
+    chunk_twin: ChunkTwin | None = None
+    elementwise: bool = True
+    eligible: Callable[[Any], bool] = lambda opt: True
+
+
+_RULES: dict[type, FusedRule] = {}
+
+
+def register_fused(cls: type, rule: FusedRule) -> None:
+    """Register ``rule`` as the fused update of exactly ``cls`` (a subclass may change ``step``: not fused).
+
+    Raises:
+        ValueError: ``cls`` already has one.
+    """
+    if cls in _RULES:
+        raise ValueError(f"{cls.__name__} already has a fused update")
+    _RULES[cls] = rule
+    all_kernel_names.cache_clear()
+
+
+def fused_rule(optimizer: Optimizer, dtype: Any) -> FusedRule | None:
+    """The :class:`FusedRule` of ``optimizer`` for weights of ``dtype``, or None (per-parameter path).
+
+    Fused: the exact registered classes, in the forms their kernels implement, on float32 or
+    float16 storage. float64 runs keep the per-parameter path's float64 arithmetic.
+    """
+    if np.dtype(dtype) not in FUSED_DTYPES:
+        return None
+    rule = _RULES.get(type(optimizer))
+    if rule is None or not rule.eligible(optimizer):
+        return None
+    return rule
+
+
+@cache
+def all_kernel_names() -> tuple[str, ...]:
+    """Every instantiation of every registered kernel (``name_expressions``), in registration order."""
+    kernels = list(dict.fromkeys(k for rule in _RULES.values() for k in rule.kernels))
+    no_grad = _kernels_without_grad()
+    return (*(f"{k}<{t}>" for k in kernels for t in _TYPE_NAMES.values()),
+            *(f"{k}<{_TYPE_NAMES[w]}, {_TYPE_NAMES[g]}>" for k in kernels if k not in no_grad
+              for w, gs in GRAD_TYPES.items() for g in gs))
+
+
+def _kernels_without_grad() -> frozenset[str]:
+    return frozenset(k for rule in _RULES.values() for k in rule.kernels_without_grad)
+
+
+def to_structure(names: tuple[str, ...], arrays: dict[str, Any], master: Any = None) -> Any:
+    """The state as the rule's ``step`` (and ``create_state``) shapes it, from named arrays."""
+    inner = [arrays[n] for n in names]
+    state = None if not inner else inner[0] if len(inner) == 1 else tuple(inner)
+    return state if master is None else MultiPrecisionState(master, state)
+
+
+def from_structure(names: tuple[str, ...], state: Any) -> tuple[dict[str, Any], Any]:
+    """Inverse of :func:`to_structure`: ``({name: array}, master or None)``.
+
+    Raises:
+        ValueError: the state does not have the structure ``names`` describes.
+    """
+    master = None
+    if isinstance(state, MultiPrecisionState):
+        master, state = state.master, state.state
+    parts = [] if state is None else [state] if len(names) == 1 else state
+    if not isinstance(parts, (list, tuple)) or len(parts) != len(names):
+        raise ValueError(f"expected a state of {len(names)} arrays ({', '.join(names) or 'none'}), "
+                         f"got {type(state).__name__}")
+    return dict(zip(names, parts)), master
+
+
+# -- plans and launches -----------------------------------------------------------------------------
 def one_minus(x: float) -> np.float32:
     """``1 - x`` computed in float64, rounded once to float32: a kernel's derived constant.
 
@@ -188,9 +299,9 @@ class Launcher:
 
     def __call__(self, kernel: str, buffers: Sequence[Any], scalars: Sequence[float], sums: Any = None) -> None:
         """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
-        types = self.type_name if kernel in _NO_GRAD or self.grad_type_name == self.type_name else (
+        types = self.type_name if kernel in _kernels_without_grad() or self.grad_type_name == self.type_name else (
             f"{self.type_name}, {self.grad_type_name}")
-        function = get_kernel(_KERNEL_FILE, f"{kernel}<{types}>", self.device, _ALL_NAMES)
+        function = get_kernel(_KERNEL_FILE, f"{kernel}<{types}>", self.device, all_kernel_names())
         null = np.uint64(0)  # an 8-byte zero is a null pointer argument (e.g. no master weights)
         args = [b if b is not None else null for b in buffers]
         args += self._tables
@@ -205,28 +316,54 @@ class Launcher:
 
 
 def compiled_on_cpu() -> bool:
-    """Whether CPU devices run the fused updates as compiled kernels (:func:`mxlite._kernels.cpu_kernels_enabled`)."""
-    return cpu_kernels_enabled(_KERNEL_FILE, _ALL_NAMES)
+    """Whether CPU devices run the fused updates as compiled kernels (``mxlite.device.kernels.cpu_kernels_enabled``)."""
+    return cpu_kernels_enabled(_KERNEL_FILE, all_kernel_names())
 
 
-def _elementwise_rules() -> tuple[type, ...]:
-    """Rules whose ``step`` is elementwise, so it may run chunk by chunk; any other (LAMB's and LARS's
-    norms, a rule added later) keeps whole segments, which is always correct."""
-    from .adabelief import AdaBelief  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
-    from .adadelta import AdaDelta  # noqa: PLC0415
-    from .adagrad import AdaGrad  # noqa: PLC0415
-    from .adam import Adam  # noqa: PLC0415
-    from .adamw import AdamW  # noqa: PLC0415
-    from .ftrl import Ftrl  # noqa: PLC0415
-    from .nadam import Nadam  # noqa: PLC0415 - elementwise; its schedule S_t is cached per (parameter, count)
-    from .nag import NAG  # noqa: PLC0415
-    from .rmsprop import RMSProp  # noqa: PLC0415
-    from .sgd import SGD  # noqa: PLC0415
-    from .signum import Signum  # noqa: PLC0415
+# -- what rules launch with -----------------------------------------------------------------------
 
-    return (AdaBelief, AdaDelta, AdaGrad, Adam, AdamW, Ftrl, NAG, Nadam, RMSProp, SGD, Signum)
+def clip_arg(opt: Optimizer) -> float:
+    """``clip_gradient`` as the kernels take it: 0 for none (they read clip <= 0 as "no clipping")."""
+    return opt.clip_gradient or 0.0  # the kernels read clip <= 0 as "no clipping"
 
 
+def rescale_arg(run: Any, opt: Optimizer) -> float:
+    """The kernels' ``rescale``: ``rescale_grad``, times N when they read a narrow wire's sum pre-scaled by 1/N.
+
+    (See :meth:`mxlite.optimizer.Launcher.rescale`; a launcher without ``grad_scale`` reads
+    the gradient buffer itself.)
+    """
+    scale = getattr(run, "grad_scale", 1.0)
+    return opt.rescale_grad if scale == 1.0 else float(run.rescale(opt.rescale_grad))
+
+
+def lr_wd_row(opt: Optimizer, index: Any, count: int) -> Row:
+    """The table row ``(lr, wd)`` of a rule that needs nothing else per parameter."""
+    return (opt._get_lr(index), opt._get_wd(index))
+
+
+def one_kernel(kernel: str, state_args: tuple[str, ...], scalars: Callable[[Any], tuple[float, ...]]):
+    """A launch of ``kernel(weight, grad, *states named state_args, master, ..., rescale, clip, *scalars)``."""
+    def launch(run: Launcher, opt: Any, weight: Any, grad: Any, st: dict[str, Any], master: Any) -> None:
+        run(kernel, (weight, grad, *(st.get(n) for n in state_args), master),
+            (rescale_arg(run, opt), clip_arg(opt), *scalars(opt)))
+    return launch
+
+
+def momentum_state(opt: Any) -> tuple[str, ...]:
+    """The state name ``mom`` when the rule keeps a momentum (``opt.momentum`` != 0), else no state."""
+    return ("mom",) if opt.momentum else ()
+
+
+def betas_eps(opt: Any) -> tuple[float, ...]:
+    """Adam, AdamW, Nadam, AdaBelief and LAMB: ``beta1, 1 - beta1, beta2, 1 - beta2, epsilon``.
+
+    (See :func:`one_minus`.)
+    """
+    return (opt.beta1, one_minus(opt.beta1), opt.beta2, one_minus(opt.beta2), opt.epsilon)
+
+
+# -- the NumPy twins ------------------------------------------------------------------------------
 def _chunks(size: int) -> range:
     """Starts of the :data:`TWIN_CHUNK`-element chunks of a segment of ``size`` elements."""
     return range(0, size, TWIN_CHUNK)
@@ -240,16 +377,17 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
     the state is that array; none: None). Half-precision weights are updated through
     ``master`` when given, else through a float32 copy written back rounded, so the math is
     float32 as in the kernels. Elementwise rules run chunk by chunk (see the module docstring), those
-    with a hand-tuned chunk twin (:func:`_chunk_twins`: the same operations into reused scratch
+    with a hand-tuned chunk twin (:attr:`FusedRule.chunk_twin`: the same operations into reused scratch
     buffers) through it.
     """
     f32 = np.float32
-    whole = type(optimizer) not in _elementwise_rules()
-    params_of, chunk_twin, n_bufs = _chunk_twins().get(type(optimizer), (None, None, 0))
-    bufs = _scratch(plan, n_bufs) if chunk_twin is not None else []
+    rule = _RULES.get(type(optimizer))
+    whole = rule is None or not rule.elementwise  # a rule this engine does not know keeps whole segments
+    chunk_twin = rule.chunk_twin if rule is not None else None
+    bufs = scratch(plan, chunk_twin.buffers) if chunk_twin is not None else []
     for s, (index, count) in enumerate(zip(indices, counts)):
         seg = plan.segments[s]
-        p = params_of(optimizer, index, count) if chunk_twin is not None else None
+        p = chunk_twin.params(optimizer, index, count) if chunk_twin is not None else None
         for lo in (0,) if whole else _chunks(seg.size):
             hi = seg.size if whole else min(lo + TWIN_CHUNK, seg.size)
             window = slice(seg.offset + lo, seg.offset + hi)
@@ -263,14 +401,14 @@ def step_segments(optimizer: Any, plan: ArenaPlan, indices: Sequence[Any], count
                 w = w_store if w_store.dtype == f32 else w_store.astype(f32)
             g = g if g.dtype == f32 else g.astype(f32)
             if p is not None:
-                chunk_twin(optimizer, p, w, g, state, [b[:hi - lo] for b in bufs])
+                chunk_twin.run(optimizer, p, w, g, state, [b[:hi - lo] for b in bufs])
             else:
                 optimizer.step(index, w, g, state, count)
             if w is not w_store:
                 w_store[...] = w
 
 
-def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, clip: float | None,
+def effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, clip: float | None,
                     out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     """``clip(rescale * g, ±clip) + wd * w`` in float32 (``g`` itself when that is the identity)."""
     plain = rescale == 1 and not (clip is not None and clip > 0) and not wd
@@ -285,7 +423,7 @@ def _effective_grad(g: np.ndarray, w: np.ndarray, wd: float, rescale: float, cli
     return out
 
 
-def _scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
+def scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
     """``count`` float32 work buffers of one chunk (or the longest segment, if shorter), made once per plan."""
     length = min(TWIN_CHUNK, max((s.size for s in plan.segments), default=0))
     if len(plan._scratch) < count or (plan._scratch and len(plan._scratch[0]) != length):
@@ -293,7 +431,7 @@ def _scratch(plan: ArenaPlan, count: int) -> list[np.ndarray]:
     return plan._scratch[:count]
 
 
-def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) -> np.ndarray:
+def weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) -> np.ndarray:
     if master is not None:
         return master
     if w_store.dtype == np.float32:
@@ -302,7 +440,7 @@ def _weights32(w_store: np.ndarray, master: np.ndarray | None, tmp: np.ndarray) 
     return tmp
 
 
-def _views(plan: ArenaPlan, buffers: Sequence[Any], grad: Any) -> Any:
+def chunk_views(plan: ArenaPlan, buffers: Sequence[Any], grad: Any) -> Any:
     """Per chunk of every segment: ``(segment index, *views of buffers (None stays None), grad view)``."""
     for s, seg in enumerate(plan.segments):
         for lo in _chunks(seg.size):
@@ -311,229 +449,57 @@ def _views(plan: ArenaPlan, buffers: Sequence[Any], grad: Any) -> Any:
             yield (s, *out, grad[seg.grad_offset + lo: seg.grad_offset + hi])
 
 
-def sgd_twin(plan: ArenaPlan, weight: Any, grad: Any, mom: Any, master: Any, hp: np.ndarray, momentum: float,
-             rescale: float, clip: float | None) -> None:
-    """Twin of ``sgd_update``: ``G = clip(rescale*g) + wd*w``; ``mom = mu*mom - lr*G``; ``w += mom``
-    (``w -= lr*G`` when ``mom`` is None). ``hp[s]`` = (lr, wd, ...) of segment ``s``; ``master``
-    (float32, or None) holds master weights for half-precision ``weight``.
-    """
-    G_buf, tmp_buf, w_buf = _scratch(plan, 3)
-    for s, w_store, m, w32, g in _views(plan, (weight, mom, master), grad):
-        n = g.size
-        G, tmp = G_buf[:n], tmp_buf[:n]
-        w = _weights32(w_store, w32, w_buf[:n])
-        G = _effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
-        np.multiply(G, np.float32(hp[s, 0]), out=tmp)                    # lr*G
-        if m is not None:
-            m *= np.float32(momentum)                                    # mom = mu*mom - lr*G
-            m -= tmp
-            w += m                                                       # w += mom
-        else:
-            w -= tmp                                                     # w -= lr*G
-        if w is not w_store:
-            w_store[...] = w
+# -- helpers of the hand-tuned chunk twins ------------------------------------------------------------
+# A rule's chunk twin (:class:`ChunkTwin`, in the rule's module) does exactly the float32 operations of
+# the rule's ``step``, in the same order, on one chunk, writing every intermediate into the chunk-sized
+# scratch buffers ``bufs`` (made once per plan) instead of new arrays: NumPy's binary operators round a
+# Python float to float32 first, so ``F32(x)`` is the number ``step`` uses. Its ``params`` returns the
+# segment's scalars, or None when a value would make ``step`` compute otherwise (a NumPy scalar promotes to
+# float64; a clip <= 0, which ``step`` applies and the kernels ignore); such segments keep the generic
+# path. Rearrangements used, all exact in IEEE float32: ``a*b == b*a``, ``a+b == b+a``, and a value
+# computed twice from the same operands is computed once.
+F32 = np.float32
 
 
-def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, master: Any, hp: np.ndarray,
-              beta1: float, beta2: float, epsilon: float, rescale: float, clip: float | None) -> None:
-    """Twin of ``adam_update``: ``m = b1*m + (1-b1)*G``; ``v = b2*v + (1-b2)*G^2``;
-    ``w -= lr_t * m / (sqrt(v) + eps)`` with ``hp[s]`` = (lr_t, wd, ...), ``lr_t`` carrying the
-    bias correction.
-    """
-    f = np.float32
-    G_buf, tmp_buf, w_buf = _scratch(plan, 3)
-    for s, w_store, m, v, w32, g in _views(plan, (weight, mean, var, master), grad):
-        n = g.size
-        G, tmp = G_buf[:n], tmp_buf[:n]
-        w = _weights32(w_store, w32, w_buf[:n])
-        G = _effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
-        m *= f(beta1)                                                    # m = b1*m + (1-b1)*G
-        np.multiply(G, one_minus(beta1), out=tmp)
-        m += tmp
-        v *= f(beta2)                                                    # v = b2*v + (1-b2)*G^2
-        np.multiply(G, one_minus(beta2), out=tmp)                        #   ((1-b2)*G)*G, the kernel's order
-        tmp *= G
-        v += tmp
-        step = G_buf[:n]                                                 # G is no longer read
-        np.multiply(m, f(hp[s, 0]), out=step)                            # w -= (lr_t*m)/(sqrt(v)+eps)
-        np.sqrt(v, out=tmp)
-        tmp += f(epsilon)
-        step /= tmp
-        w -= step
-        if w is not w_store:
-            w_store[...] = w
-
-
-# -- hand-tuned chunk twins of the generic rules ---------------------------------------------------
-# Each ``_<rule>_chunk(opt, p, w, g, state, bufs)`` does exactly the float32 operations of the rule's
-# ``step`` (mxlite/optimizer/<rule>.py), in the same order, on one chunk, writing every intermediate
-# into the chunk-sized scratch buffers ``bufs`` (made once per plan) instead of new arrays: NumPy's
-# binary operators round a Python float to float32 first, so ``np.float32(x)`` below is the number
-# ``step`` uses. ``p`` holds the segment's scalars from ``_<rule>_params``, or is None when a value
-# would make ``step`` compute otherwise (a NumPy scalar promotes to float64; a clip <= 0, which ``step``
-# applies and the kernels ignore); such segments keep the generic path. Rearrangements used, all exact in IEEE float32:
-# ``a*b == b*a``, ``a+b == b+a``, and a value computed twice from the same operands is computed once.
-_f = np.float32
-
-
-def _plain(*values: Any) -> bool:
+def plain(*values: Any) -> bool:
     """True when every value is a Python int or float (not a NumPy scalar, which could promote)."""
     return all(type(v) in (int, float) for v in values)
 
 
-def _grad_ok(opt: Any) -> bool:
+def grad_ok(opt: Any) -> bool:
+    """Whether ``rescale_grad`` and ``clip_gradient`` are values a chunk twin computes with as ``step`` does."""
     clip = opt.clip_gradient
-    return _plain(opt.rescale_grad) and (clip is None or (_plain(clip) and clip > 0))
+    return plain(opt.rescale_grad) and (clip is None or (plain(clip) and clip > 0))
 
 
-def _grad(opt: Any, g: np.ndarray, w: np.ndarray, wd: float, bufs: Sequence[np.ndarray]) -> np.ndarray:
+def chunk_grad(opt: Any, g: np.ndarray, w: np.ndarray, wd: float, bufs: Sequence[np.ndarray]) -> np.ndarray:
     """``G = clip(rescale*g) + wd*w`` into ``bufs[0]`` (``bufs[1]`` is spare), or ``g`` itself when that is G."""
-    return _effective_grad(g, w, wd, opt.rescale_grad, opt.clip_gradient, bufs[0], bufs[1])
+    return effective_grad(g, w, wd, opt.rescale_grad, opt.clip_gradient, bufs[0], bufs[1])
 
 
-def _lr_wd_params(opt: Any, index: Any, *extra: Any) -> tuple[Any, ...] | None:
+def lr_wd_params(opt: Any, index: Any, *extra: Any) -> tuple[Any, ...] | None:
+    """A chunk twin's ``(lr, wd, *extra)`` for ``index``, or None when a value would make ``step`` differ."""
     values = (opt._get_lr(index), opt._get_wd(index), *extra)
-    return values if _grad_ok(opt) and _plain(*values) else None
+    return values if grad_ok(opt) and plain(*values) else None
 
 
-def _nag_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, mu = p
-    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
-    step, tmp = bufs[2], bufs[1]
-    np.multiply(G, _f(lr), out=step)                                     # lr*G
-    if mom is None:
-        w -= step                                                        # w -= lr*G
-        return
-    mom *= _f(mu)                                                        # mom = mu*mom - lr*G
-    mom -= step
-    np.multiply(mom, _f(mu), out=tmp)                                    # w += mu*mom - lr*G
-    tmp -= step
-    w += tmp
-
-
-def _decay_add_square(acc: np.ndarray, x: np.ndarray, rho: float, tmp: np.ndarray) -> None:
+def decay_add_square(acc: np.ndarray, x: np.ndarray, rho: float, tmp: np.ndarray) -> None:
     """``acc = rho*acc + ((1-rho)*x)*x`` in place (RMSProp's and AdaDelta's running squares), ``tmp`` scratch."""
-    acc *= _f(rho)
-    np.multiply(x, _f(1.0 - rho), out=tmp)
+    acc *= F32(rho)
+    np.multiply(x, F32(1.0 - rho), out=tmp)
     tmp *= x
     acc += tmp
 
 
-def _descend_by_root(w: np.ndarray, G: np.ndarray, acc: np.ndarray, lr: float, eps: float, tmp: np.ndarray,
+def descend_by_root(w: np.ndarray, G: np.ndarray, acc: np.ndarray, lr: float, eps: float, tmp: np.ndarray,
                      step: np.ndarray) -> None:
     """``w -= (lr*G)/(sqrt(acc) + eps)`` in the kernels' operation order, through the scratch ``tmp``, ``step``."""
-    np.multiply(G, _f(lr), out=step)
+    np.multiply(G, F32(lr), out=step)
     np.sqrt(acc, out=tmp)
-    tmp += _f(eps)
+    tmp += F32(eps)
     step /= tmp
     w -= step
 
-
-def _adagrad_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, h: np.ndarray,
-                   bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, eps = p
-    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
-    tmp, step = bufs[1], bufs[2]
-    np.multiply(G, G, out=tmp)                                           # h = h + G^2
-    h += tmp
-    _descend_by_root(w, G, h, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(h) + eps)
-
-
-def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarray,
-                   bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, rho, eps, clip_w = p
-    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
-    tmp, step = bufs[1], bufs[2]
-    _decay_add_square(n, G, rho, tmp)                                    # n = rho*n + ((1-rho)*G)*G
-    _descend_by_root(w, G, n, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(n) + eps)
-    if clip_w is not None:
-        np.clip(w, -_f(clip_w), _f(clip_w), out=w)                       # w = clip(w, +-c_w)
-
-
-def _adadelta_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any,
-                    bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, rho, eps = p
-    acc_g, acc_delta = state
-    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
-    tmp, d = bufs[1], bufs[2]
-    _decay_add_square(acc_g, G, rho, tmp)                                # Eg = rho*Eg + ((1-rho)*G)*G
-    np.add(acc_delta, _f(eps), out=d)                                    # d = (sqrt(Ed + eps)/sqrt(Eg + eps))*G
-    np.sqrt(d, out=d)
-    np.add(acc_g, _f(eps), out=tmp)
-    np.sqrt(tmp, out=tmp)
-    d /= tmp
-    d *= G
-    _decay_add_square(acc_delta, d, rho, tmp)                            # Ed = rho*Ed + ((1-rho)*d)*d
-    d *= _f(lr)                                                          # w -= lr*d
-    w -= d
-
-
-def _adamw_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
-    eta, wd, b1, b2, eps = p
-    m, v = state
-    G = _grad(opt, g, w, 0.0, bufs)                                      # G = clip(rescale*g)
-    tmp, step = bufs[1], bufs[2]
-    m *= _f(b1)                                                          # m = b1*m + (1-b1)*G
-    np.multiply(G, _f(1.0 - b1), out=tmp)
-    m += tmp
-    v *= _f(b2)                                                          # v = b2*v + ((1-b2)*G)*G
-    np.multiply(G, _f(1.0 - b2), out=tmp)
-    tmp *= G
-    v += tmp
-    np.sqrt(v, out=tmp)                                                  # w -= eta*(m/(sqrt(v) + eps) + wd*w)
-    tmp += _f(eps)
-    np.divide(m, tmp, out=step)
-    np.multiply(w, _f(wd), out=tmp)                                      #   (wd*w even for wd = 0, as step)
-    step += tmp
-    step *= _f(eta)
-    w -= step
-
-
-def _signum_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, mu, decay = p
-    tmp = bufs[1]
-    if mom is None:
-        w *= _f(decay)                                                   # w = (1 - lr*(wd + wd_lh))*w - lr*sign(g)
-        np.sign(g, out=tmp)
-        tmp *= _f(lr)
-        w -= tmp
-        return
-    G = _grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
-    mom *= _f(mu)                                                        # mom = mu*mom - (1-mu)*G
-    np.multiply(G, _f(1.0 - mu), out=tmp)
-    mom -= tmp
-    if decay != 1.0:                                                     # (w*1 is w: skipped)
-        w *= _f(decay)                                                   # w = (1 - lr*wd_lh)*w + lr*sign(mom)
-    np.sign(mom, out=tmp)
-    tmp *= _f(lr)
-    w += tmp
-
-
-def _ftrl_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
-    lr, wd, lamda1, beta = p
-    z, n = state
-    G = _grad(opt, g, w, 0.0, bufs)                                      # g = clip(rescale*g)
-    g2, sig, root = bufs[1], bufs[2], bufs[3]
-    np.multiply(G, G, out=g2)                                            # g^2 (step computes it twice: once here)
-    np.sqrt(n, out=sig)                                                  # sqrt(n), old n
-    n += g2                                                              # n = n + g^2
-    np.sqrt(n, out=root)                                                 # sqrt(n + g^2) = sqrt(new n), kept
-    np.subtract(root, sig, out=sig)                                      # sigma = (sqrt(n + g^2) - sqrt(n))/lr
-    sig /= _f(lr)
-    sig *= w                                                             # z = z + (g - sigma*w)
-    np.subtract(G, sig, out=sig)
-    z += sig
-    np.abs(z, out=sig)                                                   # shrunk = sign(z)*max(|z| - l1, 0)
-    sig -= _f(lamda1)
-    np.maximum(sig, _zeros(sig.size), out=sig)                           #   (a zero array: 3x a scalar 0's speed)
-    np.sign(z, out=g2)
-    g2 *= sig
-    # w = -shrunk/((beta + sqrt(n))/lr + wd), as shrunk/(((-beta) - sqrt(n))/lr - wd): negating an
-    # operand negates a sum, quotient or difference exactly (beta >= 0, sqrt(n) >= 0: no 0 sign flips)
-    np.subtract(_f(-beta), root, out=root)                               # -(beta + sqrt(n))
-    root /= _f(lr)                                                       # -((beta + sqrt(n))/lr)
-    root -= _f(wd)                                                       # -((beta + sqrt(n))/lr + wd)
-    np.divide(g2, root, out=w)
 
 
 @cache
@@ -544,64 +510,9 @@ def _zeros_of(length: int) -> np.ndarray:
     return zeros
 
 
-def _zeros(n: int) -> np.ndarray:
+def zeros_f32(n: int) -> np.ndarray:
     """``n`` float32 zeros, a view of one array per :data:`TWIN_CHUNK` (NumPy's ``maximum(x, 0)`` with a
     scalar 0 takes a slow broadcast loop; the same ufunc over two arrays gives the same bits, faster)."""
     return _zeros_of(max(n, TWIN_CHUNK))[:n]
 
 
-def _nag_params(opt: Any, index: Any, count: int) -> tuple | None:
-    return _lr_wd_params(opt, index, opt.momentum)
-
-
-def _adagrad_params(opt: Any, index: Any, count: int) -> tuple | None:
-    return _lr_wd_params(opt, index, opt.epsilon)
-
-
-def _rmsprop_params(opt: Any, index: Any, count: int) -> tuple | None:
-    clip_w = opt.clip_weights
-    if opt.centered or not (clip_w is None or _plain(clip_w)):
-        return None  # the centred form keeps the generic path
-    values = _lr_wd_params(opt, index, opt.rho, opt.epsilon)
-    return None if values is None else (*values, clip_w)
-
-
-def _adadelta_params(opt: Any, index: Any, count: int) -> tuple | None:
-    return _lr_wd_params(opt, index, opt.rho, opt.epsilon)
-
-
-def _adamw_params(opt: Any, index: Any, count: int) -> tuple | None:
-    eta = opt._get_lr(index)
-    if opt.correct_bias:
-        eta *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)  # as AdamW.step
-    values = (eta, opt._get_wd(index), opt.beta1, opt.beta2, opt.epsilon)
-    return values if _grad_ok(opt) and _plain(*values) else None
-
-
-def _signum_params(opt: Any, index: Any, count: int) -> tuple | None:
-    lr, wd = opt._get_lr(index), opt._get_wd(index)
-    decay = 1.0 - lr * opt.wd_lh if opt.momentum else 1.0 - lr * (wd + opt.wd_lh)
-    values = (lr, wd, opt.momentum, decay)
-    return values if _grad_ok(opt) and _plain(*values) else None
-
-
-def _ftrl_params(opt: Any, index: Any, count: int) -> tuple | None:
-    values = (opt._positive_lr(index), opt._get_wd(index), opt.lamda1, opt.beta)
-    return values if _grad_ok(opt) and _plain(*values) and values[3] >= 0 else None
-
-
-@cache
-def _chunk_twins() -> dict[type, tuple[Any, Any, int]]:
-    """Rule class -> (params function, chunk function, scratch buffers it needs)."""
-    from .adadelta import AdaDelta  # noqa: PLC0415 - the rule modules import the optimizer base, not this one
-    from .adagrad import AdaGrad  # noqa: PLC0415
-    from .adamw import AdamW  # noqa: PLC0415
-    from .ftrl import Ftrl  # noqa: PLC0415
-    from .nag import NAG  # noqa: PLC0415
-    from .rmsprop import RMSProp  # noqa: PLC0415
-    from .signum import Signum  # noqa: PLC0415
-
-    return {NAG: (_nag_params, _nag_chunk, 3), AdaGrad: (_adagrad_params, _adagrad_chunk, 3),
-            RMSProp: (_rmsprop_params, _rmsprop_chunk, 3), AdaDelta: (_adadelta_params, _adadelta_chunk, 3),
-            AdamW: (_adamw_params, _adamw_chunk, 3), Signum: (_signum_params, _signum_chunk, 2),
-            Ftrl: (_ftrl_params, _ftrl_chunk, 4)}

@@ -16,7 +16,7 @@ unlike Adam, MXNet adds the weight decay *before* clipping here.
 
 Fused: ``adabelief_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights)
 runs this update over a whole arena in one launch on GPUs and, built for the host, on CPU devices,
-reading ``(lr_t, wd)`` per parameter (``mxlite/optimizer/_fused_rules.py``); :meth:`AdaBelief.step` is
+reading ``(lr_t, wd)`` per parameter (its registration below); :meth:`AdaBelief.step` is
 its NumPy twin, operation by operation (the CPU update with ``MXLITE_CPU_KERNELS=numpy``), and the
 per-parameter path everywhere else (float64, subclasses).
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ._fused import FusedRule, Row, betas_eps, one_kernel, register_fused
 from .adam import _check_betas_epsilon, _zero_moments
 from .optimizer import Optimizer, _xp, register
 
@@ -81,3 +82,13 @@ class AdaBelief(Optimizer):
         s += (1.0 - self.beta2) * d * d
         s += self.epsilon
         weight -= lr * m / (xp.sqrt(s) + self.epsilon)         # w −= lr_t·m/(√s + ε)
+
+
+# -- the fused update (adabelief_update in kernels/optimizers.cu) --------------------
+def _adabelief_row(opt: AdaBelief, index: Any, count: int) -> Row:
+    return (opt._lr_t(opt._get_lr(index), count), opt._get_wd(index))
+
+
+register_fused(AdaBelief, FusedRule(lambda o: ("mean", "var"), _adabelief_row,
+                                    one_kernel("adabelief_update", ("mean", "var"), betas_eps),
+                                    kernels=("adabelief_update",)))

@@ -25,8 +25,23 @@ the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    F32,
+    ChunkTwin,
+    FusedRule,
+    chunk_grad,
+    decay_add_square,
+    lr_wd_params,
+    lr_wd_row,
+    one_kernel,
+    one_minus,
+    register_fused,
+)
 from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["AdaDelta"]
@@ -69,3 +84,33 @@ class AdaDelta(Optimizer):
         acc_delta *= rho                                       # EΔ = ρ·EΔ + (1−ρ)·d²
         acc_delta += (1.0 - rho) * d * d
         weight -= lr * d                                       # w −= lr·d
+
+
+# -- the fused update (adadelta_update in kernels/optimizers.cu) --------------------
+def _adadelta_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return lr_wd_params(opt, index, opt.rho, opt.epsilon)
+
+
+def _adadelta_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any,
+                    bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, rho, eps = p
+    acc_g, acc_delta = state
+    G = chunk_grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, d = bufs[1], bufs[2]
+    decay_add_square(acc_g, G, rho, tmp)                                # Eg = rho*Eg + ((1-rho)*G)*G
+    np.add(acc_delta, F32(eps), out=d)                                    # d = (sqrt(Ed + eps)/sqrt(Eg + eps))*G
+    np.sqrt(d, out=d)
+    np.add(acc_g, F32(eps), out=tmp)
+    np.sqrt(tmp, out=tmp)
+    d /= tmp
+    d *= G
+    decay_add_square(acc_delta, d, rho, tmp)                            # Ed = rho*Ed + ((1-rho)*d)*d
+    d *= F32(lr)                                                          # w -= lr*d
+    w -= d
+
+
+register_fused(AdaDelta, FusedRule(lambda o: ("acc_g", "acc_delta"), lr_wd_row,
+                                   one_kernel("adadelta_update", ("acc_g", "acc_delta"),
+                                              lambda o: (o.rho, one_minus(o.rho), o.epsilon)),
+                                   kernels=("adadelta_update",),
+                                   chunk_twin=ChunkTwin(_adadelta_params, _adadelta_chunk, 3)))

@@ -26,8 +26,21 @@ the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    ChunkTwin,
+    FusedRule,
+    chunk_grad,
+    descend_by_root,
+    lr_wd_params,
+    lr_wd_row,
+    one_kernel,
+    register_fused,
+)
 from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["AdaGrad"]
@@ -61,3 +74,24 @@ class AdaGrad(Optimizer):
         history = state
         history += g * g                                       # h = h + G²
         weight -= lr * g / (xp.sqrt(history) + self.epsilon)   # w −= lr·G/(√h + ε)
+
+
+# -- the fused update (adagrad_update in kernels/optimizers.cu) --------------------
+def _adagrad_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return lr_wd_params(opt, index, opt.epsilon)
+
+
+def _adagrad_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, h: np.ndarray,
+                   bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, eps = p
+    G = chunk_grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, step = bufs[1], bufs[2]
+    np.multiply(G, G, out=tmp)                                           # h = h + G^2
+    h += tmp
+    descend_by_root(w, G, h, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(h) + eps)
+
+
+register_fused(AdaGrad, FusedRule(lambda o: ("history",), lr_wd_row,
+                                  one_kernel("adagrad_update", ("history",), lambda o: (o.epsilon,)),
+                                  kernels=("adagrad_update",),
+                                  chunk_twin=ChunkTwin(_adagrad_params, _adagrad_chunk, 3)))

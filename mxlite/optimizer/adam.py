@@ -18,9 +18,9 @@ added to the gradient (see :class:`~mxlite.optimizer.AdamW` for decoupled decay)
 Lazy update: with ``lazy_update=True`` and a row-sparse gradient, only the gradient's rows
 of ``w``, ``m`` and ``v`` are updated (MXNet's ``adam_update`` on a row_sparse gradient).
 
-Kernel: ``adam_update<T>`` in ``kernels/optimizers.cu``, driven over a flat arena by the
-Trainer (``_fused_rules.py``); :func:`mxlite.optimizer._fused.adam_twin` is its NumPy twin,
-and :meth:`Adam.step` below the same rule for one tensor.
+This file holds the rule three ways: :meth:`Adam.step` (one tensor), the kernel ``adam_update<T>`` of
+``kernels/optimizers.cu`` that the Trainer runs over a flat arena (registered at the bottom with the
+fused engine, :mod:`mxlite.optimizer._fused`), and :func:`adam_twin`, that kernel's hand-tuned NumPy twin.
 """
 
 from __future__ import annotations
@@ -28,6 +28,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    ArenaPlan,
+    FusedRule,
+    Row,
+    betas_eps,
+    chunk_views,
+    effective_grad,
+    one_kernel,
+    one_minus,
+    register_fused,
+    scratch,
+    weights32,
+)
 from .optimizer import Optimizer, _check_real, _xp, register
 
 
@@ -83,3 +98,49 @@ class Adam(Optimizer):
         v *= self.beta2                                       # v = β2·v + (1−β2)·G²
         v += (1.0 - self.beta2) * g * g
         weight -= lr_t * m / (xp.sqrt(v) + self.epsilon)      # w −= lr_t·m/(√v + ε)
+
+
+# -- the fused update (adam_update in kernels/optimizers.cu) --------------------
+def _adam_row(opt: Adam, index: Any, count: int) -> Row:
+    lr_t = opt._get_lr(index) * math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)
+    return (lr_t, opt._get_wd(index))
+
+
+def adam_twin(plan: ArenaPlan, weight: Any, grad: Any, mean: Any, var: Any, master: Any, hp: np.ndarray,
+              beta1: float, beta2: float, epsilon: float, rescale: float, clip: float | None) -> None:
+    """Twin of ``adam_update``: ``m = b1*m + (1-b1)*G``; ``v = b2*v + (1-b2)*G^2``;
+    ``w -= lr_t * m / (sqrt(v) + eps)`` with ``hp[s]`` = (lr_t, wd, ...), ``lr_t`` carrying the
+    bias correction.
+    """
+    f = np.float32
+    G_buf, tmp_buf, w_buf = scratch(plan, 3)
+    for s, w_store, m, v, w32, g in chunk_views(plan, (weight, mean, var, master), grad):
+        n = g.size
+        G, tmp = G_buf[:n], tmp_buf[:n]
+        w = weights32(w_store, w32, w_buf[:n])
+        G = effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
+        m *= f(beta1)                                                    # m = b1*m + (1-b1)*G
+        np.multiply(G, one_minus(beta1), out=tmp)
+        m += tmp
+        v *= f(beta2)                                                    # v = b2*v + (1-b2)*G^2
+        np.multiply(G, one_minus(beta2), out=tmp)                        #   ((1-b2)*G)*G, the kernel's order
+        tmp *= G
+        v += tmp
+        step = G_buf[:n]                                                 # G is no longer read
+        np.multiply(m, f(hp[s, 0]), out=step)                            # w -= (lr_t*m)/(sqrt(v)+eps)
+        np.sqrt(v, out=tmp)
+        tmp += f(epsilon)
+        step /= tmp
+        w -= step
+        if w is not w_store:
+            w_store[...] = w
+
+
+def _plan_twin(opt: Adam, plan, weight, grad, st, master, hp) -> None:
+    adam_twin(plan, weight, grad, st["mean"], st["var"], master, hp, opt.beta1, opt.beta2, opt.epsilon,
+                     opt.rescale_grad, opt.clip_gradient)
+
+
+register_fused(Adam, FusedRule(lambda o: ("mean", "var"), _adam_row,
+                               one_kernel("adam_update", ("mean", "var"), betas_eps), kernels=("adam_update",),
+                               twin=_plan_twin))

@@ -28,8 +28,12 @@ Kernel: ``adamw_update<T>`` in ``kernels/optimizers.cu`` (fused over an arena by
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import F32, ChunkTwin, FusedRule, Row, betas_eps, chunk_grad, grad_ok, one_kernel, plain, register_fused
 from .adam import _check_betas_epsilon, _zero_moments
 from .optimizer import Optimizer, _xp, register
 
@@ -73,3 +77,45 @@ class AdamW(Optimizer):
         v *= self.beta2                                       # v = β2·v + (1−β2)·G²
         v += (1.0 - self.beta2) * g * g
         weight -= eta * (m / (xp.sqrt(v) + self.epsilon) + wd * weight)  # w −= η·(m/(√v+ε) + wd·w)
+
+
+# -- the fused update (adamw_update in kernels/optimizers.cu) --------------------
+def _adamw_row(opt: AdamW, index: Any, count: int) -> Row:
+    eta = opt._get_lr(index)
+    if opt.correct_bias:
+        eta *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)
+    return (eta, opt._get_wd(index))
+
+
+def _adamw_params(opt: Any, index: Any, count: int) -> tuple | None:
+    eta = opt._get_lr(index)
+    if opt.correct_bias:
+        eta *= math.sqrt(1.0 - opt.beta2**count) / (1.0 - opt.beta1**count)  # as AdamW.step
+    values = (eta, opt._get_wd(index), opt.beta1, opt.beta2, opt.epsilon)
+    return values if grad_ok(opt) and plain(*values) else None
+
+
+def _adamw_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
+    eta, wd, b1, b2, eps = p
+    m, v = state
+    G = chunk_grad(opt, g, w, 0.0, bufs)                                      # G = clip(rescale*g)
+    tmp, step = bufs[1], bufs[2]
+    m *= F32(b1)                                                          # m = b1*m + (1-b1)*G
+    np.multiply(G, F32(1.0 - b1), out=tmp)
+    m += tmp
+    v *= F32(b2)                                                          # v = b2*v + ((1-b2)*G)*G
+    np.multiply(G, F32(1.0 - b2), out=tmp)
+    tmp *= G
+    v += tmp
+    np.sqrt(v, out=tmp)                                                  # w -= eta*(m/(sqrt(v) + eps) + wd*w)
+    tmp += F32(eps)
+    np.divide(m, tmp, out=step)
+    np.multiply(w, F32(wd), out=tmp)                                      #   (wd*w even for wd = 0, as step)
+    step += tmp
+    step *= F32(eta)
+    w -= step
+
+
+register_fused(AdamW, FusedRule(lambda o: ("mean", "var"), _adamw_row,
+                                one_kernel("adamw_update", ("mean", "var"), betas_eps), kernels=("adamw_update",),
+                                chunk_twin=ChunkTwin(_adamw_params, _adamw_chunk, 3)))

@@ -31,8 +31,12 @@ the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import F32, ChunkTwin, FusedRule, Row, chunk_grad, grad_ok, one_kernel, plain, register_fused, zeros_f32
 from .optimizer import Optimizer, _check_real, _xp, register
 
 __all__ = ["Ftrl"]
@@ -85,3 +89,45 @@ class Ftrl(Optimizer):
         n += g * g                                                # n = n + g²
         shrunk = xp.sign(z) * xp.maximum(xp.abs(z) - self.lamda1, 0)  # sign(z)·max(|z| − λ1, 0)
         weight[...] = -shrunk / ((self.beta + xp.sqrt(n)) / lr + wd)  # w = −shrunk/((β + √n)/lr + wd)
+
+
+# -- the fused update (ftrl_update in kernels/optimizers.cu) --------------------
+def _ftrl_row(opt: Ftrl, index: Any, count: int) -> Row:
+    return (opt._positive_lr(index), opt._get_wd(index))
+
+
+def _ftrl_params(opt: Any, index: Any, count: int) -> tuple | None:
+    values = (opt._positive_lr(index), opt._get_wd(index), opt.lamda1, opt.beta)
+    return values if grad_ok(opt) and plain(*values) and values[3] >= 0 else None
+
+
+def _ftrl_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, lamda1, beta = p
+    z, n = state
+    G = chunk_grad(opt, g, w, 0.0, bufs)                                      # g = clip(rescale*g)
+    g2, sig, root = bufs[1], bufs[2], bufs[3]
+    np.multiply(G, G, out=g2)                                            # g^2 (step computes it twice: once here)
+    np.sqrt(n, out=sig)                                                  # sqrt(n), old n
+    n += g2                                                              # n = n + g^2
+    np.sqrt(n, out=root)                                                 # sqrt(n + g^2) = sqrt(new n), kept
+    np.subtract(root, sig, out=sig)                                      # sigma = (sqrt(n + g^2) - sqrt(n))/lr
+    sig /= F32(lr)
+    sig *= w                                                             # z = z + (g - sigma*w)
+    np.subtract(G, sig, out=sig)
+    z += sig
+    np.abs(z, out=sig)                                                   # shrunk = sign(z)*max(|z| - l1, 0)
+    sig -= F32(lamda1)
+    np.maximum(sig, zeros_f32(sig.size), out=sig)                           #   (a zero array: 3x a scalar 0's speed)
+    np.sign(z, out=g2)
+    g2 *= sig
+    # w = -shrunk/((beta + sqrt(n))/lr + wd), as shrunk/(((-beta) - sqrt(n))/lr - wd): negating an
+    # operand negates a sum, quotient or difference exactly (beta >= 0, sqrt(n) >= 0: no 0 sign flips)
+    np.subtract(F32(-beta), root, out=root)                               # -(beta + sqrt(n))
+    root /= F32(lr)                                                       # -((beta + sqrt(n))/lr)
+    root -= F32(wd)                                                       # -((beta + sqrt(n))/lr + wd)
+    np.divide(g2, root, out=w)
+
+
+register_fused(Ftrl, FusedRule(lambda o: ("z", "n"), _ftrl_row,
+                               one_kernel("ftrl_update", ("z", "n"), lambda o: (o.lamda1, o.beta)),
+                               kernels=("ftrl_update",), chunk_twin=ChunkTwin(_ftrl_params, _ftrl_chunk, 4)))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._fused import FusedRule, Launcher, Row, betas_eps, clip_arg, register_fused, rescale_arg
 from .adam import _check_betas_epsilon
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -106,3 +107,24 @@ class LAMB(Optimizer):
         ok = (r1 > 0) & (r2 > 0)
         ratio = xp.where(ok, r1 / xp.where(ok, r2, 1), 1)       # r = r1/r2, or 1 if either is 0
         weight -= (lr * ratio).astype(weight.dtype) * u         # w −= lr·r·u
+
+
+# -- the fused update (lamb_phase1, lamb_phase2 in kernels/optimizers.cu) --------------------
+def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
+    c1 = 1.0 - opt.beta1**count if opt.bias_correction else 1.0
+    c2 = 1.0 - opt.beta2**count if opt.bias_correction else 1.0
+    return (opt._get_lr(index), opt._get_wd(index), c1, c2)
+
+
+def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> None:
+    sums = run.sums()
+    run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
+        (rescale_arg(run, opt), clip_arg(opt), *betas_eps(opt)), sums)
+    lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
+    upper = -1.0 if opt.upper_bound is None else opt.upper_bound
+    run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)
+
+
+# Norms over whole parameters: two launches, and the twin keeps whole segments (not elementwise).
+register_fused(LAMB, FusedRule(lambda o: ("m", "v"), _lamb_row, _lamb_launch, kernels=("lamb_phase1", "lamb_phase2"),
+                               kernels_without_grad=("lamb_phase2",), elementwise=False))

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._fused import FusedRule, Launcher, Row, clip_arg, momentum_state, register_fused, rescale_arg
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["LARS"]
@@ -112,3 +113,20 @@ class LARS(Optimizer):
             state *= self.momentum                                         # mom = μ·mom − lr·λ·G
             state -= lr * g
             weight += state                                                # w += mom
+
+
+# -- the fused update (lars_norms, lars_update in kernels/optimizers.cu) --------------------
+def _lars_row(opt: LARS, index: Any, count: int) -> Row:
+    return (opt._get_lr(index), opt._get_wd(index), 1.0 if opt._excluded(index) else 0.0)
+
+
+def _lars_launch(run: Launcher, opt: LARS, weight, grad, st, master) -> None:
+    sums = run.sums()
+    run("lars_norms", (weight, grad, master), (), sums)
+    run("lars_update", (weight, grad, st.get("mom"), master),
+        (rescale_arg(run, opt), clip_arg(opt), opt.momentum, opt.eta, opt.epsilon), sums)
+
+
+# Norms over whole parameters: two launches, and the twin keeps whole segments (not elementwise).
+register_fused(LARS, FusedRule(momentum_state, _lars_row, _lars_launch, kernels=("lars_norms", "lars_update"),
+                               elementwise=False))

@@ -28,7 +28,7 @@ value as the equations above up to float rounding, with four per-parameter numbe
 
 Fused: ``nadam_update`` in ``kernels/optimizers.cu`` (float32, float16 and bfloat16 weights) runs
 this update over a whole arena in one launch on GPUs and, built for the host, on CPU devices, reading
-``(a, wd, b, 1 − β2^t)`` per parameter (``mxlite/optimizer/_fused_rules.py``); :meth:`Nadam.step` is its
+``(a, wd, b, 1 − β2^t)`` per parameter (its registration below); :meth:`Nadam.step` is its
 NumPy twin, operation by operation (the CPU update with ``MXLITE_CPU_KERNELS=numpy``), and the
 per-parameter path everywhere else (float64, subclasses).
 """
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._fused import FusedRule, Row, betas_eps, one_kernel, register_fused
 from .adam import _check_betas_epsilon, _zero_moments
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -91,7 +92,7 @@ class Nadam(Optimizer):
         """``(a, b, c2)`` of update ``count`` of parameter ``index``, in float64 (see the module docstring).
 
         ``a = lr·μ_t/(1 − S_t·μ_t+1)``, ``b = lr·(1 − μ_t)/(1 − S_t)``, ``c2 = 1 − β2^t``: the values
-        ``step`` and the fused kernel's table row (``_fused_rules.py``) both use; advances the
+        ``step`` and the fused kernel's table row (registered with ``_fused.py``) both use; advances the
         parameter's cached schedule ``S_t`` (idempotent for a repeated ``count``).
         """
         lr = self._get_lr(index)
@@ -113,3 +114,15 @@ class Nadam(Optimizer):
         v += (1.0 - self.beta2) * g * g
         # w −= lr·m̄/(√v̂ + ε) with lr·m̄ = a·m + b·G and v̂ = v/(1 − β2^t): nadam_update's order
         weight -= (a * m + b * g) / (xp.sqrt(v / c2) + self.epsilon)
+
+
+# -- the fused update (nadam_update in kernels/optimizers.cu) --------------------
+def _nadam_row(opt: Nadam, index: Any, count: int) -> Row:
+    """``(a, wd, b, 1 - beta2^t)``: the per-parameter momentum schedule folded in (:meth:`Nadam._coefficients`)."""
+    a, b, c2 = opt._coefficients(index, count)
+    return (a, opt._get_wd(index), b, c2)
+
+
+# elementwise: its schedule S_t is cached per (parameter, count), so step runs chunk by chunk
+register_fused(Nadam, FusedRule(lambda o: ("mean", "var"), _nadam_row,
+                                one_kernel("nadam_update", ("mean", "var"), betas_eps), kernels=("nadam_update",)))

@@ -13,14 +13,29 @@ momentum (``mom = μ·mom + G``, ``w −= lr·(G + μ·mom)``); MXNet's code (an
 ``lr`` inside it, which is the same only while ``lr`` is constant. MXNet does not validate
 ``momentum``; mxlite rejects one outside [0, 1).
 
-Kernel: ``nag_update<T>`` in ``kernels/optimizers.cu`` (fused over an arena by the Trainer);
-:meth:`NAG.step` below is its NumPy twin.
+Kernel: ``sgd_update<T>`` in ``kernels/optimizers.cu`` with its ``nesterov`` flag set (SGD and NAG
+differ by one line; fused over an arena by the Trainer, registered at the bottom); :meth:`NAG.step` below
+is its NumPy twin, and ``_nag_chunk`` the same operations on one chunk into reused scratch buffers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    F32,
+    ChunkTwin,
+    FusedRule,
+    chunk_grad,
+    lr_wd_params,
+    lr_wd_row,
+    momentum_state,
+    one_kernel,
+    register_fused,
+)
 from .optimizer import Optimizer, _check_momentum, _xp, register
 
 
@@ -57,3 +72,29 @@ class NAG(Optimizer):
         state *= self.momentum                                # mom = μ·mom − lr·G
         state -= lr * g
         weight += self.momentum * state - lr * g              # w += μ·mom − lr·G
+
+
+# -- the fused update (sgd_update in kernels/optimizers.cu) --------------------
+def _nag_params(opt: Any, index: Any, count: int) -> tuple | None:
+    return lr_wd_params(opt, index, opt.momentum)
+
+
+def _nag_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, mu = p
+    G = chunk_grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    step, tmp = bufs[2], bufs[1]
+    np.multiply(G, F32(lr), out=step)                                     # lr*G
+    if mom is None:
+        w -= step                                                        # w -= lr*G
+        return
+    mom *= F32(mu)                                                        # mom = mu*mom - lr*G
+    mom -= step
+    np.multiply(mom, F32(mu), out=tmp)                                    # w += mu*mom - lr*G
+    tmp -= step
+    w += tmp
+
+
+# One kernel with SGD: its flag (the last scalar) adds the Nesterov look-ahead.
+register_fused(NAG, FusedRule(momentum_state, lr_wd_row,
+                              one_kernel("sgd_update", ("mom",), lambda o: (o.momentum, 1.0)),
+                              kernels=("sgd_update",), chunk_twin=ChunkTwin(_nag_params, _nag_chunk, 3)))

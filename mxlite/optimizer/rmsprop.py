@@ -39,8 +39,25 @@ the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    F32,
+    ChunkTwin,
+    FusedRule,
+    chunk_grad,
+    decay_add_square,
+    descend_by_root,
+    lr_wd_params,
+    lr_wd_row,
+    one_kernel,
+    one_minus,
+    plain,
+    register_fused,
+)
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["RMSProp"]
@@ -105,3 +122,34 @@ class RMSProp(Optimizer):
             weight += delta                                         # w += Δ
         if self.clip_weights is not None:
             xp.clip(weight, -self.clip_weights, self.clip_weights, out=weight)  # w = clip(w, ±c_w)
+
+
+# -- the fused update (rmsprop_update in kernels/optimizers.cu) --------------------
+def _rmsprop_states(opt: RMSProp) -> tuple[str, ...]:
+    return ("mean", "n", "delta") if opt.centered else ("n",)
+
+
+def _rmsprop_params(opt: Any, index: Any, count: int) -> tuple | None:
+    clip_w = opt.clip_weights
+    if opt.centered or not (clip_w is None or plain(clip_w)):
+        return None  # the centred form keeps the generic path
+    values = lr_wd_params(opt, index, opt.rho, opt.epsilon)
+    return None if values is None else (*values, clip_w)
+
+
+def _rmsprop_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, n: np.ndarray,
+                   bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, rho, eps, clip_w = p
+    G = chunk_grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    tmp, step = bufs[1], bufs[2]
+    decay_add_square(n, G, rho, tmp)                                    # n = rho*n + ((1-rho)*G)*G
+    descend_by_root(w, G, n, lr, eps, tmp, step)                        # w -= (lr*G)/(sqrt(n) + eps)
+    if clip_w is not None:
+        np.clip(w, -F32(clip_w), F32(clip_w), out=w)                       # w = clip(w, +-c_w)
+
+
+register_fused(RMSProp, FusedRule(
+    _rmsprop_states, lr_wd_row,
+    one_kernel("rmsprop_update", ("n", "mean", "delta"),
+               lambda o: (o.rho, one_minus(o.rho), o.momentum, o.epsilon, o.clip_weights or 0.0)),
+    kernels=("rmsprop_update",), chunk_twin=ChunkTwin(_rmsprop_params, _rmsprop_chunk, 3)))

@@ -36,16 +36,30 @@ Lazy update: with ``lazy_update=True`` and a row-sparse gradient
 state are read and written (weight decay too applies to those rows only), as MXNet's
 ``sgd_mom_update`` on a row_sparse gradient; otherwise the gradient is densified.
 
-Kernel: the MXNet form is ``sgd_update<T>`` in ``kernels/optimizers.cu``, driven over a flat
-arena by the Trainer (``_fused_rules.py``); :func:`mxlite.optimizer._fused.sgd_twin` is its
-NumPy twin. :meth:`SGD.step` below is the rule for one tensor and the only implementation of
-the SINGA form.
+This file holds the rule three ways: :meth:`SGD.step` (one tensor; the only implementation of the
+SINGA form), the kernel ``sgd_update<T>`` of ``kernels/optimizers.cu`` that the Trainer runs over a
+flat arena (registered at the bottom with the fused engine, :mod:`mxlite.optimizer._fused`), and
+:func:`sgd_twin`, that kernel's hand-tuned NumPy twin (scratch buffers instead of temporaries).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    ArenaPlan,
+    FusedRule,
+    chunk_views,
+    effective_grad,
+    lr_wd_row,
+    momentum_state,
+    one_kernel,
+    register_fused,
+    scratch,
+    weights32,
+)
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 
@@ -100,3 +114,37 @@ class SGD(Optimizer):
             state += (1.0 - self.dampening) * g
             d = g + self.momentum * state if self.nesterov else state  # D = G + μ·buf | buf
             weight -= lr * d                                  # w −= lr·D
+
+
+# -- the fused update (sgd_update in kernels/optimizers.cu) --------------------
+def sgd_twin(plan: ArenaPlan, weight: Any, grad: Any, mom: Any, master: Any, hp: np.ndarray, momentum: float,
+             rescale: float, clip: float | None) -> None:
+    """Twin of ``sgd_update``: ``G = clip(rescale*g) + wd*w``; ``mom = mu*mom - lr*G``; ``w += mom``
+    (``w -= lr*G`` when ``mom`` is None). ``hp[s]`` = (lr, wd, ...) of segment ``s``; ``master``
+    (float32, or None) holds master weights for half-precision ``weight``.
+    """
+    G_buf, tmp_buf, w_buf = scratch(plan, 3)
+    for s, w_store, m, w32, g in chunk_views(plan, (weight, mom, master), grad):
+        n = g.size
+        G, tmp = G_buf[:n], tmp_buf[:n]
+        w = weights32(w_store, w32, w_buf[:n])
+        G = effective_grad(g, w, hp[s, 1], rescale, clip, G, tmp)       # G = clip(rescale*g) + wd*w
+        np.multiply(G, np.float32(hp[s, 0]), out=tmp)                    # lr*G
+        if m is not None:
+            m *= np.float32(momentum)                                    # mom = mu*mom - lr*G
+            m -= tmp
+            w += m                                                       # w += mom
+        else:
+            w -= tmp                                                     # w -= lr*G
+        if w is not w_store:
+            w_store[...] = w
+
+
+def _plan_twin(opt: SGD, plan, weight, grad, st, master, hp) -> None:
+    sgd_twin(plan, weight, grad, st.get("mom"), master, hp, opt.momentum, opt.rescale_grad, opt.clip_gradient)
+
+
+register_fused(SGD, FusedRule(momentum_state, lr_wd_row,
+                              one_kernel("sgd_update", ("mom",), lambda o: (o.momentum, 0.0)),
+                              kernels=("sgd_update",), twin=_plan_twin,
+                              eligible=lambda o: not o.nesterov and not o.dampening))  # SINGA forms: per parameter

@@ -31,8 +31,24 @@ the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ._fused import (
+    F32,
+    ChunkTwin,
+    FusedRule,
+    Row,
+    chunk_grad,
+    grad_ok,
+    momentum_state,
+    one_kernel,
+    one_minus,
+    plain,
+    register_fused,
+)
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["Signum"]
@@ -77,3 +93,42 @@ class Signum(Optimizer):
             state -= (1.0 - self.momentum) * g
             weight *= 1.0 - lr * self.wd_lh                     # w = (1 − lr·wd_lh)·w + lr·sign(mom)
             weight += lr * xp.sign(state)
+
+
+# -- the fused update (signum_update in kernels/optimizers.cu) --------------------
+def _signum_row(opt: Signum, index: Any, count: int) -> Row:
+    lr, wd = opt._get_lr(index), opt._get_wd(index)
+    decay = 1.0 - lr * opt.wd_lh if opt.momentum else 1.0 - lr * (wd + opt.wd_lh)
+    return (lr, wd, decay)
+
+
+def _signum_params(opt: Any, index: Any, count: int) -> tuple | None:
+    lr, wd = opt._get_lr(index), opt._get_wd(index)
+    decay = 1.0 - lr * opt.wd_lh if opt.momentum else 1.0 - lr * (wd + opt.wd_lh)
+    values = (lr, wd, opt.momentum, decay)
+    return values if grad_ok(opt) and plain(*values) else None
+
+
+def _signum_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, mom: Any, bufs: Sequence[np.ndarray]) -> None:
+    lr, wd, mu, decay = p
+    tmp = bufs[1]
+    if mom is None:
+        w *= F32(decay)                                                   # w = (1 - lr*(wd + wd_lh))*w - lr*sign(g)
+        np.sign(g, out=tmp)
+        tmp *= F32(lr)
+        w -= tmp
+        return
+    G = chunk_grad(opt, g, w, wd, bufs)                                       # G = clip(rescale*g) + wd*w
+    mom *= F32(mu)                                                        # mom = mu*mom - (1-mu)*G
+    np.multiply(G, F32(1.0 - mu), out=tmp)
+    mom -= tmp
+    if decay != 1.0:                                                     # (w*1 is w: skipped)
+        w *= F32(decay)                                                   # w = (1 - lr*wd_lh)*w + lr*sign(mom)
+    np.sign(mom, out=tmp)
+    tmp *= F32(lr)
+    w += tmp
+
+
+register_fused(Signum, FusedRule(momentum_state, _signum_row,
+                                 one_kernel("signum_update", ("mom",), lambda o: (o.momentum, one_minus(o.momentum))),
+                                 kernels=("signum_update",), chunk_twin=ChunkTwin(_signum_params, _signum_chunk, 2)))
