@@ -4,6 +4,8 @@ Usage::
 
     PYTHONPATH=. python3 benchmarks/bench_gpu_model.py --json gpu_model.json
     PYTHONPATH=. python3 benchmarks/bench_gpu_model.py --measured --only-measured --gpus 1 --warmup 1 --steps 1
+    PYTHONPATH=. python3 benchmarks/bench_gpu_model.py --models cnn,cnn_bn --gpus 1 --kvstores none --codecs none \
+        --image 32 --cnn-batches 16,256 --optimizer sgd --gpu h200 --no-rules --json cnn_batches.json
 
 For the benchmark MLP and CNN (the models of ``benchmarks/bench_train.py``, built by it; ``cnn_bn``
 on request) on 1, 2 and 4 emulated GPUs (``MXLITE_EMULATE_GPUS``, set to the largest count asked
@@ -40,6 +42,11 @@ checks the model against). The measured sizes are emulated as they are, the 67 M
 at batch 1024 included (about a minute on two cores): counts need no scaling. NumPy has no float16
 BLAS, so float16 GEMMs are computed in float32 and rounded (as cuBLAS accumulates them); what is
 counted does not change.
+
+``--cnn-batches 16,256`` counts the CNN models at each of these per-GPU batches (instead of
+``--cnn-batch``) and prints, per configuration, the per-step counts side by side with whether they
+depend on the batch (``batch_invariance`` in the JSON): on GPUs a convolution, pooling or batch-norm
+layer makes the same CuPy calls and launches at any batch (tests/test_gpu_conv_counts.py).
 
 These are counts on emulated GPUs turned into time by a model, not GPU timings. The per-GPU batch
 is the same whatever the number of GPUs (weak scaling, as in ``scaling_model.py``).
@@ -584,6 +591,40 @@ def print_rules(rows: list[dict[str, Any]]) -> None:
               f"{r['minimum_bytes_per_element']:7d} {r['ratio']:6.3f}  {', '.join(r['kernels'])}")
 
 
+INVARIANT_KEYS = ("cupy_calls", "launches", "raw_launches", "gemm_calls", "h2d_copies", "h2d_bytes", "host_syncs",
+                  "d2h_copies")
+
+
+def batch_invariance(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, gpus, kvstore, codec) counted at several per-GPU batches: each batch's per-step counts
+    (:data:`INVARIANT_KEYS`) and modelled ms, and ``same``: whether the counts are equal at every batch."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in records:
+        if "skipped" not in r and "error" not in r:
+            groups.setdefault((r["model"], r["gpus"], r["kvstore"], r["codec"]), []).append(r)
+    rows = []
+    for (model, gpus, kv, codec), rs in groups.items():
+        if len({r["per_gpu_batch"] for r in rs}) < 2:
+            continue
+        counts = {r["per_gpu_batch"]: {k: r[k] for k in INVARIANT_KEYS} for r in rs}
+        rows.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec, "counts": counts,
+                     "modelled_ms": {r["per_gpu_batch"]: r["modelled_ms"] for r in rs},
+                     "same": all(c == next(iter(counts.values())) for c in counts.values())})
+    return rows
+
+
+def print_batch_invariance(rows: list[dict[str, Any]]) -> None:
+    """The counts per step at each batch, and whether any depends on the batch."""
+    print(f"{'model':6s} {'gpus':>4s} {'kvstore':7s} {'codec':9s} {'batch':>5s} {'calls':>5s} {'launch':>6s} "
+          f"{'raw':>4s} {'GEMMs':>5s} {'h2d':>4s} {'h2d B':>6s} {'syncs':>5s} {'model ms':>8s}  same counts")
+    for row in rows:
+        for batch, c in sorted(row["counts"].items()):
+            print(f"{row['model']:6s} {row['gpus']:4d} {row['kvstore']:7s} {row['codec']:9s} {batch:5d} "
+                  f"{c['cupy_calls']:5.0f} {c['launches']:6.0f} {c['raw_launches']:4.0f} {c['gemm_calls']:5.0f} "
+                  f"{c['h2d_copies']:4.0f} {c['h2d_bytes']:6.0f} {c['host_syncs']:5.0f} "
+                  f"{row['modelled_ms'][batch]:8.3f}  {'yes' if row['same'] else 'NO'}")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help=f"from {', '.join(MODELS_ALL)}")
@@ -599,6 +640,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64, help="MLP batch per GPU")
     p.add_argument("--image", type=int, default=16, help="CNN image side (a multiple of 4)")
     p.add_argument("--cnn-batch", type=int, default=16, help="CNN batch per GPU")
+    p.add_argument("--cnn-batches", help="comma-separated CNN batches per GPU, each counted (replaces --cnn-batch); "
+                                         "the table then says whether any count depends on the batch")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="counted steps (counts are per step)")
     p.add_argument("--no-rules", dest="rules", action="store_false", help="skip the per-rule traffic table")
@@ -625,17 +668,20 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     compared: list[dict[str, Any]] = []
     with counting():
+        cnn_batches = [int(b) for b in args.cnn_batches.split(",")] if args.cnn_batches else [args.cnn_batch]
         for model in ([] if args.only_measured else args.models.split(",")):
-            for gpus in gpu_counts:
-                for kv in args.kvstores.split(","):
-                    for codec in args.codecs.split(","):
-                        try:
-                            records.append(run_config(model, gpus, kv, codec, args))
-                        except Exception as exc:  # noqa: BLE001 - one broken configuration must not hide the rest
-                            records.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec,
-                                            "error": f"{type(exc).__name__}: {exc}"})
-                            print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec}: {records[-1]['error']}",
-                                  file=sys.stderr)
+            for batch in (cnn_batches if model != "mlp" else [args.cnn_batch]):
+                sized = argparse.Namespace(**{**vars(args), "cnn_batch": batch})
+                for gpus in gpu_counts:
+                    for kv in args.kvstores.split(","):
+                        for codec in args.codecs.split(","):
+                            try:
+                                records.append(run_config(model, gpus, kv, codec, sized))
+                            except Exception as exc:  # noqa: BLE001 - one broken configuration must not hide the rest
+                                records.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec,
+                                                "error": f"{type(exc).__name__}: {exc}"})
+                                print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec}: "
+                                      f"{records[-1]['error']}", file=sys.stderr)
         rules = rule_traffic(args) if args.rules and not args.only_measured else []
         if measured is not None:
             compared = run_measured(measured, args)
@@ -643,6 +689,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Counts per step on emulated GPUs (largest GPU), modelled {roofline.GPUS[args.gpu].name} time "
               "(benchmarks/roofline.py):")
         print_table(records)
+    invariance = batch_invariance(records)
+    if invariance:
+        print("\nCounts per step at each per-GPU batch (largest GPU); 'same': no count depends on the batch")
+        print_batch_invariance(invariance)
     if rules:
         print("\nFused optimizer kernels: bytes per element moved, and the ratio to the least the update must move")
         print_rules(rules)
@@ -658,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
                "python": platform.python_version(), "numpy": np.__version__, "mxlite": mx.__version__,
                "emulated_gpus": mx.num_gpus(), "args": vars(args),
                "constants": {k: {"value": v, "unit": u, "source": s} for k, (v, u, s) in roofline.CONSTANTS.items()},
-               "records": records, "rules": rules}
+               "records": records, "rules": rules, "batch_invariance": invariance}
         if measured is not None:
             out["measured"] = {"device": measured["device"], "gpu": measured["gpu"], "versions": measured["versions"],
                                "steps": compared}

@@ -9,20 +9,20 @@
 //   max_pool_backward<T>  col2im of grad[n, c, o] * (k is the first maximum of window o), the
 //                         first maximum in tap order found from the forward's tap columns
 //
-// The twins are in mxlite/autograd/nn_ops.py (_ConvGeom.im2col, _scatter_taps, _max_pool's
+// The twins are in mxlite/autograd/conv.py (_ConvGeom.im2col, _scatter_taps, _max_pool's
 // backward) and are what mxlite/autograd/_conv_kernels.py runs when a CPU device does not use the
 // compiled kernels; tests/test_conv_kernels.py holds the kernels to them bit for bit.
 //
-// Geometry: every kernel takes `geom`, 21 int64 values (see Geometry below): n samples
-// of c channels, each an image ("plane") of pd x ph x pw elements, already padded (contiguous,
+// Geometry: every kernel takes 21 int64 values by value (GEOMETRY_PARAMS, see Geometry below): n
+// samples of c channels, each an image ("plane") of pd x ph x pw elements, already padded (contiguous,
 // (n, c, pd, ph, pw)); a kd x kh x kw kernel with strides sd/sh/sw and dilations dd/dh/dw; od x oh
 // x ow output positions; the column strides s_n, s_c, s_k; and `accumulate` (below). Fewer spatial
 // axes are the same geometry with leading axes of size 1 (extent, kernel, output, stride and
 // dilation 1). Taps k count in row-major order over (kd, kh, kw), positions o in row-major order
 // over (od, oh, ow). The columns put element (n, c, k, o) at n*s_n + c*s_c + k*s_k + o, positions
 // contiguous; the strides give every layout the host uses: per sample (n, c, k, o), merged
-// (c, k, n, o) and taps first (k, n, c, o). One array instead of 21 arguments: a launch packs three
-// or six pointers (the host keeps one array per geometry; a GPU gets a 168-byte copy per launch).
+// (c, k, n, o) and taps first (k, n, c, o). Values, not a pointer to a geometry array: a launch
+// then needs no host-to-device copy and no device array that every stream may read.
 //
 // Order of the sums (col2im, max_pool_backward): the twin starts from zeros and adds one tap at a
 // time over the whole batch, tap by tap in row-major order (`out[tap slices] += cols[tap]`), so an
@@ -114,18 +114,33 @@ template <typename T> __device__ __forceinline__ T times_hit(T g, bool hit) {
     return store_as<T>(mul_ieee(arith(g), hit ? A(1) : A(0)));
 }
 
-// The geometry array, in this order (mxlite/autograd/_conv_kernels.py: geometry): n, c, pd, ph, pw,
-// kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw, s_n, s_c, s_k, accumulate.
+// The geometry, passed by value as 21 int64 kernel arguments (GEOMETRY_PARAMS: 168 bytes of the 4 KB
+// of parameters a kernel may take), in this order (mxlite/autograd/_conv_kernels.py: geometry, then the
+// column strides and the accumulate flag): n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd,
+// dh, dw, s_n, s_c, s_k, accumulate.
+#define GEOMETRY_PARAMS                                                                                        \
+    long long geo_n, long long geo_c, long long geo_pd, long long geo_ph, long long geo_pw, long long geo_kd, \
+        long long geo_kh, long long geo_kw, long long geo_od, long long geo_oh, long long geo_ow,             \
+        long long geo_sd, long long geo_sh, long long geo_sw, long long geo_dd, long long geo_dh,             \
+        long long geo_dw, long long geo_s_n, long long geo_s_c, long long geo_s_k, long long geo_accumulate
+#define GEOMETRY_TYPES                                                                                         \
+    long long, long long, long long, long long, long long, long long, long long, long long, long long,       \
+        long long, long long, long long, long long, long long, long long, long long, long long, long long,   \
+        long long, long long, long long
+#define GEOMETRY_FROM_PARAMS                                                                                   \
+    Geometry(geo_n, geo_c, geo_pd, geo_ph, geo_pw, geo_kd, geo_kh, geo_kw, geo_od, geo_oh, geo_ow, geo_sd,    \
+             geo_sh, geo_sw, geo_dd, geo_dh, geo_dw, geo_s_n, geo_s_c, geo_s_k, geo_accumulate)
+
 struct Geometry {
     int n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw;
     long long s_n, s_c, s_k;
     int accumulate;
 
-    __device__ explicit Geometry(const long long *__restrict__ v)
-        : n((int)v[0]), c((int)v[1]), pd((int)v[2]), ph((int)v[3]), pw((int)v[4]), kd((int)v[5]), kh((int)v[6]),
-          kw((int)v[7]), od((int)v[8]), oh((int)v[9]), ow((int)v[10]), sd((int)v[11]), sh((int)v[12]),
-          sw((int)v[13]), dd((int)v[14]), dh((int)v[15]), dw((int)v[16]), s_n(v[17]), s_c(v[18]), s_k(v[19]),
-          accumulate((int)v[20]) {}
+    __device__ Geometry(GEOMETRY_PARAMS)
+        : n((int)geo_n), c((int)geo_c), pd((int)geo_pd), ph((int)geo_ph), pw((int)geo_pw), kd((int)geo_kd),
+          kh((int)geo_kh), kw((int)geo_kw), od((int)geo_od), oh((int)geo_oh), ow((int)geo_ow), sd((int)geo_sd),
+          sh((int)geo_sh), sw((int)geo_sw), dd((int)geo_dd), dh((int)geo_dh), dw((int)geo_dw), s_n(geo_s_n),
+          s_c(geo_s_c), s_k(geo_s_k), accumulate((int)geo_accumulate) {}
 
     __device__ long long planes() const { return (long long)n * c; }
     __device__ long long plane_size() const { return (long long)pd * ph * pw; }
@@ -243,8 +258,8 @@ __device__ __forceinline__ void copy_lines_serially(const T *__restrict__ src, T
 
 // cols[n, c, k, o] = img[n, c, o*stride + k*dilation], the columns at n*s_n + c*s_c + k*s_k + o.
 template <typename T>
-__global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, const long long *__restrict__ geom) {
-    const Geometry g(geom);
+__global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long s_k = g.s_k;
     const long long positions = g.positions();
     for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
@@ -269,8 +284,8 @@ __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, const lo
 // img[n, c, p] = sum, in tap order, of cols[n, c, k, o] over o*stride + k*dilation == p (every
 // element of img is written; see the header for accumulate).
 template <typename T>
-__global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, const long long *__restrict__ geom) {
-    const Geometry g(geom);
+__global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long s_k = g.s_k;
     for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
         const T *__restrict__ src = cols + g.cols_offset(plane);
@@ -280,14 +295,14 @@ __global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, const lo
 
 // The input gradient of max pooling (dilation 1): window o's gradient goes to its first maximum in
 // tap order. taps: the forward's (taps, m) window values (taps first, m = n*c*positions; the
-// column strides of geom are not used), maxima their maxima (m), grad the output gradient (m);
+// column strides of the geometry are not used), maxima their maxima (m), grad the output gradient (m);
 // first (m ints) is scratch. img (n, c, planes) is written whole: col2im of grad[w] * (k == the
 // first maximum of w).
 template <typename T>
 __global__ void max_pool_backward(const T *__restrict__ taps, const T *__restrict__ maxima,
                                   const T *__restrict__ grad, int *__restrict__ first, T *__restrict__ img,
-                                  const long long *__restrict__ geom) {
-    const Geometry g(geom);
+                                  GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long positions = g.positions();
     const long long m = g.planes() * positions;
     const int count = g.taps();
@@ -313,11 +328,11 @@ __global__ void max_pool_backward(const T *__restrict__ taps, const T *__restric
 
 // Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
 #define CONV_INSTANTIATE(T)                                                                                   \
-    template __global__ void im2col<T>(const T *__restrict__, T *__restrict__, const long long *__restrict__); \
-    template __global__ void col2im<T>(const T *__restrict__, T *__restrict__, const long long *__restrict__); \
+    template __global__ void im2col<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
+    template __global__ void col2im<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
     template __global__ void max_pool_backward<T>(const T *__restrict__, const T *__restrict__,               \
                                                   const T *__restrict__, int *__restrict__, T *__restrict__,   \
-                                                  const long long *__restrict__);
+                                                  GEOMETRY_TYPES);
 CONV_INSTANTIATE(float)
 CONV_INSTANTIATE(double)
 CONV_INSTANTIATE(__half)

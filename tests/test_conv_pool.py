@@ -367,3 +367,86 @@ def test_layer_rejects_wrong_rank_and_channels():
         net(mx.ones((1, 4, 5)))
     with pytest.raises(ValueError, match="MaxPool1D expects NCW input"):
         mx.nn.MaxPool1D()(mx.ones((1, 2, 4, 4)))
+
+
+# -- GPUs (emulated where there is none): whole-batch GEMMs, and the batch cut into pieces ---------------
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
+
+
+@pytest.fixture(params=["whole", "pieces"])
+def gpu_cols(request, monkeypatch):
+    """A GPU makes the whole batch's columns at once, or (a 1-byte bound) one sample's at a time."""
+    if request.param == "pieces":
+        monkeypatch.setattr(F, "_GPU_COLS_BYTES", 1)
+    return request.param
+
+
+def _run_float64(device, fn, inputs, head):
+    tensors = [mx.array(a, device=device) for a in inputs]
+    for t in tensors:
+        t.attach_grad()
+    with mx.autograd.record():
+        y = fn(*tensors)
+    y.backward(mx.array(head, device=device))
+    return [y.asnumpy()] + [t.grad.asnumpy() for t in tensors]
+
+
+def _gpu_against_cpu(fn, inputs, reference):
+    """Output and every input gradient on gpu(0) against cpu(0), in float64; the output against ``reference``."""
+    head = rand(*fn(*[mx.array(a) for a in inputs]).shape)
+    want = _run_float64(mx.cpu(0), fn, inputs, head)
+    got = _run_float64(mx.gpu(0), fn, inputs, head)
+    np.testing.assert_allclose(got[0], reference(*inputs), rtol=1e-12, atol=1e-12)
+    for i, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=f"output {i}" if i == 0 else f"grad {i - 1}")
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("case", CONV_CASES + [((5, 3, 6, 5), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, True)],
+                         ids=lambda c: f"x{c[0]}w{c[1]}s{c[2]}p{c[3]}d{c[4]}g{c[5]}")
+def test_gpu_conv_matches_the_cpu(case, gpu_cols):
+    xs, ws, stride, pad, dil, groups, has_bias = case
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if has_bias else [])
+
+    def fn(x, w, *b):
+        return F.conv(x, w, b[0] if b else None, stride=stride, padding=pad, dilation=dil, groups=groups)
+
+    _gpu_against_cpu(fn, inputs, lambda x, w, *b: naive_conv(x, w, b[0] if b else None, stride, pad, dil, groups))
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=lambda c: f"x{c[0]}w{c[1]}s{c[2]}p{c[3]}a{c[4]}g{c[6]}")
+def test_gpu_conv_transpose_matches_the_cpu(case, gpu_cols):
+    xs, ws, stride, pad, adj, dil, groups, has_bias = case
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[1] * groups)] if has_bias else [])
+
+    def fn(x, w, *b):
+        return F.conv_transpose(x, w, b[0] if b else None, stride=stride, padding=pad, output_padding=adj,
+                                dilation=dil, groups=groups)
+
+    _gpu_against_cpu(fn, inputs, lambda x, w, *b: naive_conv_transpose(x, w, b[0] if b else None, stride, pad, adj,
+                                                                        dil, groups))
+
+
+@gpu
+@needs_gpu
+def test_gpu_conv_with_four_spatial_axes_uses_the_numpy_column_code():
+    """No kernel takes 4 spatial axes: the GPU's whole-batch path makes its columns with the array code."""
+    inputs = [rand(2, 2, 3, 3, 2, 3), rand(3, 2, 2, 2, 1, 2)]
+    _gpu_against_cpu(lambda x, w: F.conv(x, w, padding=(1, 0, 0, 1)), inputs,
+                     lambda x, w: naive_conv(x, w, None, (1,) * 4, (1, 0, 0, 1), (1,) * 4, 1))
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"x{c[0]}k{c[1]}s{c[2]}p{c[3]}ceil{c[4]}")
+def test_gpu_pools_match_the_cpu(case):
+    xs, k, s, p, ceil = case
+    _gpu_against_cpu(lambda x: F.max_pool(x, k, s, p, ceil_mode=ceil), [distinct(*xs)],
+                     lambda x: naive_pool(x, k, s, p, ceil, "max"))
+    for include in (True, False):
+        _gpu_against_cpu(lambda x, i=include: F.avg_pool(x, k, s, p, ceil_mode=ceil, count_include_pad=i),
+                         [rand(*xs)], lambda x, i=include: naive_pool(x, k, s, p, ceil, "avg", i))

@@ -9,7 +9,8 @@ it; a GPU runs the same source through CuPy instead of the composed CuPy operati
 
 Geometry: :func:`geometry` packs ``(n, c, padded, kernel, stride, dilation, out_sp)`` into 17 ints,
 1-D and 2-D problems as 3-D ones with leading axes of size 1; a launch passes them, with the column
-strides and the accumulate flag, as one int64 array (kept per geometry on the host).
+strides and the accumulate flag, as 21 int64 kernel arguments by value (NumPy scalars made once per
+geometry): no host-to-device copy per launch, and nothing on the device for streams to share.
 Column layouts (``layout``): ``'per_sample'`` (N, C, *K, *O), ``'merged'`` (C, *K, N, *O) and
 ``'taps_first'`` (*K, N, C, *O), as ``_ConvGeom`` and max pooling use them.
 """
@@ -92,11 +93,10 @@ def _cols_shape(geom: Geometry, layout: str) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _host_geometry(values: tuple[int, ...]) -> np.ndarray:
-    """The kernels' geometry array (int64, kernels/conv.cu: Geometry), made once per geometry; read-only."""
-    host = np.array(values, dtype=np.int64)
-    host.flags.writeable = False
-    return host
+def _geometry_args(values: tuple[int, ...]) -> tuple[np.int64, ...]:
+    """The kernels' 21 geometry arguments (kernels/conv.cu: GEOMETRY_PARAMS) as int64 scalars, made once per
+    geometry (a NumPy scalar packs faster than a Python int on the host build and the same on CuPy)."""
+    return tuple(np.int64(v) for v in values)
 
 
 def _check_size(array: Any, shape: tuple[int, ...], name: str) -> None:
@@ -106,7 +106,7 @@ def _check_size(array: Any, shape: tuple[int, ...], name: str) -> None:
 
 def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: tuple[Any, ...],
             threads: int | None) -> None:
-    """Run ``name<T>`` (T: the first buffer's dtype) on ``(*buffers, geometry array)`` over the planes of ``geom``."""
+    """Run ``name<T>`` (T: the first buffer's dtype) on ``(*buffers, *geometry)`` over the planes of ``geom``."""
     n, c, size, taps, positions = _split(geom)
     if n * c == 0:
         return
@@ -115,41 +115,62 @@ def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: t
     if threads is None:  # a GPU block per plane, sized to its work; CPU devices: one thread per block
         work = taps * positions if name == "im2col" else size
         threads = 1 if not device.is_gpu else min(_MAX_THREADS, max(32, -(-work // 32) * 32))
-    values = _host_geometry((*geom, *_strides(geom, layout), int(bool(accumulate))))
+    values = _geometry_args((*geom, *_strides(geom, layout), int(bool(accumulate))))
     with device.use():
-        # a GPU gets its own copy per launch (168 bytes, ordered on the launch's stream)
-        values = device.xp.asarray(values) if device.is_gpu else values
-        function((min(n * c, _MAX_BLOCKS),), (threads,), (*buffers, values))
+        function((min(n * c, _MAX_BLOCKS),), (threads,), (*buffers, *values))
 
 
-def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None = None) -> Any:
+def _contiguous(xp: Any, a: Any) -> Any:
+    """``a`` C-contiguous (itself when it is: no call into CuPy)."""
+    return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
+
+
+def _image_shape(geom: Geometry, shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``shape`` (checked to hold the geometry's image), or the image as (N, C, pd, ph, pw)."""
+    full = (geom[0], geom[1], *geom[2:5])
+    if shape is None:
+        return full
+    if math.prod(shape) != math.prod(full):
+        raise ValueError(f"shape {shape} does not hold the geometry's image {full}")
+    return tuple(shape)
+
+
+def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None = None,
+           shape: tuple[int, ...] | None = None) -> Any:
     """The columns of ``img`` (N, C, *padded), in ``layout``: shape (N, C, taps, positions) for per_sample,
     (C, taps, N, positions) for merged, (taps, N, C, positions) for taps_first. Kernel ``im2col``.
 
-    ``threads``: block size (tests; default 1 on a CPU device, up to 256 on a GPU).
+    ``threads``: block size (tests; default 1 on a CPU device, up to 256 on a GPU). ``shape``: the
+    columns' shape instead (the same elements, e.g. ``(groups, Kg, N*L)``), so no reshape follows.
+
+    Raises:
+        ValueError: ``img`` or ``shape`` do not fit the geometry.
     """
-    img = xp.ascontiguousarray(img)
+    img = _contiguous(xp, img)
     _check_size(img, (geom[0], geom[1], *geom[2:5]), "img")
+    cols_shape = _cols_shape(geom, layout)
+    if shape is not None and math.prod(shape) != math.prod(cols_shape):
+        raise ValueError(f"shape {shape} does not hold the columns {cols_shape}")
     with device_of(img).use():
-        cols = xp.empty(_cols_shape(geom, layout), dtype=img.dtype)
+        cols = xp.empty(cols_shape if shape is None else shape, dtype=img.dtype)
     _launch("im2col", geom, layout, False, (img, cols), threads)
     return cols
 
 
 def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, out: Any = None,
-           threads: int | None = None) -> Any:
-    """The image (N, C, pd, ph, pw) summing ``cols`` (in ``layout``) tap by tap. Kernel ``col2im``.
+           threads: int | None = None, shape: tuple[int, ...] | None = None) -> Any:
+    """The image summing ``cols`` (in ``layout``) tap by tap, as (N, C, pd, ph, pw) or ``shape``. Kernel ``col2im``.
 
     ``accumulate``: whether two (tap, position) pairs may reach one element (``_overlapping``); when
     not, values are assigned, as the twin does. ``out``: a C-contiguous array of the image's size to
-    write instead of a new one (every element is written; it need not be zeroed).
+    write instead of a new one (every element is written; it need not be zeroed), returned as it is.
 
     Raises:
-        ValueError: ``cols`` or ``out`` do not fit the geometry.
+        ValueError: ``cols``, ``out`` or ``shape`` do not fit the geometry.
     """
-    cols = xp.ascontiguousarray(cols)
+    cols = _contiguous(xp, cols)
     _check_size(cols, _cols_shape(geom, layout), "cols")
-    shape = (geom[0], geom[1], *geom[2:5])
+    shape = _image_shape(geom, shape)
     if out is None:
         with device_of(cols).use():
             out = xp.empty(shape, dtype=cols.dtype)
@@ -157,23 +178,27 @@ def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, ou
         raise ValueError(f"out must be a C-contiguous {cols.dtype} array of {math.prod(shape)} elements, got "
                          f"{out.dtype} {out.shape}")
     _launch("col2im", geom, layout, accumulate, (cols, out), threads)
-    return out.reshape(shape)
+    return out
 
 
 def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry, accumulate: bool,
-                      threads: int | None = None) -> Any:
-    """Max pooling's padded input gradient (N, C, pd, ph, pw): each window's gradient to its first maximum.
+                      threads: int | None = None, shape: tuple[int, ...] | None = None) -> Any:
+    """Max pooling's padded input gradient (N, C, pd, ph, pw), or ``shape``: each window's gradient to its
+    first maximum.
 
     ``taps``: the forward's window values, (taps, N*C*positions) taps first; ``maxima``: their
     maxima; ``grad``: the output gradient (N*C*positions elements); all of one dtype; ``geom`` with
     dilation 1. Kernel ``max_pool_backward``.
+
+    Raises:
+        ValueError: an array or ``shape`` does not fit the geometry.
     """
-    taps, maxima, grad = (xp.ascontiguousarray(a) for a in (taps, maxima, grad))
+    taps, maxima, grad = (_contiguous(xp, a) for a in (taps, maxima, grad))
     _check_size(taps, _cols_shape(geom, "taps_first"), "taps")
     for array, name in ((maxima, "maxima"), (grad, "grad")):
         _check_size(array, _cols_shape(geom, "taps_first")[1:], name)
     with device_of(taps).use():
-        out = xp.empty((geom[0], geom[1], *geom[2:5]), dtype=grad.dtype)
+        out = xp.empty(_image_shape(geom, shape), dtype=grad.dtype)
         first = xp.empty(maxima.size, dtype=np.int32)
     _launch("max_pool_backward", geom, "taps_first", accumulate, (taps, maxima, grad, first, out), threads)
     return out

@@ -5,11 +5,13 @@ Like every op of the tensor floor, these take and return :class:`Tensor` objects
 device's ``xp`` and record one closure returning their inputs' gradients. The data movement (im2col,
 col2im, the max-pool backward) runs as ``kernels/conv.cu`` where :mod:`._conv_kernels` allows it, and as
 the NumPy code below otherwise, which is those kernels' twin. On CPU devices the batch is cut into
-cache-sized blocks (``_PER_SAMPLE_MIN``, ``_WGRAD_BLOCK``, ``_DCOLS_BLOCK``).
+cache-sized blocks (``_PER_SAMPLE_MIN``, ``_WGRAD_BLOCK``, ``_DCOLS_BLOCK``); on GPUs it goes through one
+GEMM per direction, whole, unless its columns exceed ``_GPU_COLS_BYTES``.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 from collections.abc import Sequence
@@ -69,9 +71,27 @@ def _as_strided(xp: Any) -> Any:
 #   same bits (tests/test_conv_kernels.py). On one CPU thread, the kernels walk one (sample, channel)
 #   plane at a time, tap by tap, so the plane stays in cache: col2im of the CNN layer above runs
 #   about 4x faster than the strided adds, max pooling's backward 2x, im2col 1.5x.
+#
+# On GPUs none of that blocking applies: a cache-sized block is a launch and, on the host, a dozen
+# Python calls into CuPy, and the host's dispatch, not the GEMMs, bounds a small network's step. There
+# the whole batch goes through one GEMM per direction in the merged layout (forward, weight gradient
+# and column gradient each one cuBLAS call, K = Kg or N*L), one im2col and one col2im launch
+# (_ConvGeom.gpu_forward, gpu_backward): the number of calls per layer does not depend on the batch.
+# Only a layer whose columns would exceed _GPU_COLS_BYTES is cut, into as few equal pieces of the
+# batch as fit; then the forward keeps no columns and the backward makes them again per piece.
 _PER_SAMPLE_MIN = 64  # output positions per sample from which per-sample GEMMs beat one merged GEMM
 _WGRAD_BLOCK = 1 << 22  # elements of the per-sample weight-gradient products summed at a time
 _DCOLS_BLOCK = 1 << 18  # column-gradient elements made and scattered at a time (1 MiB: stays in cache)
+# Largest column matrix (and column gradient) a GPU makes at once, in bytes. A piece's three GEMMs do
+# 6 * C_out * E FLOPs for E column elements: at C_out = 64 and 256 MiB of float32 columns, 26 GFLOP,
+# about 0.55 ms at the 47 TFLOP/s an H100/H200 reaches in float32, while the host issues a further
+# piece's ~22 CuPy calls in about 0.45 ms (about 20 us a call on the H200's host, benchmarks/roofline.py):
+# from C_out = 64 up the GPU, not the host, sets the pace; much smaller pieces would leave the GPU
+# waiting. In memory, the columns a forward keeps for its backward plus the column gradient are at most
+# 512 MiB per layer in flight, under 1% of an 80 GB GPU. ResNet-50's 3x3 layers at 56x56 and batch 256
+# (1.7 GiB of columns) are cut into 7 pieces; the CNNs of benchmarks/bench_train.py (32x32 images,
+# 75 MB of columns at batch 256) stay whole up to a batch of 910.
+_GPU_COLS_BYTES = 256 << 20
 
 
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
@@ -143,7 +163,7 @@ class _ConvGeom:
 
     def __init__(self, n: int, c: int, spatial: tuple[int, ...], c_out: int, kernel: tuple[int, ...],
                  stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...], groups: int,
-                 out_sp: tuple[int, ...], padded: tuple[int, ...] | None = None) -> None:
+                 out_sp: tuple[int, ...], padded: tuple[int, ...] | None = None, whole_batch: bool = False) -> None:
         self.n, self.c, self.spatial, self.c_out, self.kernel = n, c, spatial, c_out, kernel
         self.stride, self.pad, self.dilation, self.groups, self.out_sp = stride, pad, dilation, groups, out_sp
         self.nd = len(spatial)
@@ -151,7 +171,9 @@ class _ConvGeom:
         # the padded extent the windows read within (a transposed convolution's may exceed S + 2*pad)
         self.padded = padded or tuple(s + 2 * p for s, p in zip(spatial, pad))
         self.pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(pad)
-        self.merged = not self.pointwise and math.prod(out_sp) < _PER_SAMPLE_MIN
+        # whole_batch (GPUs): the gpu_* methods, merged layout, no cache blocking (see _GPU_COLS_BYTES)
+        self.whole_batch = whole_batch
+        self.merged = not self.pointwise and (whole_batch or math.prod(out_sp) < _PER_SAMPLE_MIN)
         self.l = math.prod(out_sp)
 
     def pad_input(self, xp: Any, data: Any) -> Any:
@@ -163,7 +185,7 @@ class _ConvGeom:
 
     def crop(self, gpad: Any) -> Any:
         """The (N, C, *S) interior of a padded gradient."""
-        return gpad[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(self.pad, self.spatial))]
+        return _crop(gpad, self.pad, self.spatial)
 
     def kernel_geometry(self, n: int) -> tuple[int, ...]:
         """The geometry arguments of kernels/conv.cu for ``n`` samples of this convolution's padded input."""
@@ -179,8 +201,9 @@ class _ConvGeom:
         if self.pointwise:
             return xpad.reshape(n, g, self.kg, self.l)
         if _ck.enabled(xp, xpad.dtype, self.nd):
-            cols = _ck.im2col(xp, xpad, self.kernel_geometry(n), "merged" if self.merged else "per_sample")
-            return cols.reshape(g, self.kg, n * self.l) if self.merged else cols.reshape(n, g, self.kg, self.l)
+            shape = (g, self.kg, n * self.l) if self.merged else (n, g, self.kg, self.l)
+            return _ck.im2col(xp, xpad, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
+                              shape=shape)
         view = _windows(xp, xpad, self.kernel, self.stride, self.dilation, self.out_sp, taps_first=self.merged)
         if self.merged:  # (*K, N, C, *O) -> (C, *K, N, *O): the one copy of the forward pass
             order = (self.nd + 1, *range(self.nd), self.nd, *range(self.nd + 2, 2 * self.nd + 2))
@@ -257,8 +280,8 @@ class _ConvGeom:
         if _ck.enabled(xp, dcols.dtype, nd):
             accumulate = _overlapping(self.kernel, self.stride, self.dilation, self.out_sp)
             gpad = _ck.col2im(xp, dcols, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
-                              accumulate, out)
-            return gpad.reshape((n, c) + self.padded)
+                              accumulate, out, shape=(n, c) + self.padded)
+            return gpad if gpad.shape == (n, c) + self.padded else gpad.reshape((n, c) + self.padded)
         if self.merged:  # (C, *K, N, *O) -> taps-first (*K, N, C, *O) view
             d = dcols.reshape((c, *self.kernel, n, *self.out_sp))
             d = d.transpose((*range(1, nd + 1), nd + 1, 0, *range(nd + 2, 2 * nd + 2)))
@@ -266,6 +289,95 @@ class _ConvGeom:
             d = dcols.reshape((n, c, *self.kernel, *self.out_sp))
             d = d.transpose((*range(2, nd + 2), 0, 1, *range(nd + 2, 2 * nd + 2)))
         return _scatter_taps(xp, d, (n, c) + self.padded, self.kernel, self.stride, self.dilation, self.out_sp, out)
+
+    # -- GPUs: whole-batch GEMMs (see _GPU_COLS_BYTES) ---------------------------------------------------
+    def pieces(self, itemsize: int) -> list[tuple[int, int]]:
+        """The sample ranges a GPU makes columns for at a time: the whole batch, or as few equal pieces as
+        keep each piece's columns within :data:`_GPU_COLS_BYTES` (one sample at least)."""
+        per_sample = self.c * math.prod(self.kernel) * self.l * itemsize
+        count = min(self.n, max(1, -(-self.n * per_sample // _GPU_COLS_BYTES)))
+        size = -(-self.n // count)
+        return [(a, min(a + size, self.n)) for a in range(0, self.n, size)]
+
+    def piece(self, n: int) -> _ConvGeom:
+        """This geometry for ``n`` samples."""
+        geo = copy.copy(self)
+        geo.n = n
+        return geo
+
+    def rows(self, xp: Any, a: Any, channels: int) -> Any:
+        """``a`` (N, channels, *) as (groups, channels/groups, N*prod(*)): a transposed copy (merged layout)."""
+        t = xp.ascontiguousarray(a.transpose((1, 0, *range(2, a.ndim))))
+        return t.reshape(self.groups, channels // self.groups, a.shape[0] * math.prod(a.shape[2:]))
+
+    def gpu_forward(self, xp: Any, xpad: Any, w_mat: Any, bias: Any) -> tuple[Any, Any]:
+        """The convolution of ``xpad`` (N, C, *padded) on a GPU, ``bias`` (C_out,) or None added.
+
+        Returns ``(out, cols)``: out (N, C_out, *O), C-contiguous, from one GEMM per piece (:meth:`pieces`);
+        cols the columns for :meth:`gpu_backward` when the batch was one piece, else None.
+        """
+        n, co, nd = self.n, self.c_out, self.nd
+        if self.pointwise:  # the input is the column matrix: one batched GEMM, the output in place
+            out = xp.matmul(w_mat, xpad.reshape(n, self.groups, self.kg, self.l)).reshape((n, co) + self.out_sp)
+            if bias is not None:
+                out += bias.reshape((1, co) + (1,) * nd)
+            return out, None
+        spans = self.pieces(xpad.dtype.itemsize)
+        whole = len(spans) == 1
+        out = xp.empty((n, co) + self.out_sp, dtype=np.result_type(w_mat.dtype, xpad.dtype))
+        b = None if bias is None else bias.reshape((1, co) + (1,) * nd)
+        cols = None
+        for start, stop in spans:
+            geo = self if whole else self.piece(stop - start)
+            cols = geo.im2col(xp, xpad if whole else xpad[start:stop])
+            res = xp.matmul(w_mat, cols).reshape((co, stop - start) + self.out_sp)  # (C_out, n, *O)
+            res = res.transpose((1, 0, *range(2, nd + 2)))
+            dst = out if whole else out[start:stop]
+            if b is None:
+                dst[...] = res
+            else:
+                xp.add(res, b, out=dst)
+        return out, cols if whole else None
+
+    def gpu_backward(self, xp: Any, g: Any, xpad: Any, cols: Any, w_mat: Any, need_x: bool,
+                     gw_out: Any = None, need_w: bool = True) -> tuple[Any, Any]:
+        """The gradients of :meth:`gpu_forward` on a GPU for the output gradient ``g`` (N, C_out, *O).
+
+        ``cols``: the forward's columns, or None (made again from ``xpad``, a piece at a time). Returns
+        ``(gpad, gw)``: the padded input's gradient (N, C, *padded; for a pointwise convolution the
+        input's, (N, C, *S)) when ``need_x``, and the weight gradient (groups, C_out/groups, Kg),
+        written into ``gw_out`` when given, when ``need_w``; None for what is not needed.
+        """
+        n, co, gr = self.n, self.c_out, self.groups
+        gw = gpad = None
+        if self.pointwise:
+            if need_x:
+                gpad = xp.matmul(w_mat.transpose(0, 2, 1), g.reshape(n, gr, co // gr, self.l))
+                gpad = gpad.reshape((n, self.c) + self.spatial)
+            if need_w:
+                x_rows = self.rows(xp, xpad, self.c)
+                gw = xp.matmul(self.rows(xp, g, co), x_rows.transpose(0, 2, 1), out=gw_out)
+            return gpad, gw
+        spans = self.pieces(g.dtype.itemsize)
+        whole = len(spans) == 1
+        if need_x:
+            # the kernel writes every element of each piece; the twin (no kernel) sums into zeros
+            alloc = xp.empty if _ck.enabled(xp, g.dtype, self.nd) else xp.zeros
+            gpad = alloc((n, self.c) + self.padded, dtype=np.result_type(w_mat.dtype, g.dtype))
+            w_t = w_mat.transpose(0, 2, 1)
+        for i, (start, stop) in enumerate(spans):
+            geo = self if whole else self.piece(stop - start)
+            g_rows = geo.rows(xp, g if whole else g[start:stop], co)
+            if need_w:
+                part = cols if whole and cols is not None else geo.im2col(xp, xpad if whole else xpad[start:stop])
+                if i == 0:
+                    gw = xp.matmul(g_rows, part.transpose(0, 2, 1), out=gw_out)
+                else:
+                    gw += xp.matmul(g_rows, part.transpose(0, 2, 1))
+                del part
+            if need_x:
+                geo.col2im(xp, xp.matmul(w_t, g_rows), out=gpad if whole else gpad[start:stop])
+        return gpad, gw
 
 
 def _conv_check(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, nd: int | None, transposed: bool,
@@ -320,24 +432,38 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
     if any(o < 1 for o in out_sp):
         raise ValueError(f"kernel {'x'.join(map(str, kernel))} (dilation {'x'.join(map(str, dil_t))}) is larger "
                          f"than the padded input {'x'.join(str(s + 2 * p) for s, p in zip(spatial, pad_t))}")
-    geo = _ConvGeom(n, c, tuple(spatial), c_out, tuple(kernel), stride_t, pad_t, dil_t, groups, out_sp)
+    geo = _ConvGeom(n, c, tuple(spatial), c_out, tuple(kernel), stride_t, pad_t, dil_t, groups, out_sp,
+                    whole_batch=xp is not np)
     wdata = weight._data
-    cols = geo.im2col(xp, geo.pad_input(xp, x._data))
     w_mat = wdata.reshape(groups, c_out // groups, geo.kg)
-    out = geo.forward(xp, w_mat, cols)
-    if bias is not None:
-        out += bias._data.reshape((1, c_out) + (1,) * nd)
+    xpad = geo.pad_input(xp, x._data)
+    if geo.whole_batch:
+        out, cols = geo.gpu_forward(xp, xpad, w_mat, None if bias is None else bias._data)
+        xpad = xpad if cols is None else None  # the backward makes the columns again from it
+    else:
+        cols = geo.im2col(xp, xpad)
+        xpad = None
+        out = geo.forward(xp, w_mat, cols)
+        if bias is not None:
+            out += bias._data.reshape((1, c_out) + (1,) * nd)
 
     def backward(g: Any) -> tuple[Any, ...]:
-        g_mat = geo.g_matrix(xp, g)
         gw = gx = gb = None
-        if weight._requires_grad():
-            buf = grad_out(weight, xp.result_type(g, wdata))
-            gw = geo.weight_grad(xp, g_mat, cols, None if buf is None else buf.reshape(w_mat.shape))
+        need_w, need_x = weight._requires_grad(), x._requires_grad()
+        buf = grad_out(weight, np.result_type(g.dtype, wdata.dtype)) if need_w else None
+        w_out = None if buf is None else buf.reshape(w_mat.shape)
+        if geo.whole_batch:
+            gx, gw = geo.gpu_backward(xp, g, xpad, cols, w_mat, need_x, w_out, need_w)
+        else:
+            g_mat = geo.g_matrix(xp, g)
+            if need_w:
+                gw = geo.weight_grad(xp, g_mat, cols, w_out)
+            if need_x:
+                gx = geo.input_grad(xp, w_mat, g_mat)
+        if need_w:
             gw = buf if buf is not None else gw.reshape(weight.shape)
-        if x._requires_grad():
-            gx = geo.input_grad(xp, w_mat, g_mat)
-            gx = gx if geo.pointwise else geo.crop(gx)
+        if need_x and not geo.pointwise:
+            gx = geo.crop(gx)
         if bias is not None and bias._requires_grad():
             gb = _bias_grad(xp, g, bias)
         return (gx, gw) if bias is None else (gx, gw, gb)
@@ -439,24 +565,38 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         raise ValueError(f"the output would have size {out_sp}: padding {pad_t} is too large for input {spatial}")
     # The convolution this op transposes: input (N, C_out, *out_sp) -> output (N, C_in, *S).
     geo = _ConvGeom(n, c_out, out_sp, c, tuple(kernel), stride_t, pad_t, dil_t, groups, tuple(spatial),
-                    padded=tuple(o + 2 * p for o, p in zip(out_sp, pad_t)))
+                    padded=tuple(o + 2 * p for o, p in zip(out_sp, pad_t)), whole_batch=xp is not np)
     wdata = weight._data
     w_mat = wdata.reshape(groups, c // groups, geo.kg)
-    x_mat = geo.g_matrix(xp, x._data)
-    out = geo.input_grad(xp, w_mat, x_mat)
+    if geo.whole_batch:
+        x_mat = x._data
+        out, _ = geo.gpu_backward(xp, x_mat, None, None, w_mat, True, need_w=False)
+    else:
+        x_mat = geo.g_matrix(xp, x._data)
+        out = geo.input_grad(xp, w_mat, x_mat)
     out = out if geo.pointwise else geo.crop(out)
     out = out + bias._data.reshape((1, c_out) + (1,) * nd) if bias is not None else xp.ascontiguousarray(out)
 
     def backward(g: Any) -> tuple[Any, ...]:
         gx = gw = gb = None
-        need_w = weight._requires_grad()
-        if need_w or x._requires_grad():
-            cols = geo.im2col(xp, geo.pad_input(xp, g))
-        if x._requires_grad():
-            gx = geo.forward(xp, w_mat, cols)
+        need_w, need_x = weight._requires_grad(), x._requires_grad()
+        buf = grad_out(weight, np.result_type(g.dtype, wdata.dtype)) if need_w else None
+        w_out = None if buf is None else buf.reshape(w_mat.shape)
+        if geo.whole_batch:
+            gpad = geo.pad_input(xp, g) if need_w or need_x else None
+            cols = None
+            if need_x:
+                gx, cols = geo.gpu_forward(xp, gpad, w_mat, None)
+            if need_w:
+                _, gw = geo.gpu_backward(xp, x_mat, gpad, cols, w_mat, False, w_out)
+        else:
+            if need_w or need_x:
+                cols = geo.im2col(xp, geo.pad_input(xp, g))
+            if need_x:
+                gx = geo.forward(xp, w_mat, cols)
+            if need_w:
+                gw = geo.weight_grad(xp, x_mat, cols, w_out)
         if need_w:
-            buf = grad_out(weight, xp.result_type(g, wdata))
-            gw = geo.weight_grad(xp, x_mat, cols, None if buf is None else buf.reshape(w_mat.shape))
             gw = buf if buf is not None else gw.reshape(weight.shape)
         if bias is not None and bias._requires_grad():
             gb = _bias_grad(xp, g, bias)
@@ -509,6 +649,9 @@ def _pad_to(xp: Any, data: Any, pad: tuple[int, ...], padded: tuple[int, ...], v
 
 
 def _crop(a: Any, pad: tuple[int, ...], spatial: tuple[int, ...]) -> Any:
+    """The (N, C, *spatial) interior of ``a`` after ``pad`` (``a`` itself when there is no margin)."""
+    if tuple(a.shape[2:]) == tuple(spatial):
+        return a
     return a[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(pad, spatial))]
 
 
@@ -525,11 +668,11 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     # kernel im2col (taps first) of kernels/conv.cu where it applies; the twin copies the strided view
     kernels = _ck.enabled(xp, data.dtype, len(kernel))
     geom = _ck.geometry(n, c, padded, kernel, stride, ones, out_sp) if kernels else ()
-    if kernels:
-        cols = _ck.im2col(xp, xpad, geom, "taps_first")
+    if kernels:  # (taps, N*C*prod(O))
+        cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
     else:
         cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
-    cols = cols.reshape(taps, -1)  # (taps, N*C*prod(O))
+        cols = cols.reshape(taps, -1)
     flat = cols.max(axis=0) if taps > 1 else cols[0].copy()
     out = flat.reshape((n, c) + out_sp)
     spatial = data.shape[2:]
@@ -538,7 +681,7 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
         # The gradient of a window goes to its first maximum in row-major tap order (MXNet's rule).
         overlap = _overlapping(kernel, stride, ones, out_sp)
         if kernels and g.dtype == cols.dtype:  # kernel max_pool_backward of kernels/conv.cu; below, its twin
-            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap).reshape(xpad.shape)
+            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape)
             return (_crop(gpad, pad, spatial),)
         g_flat = g.reshape(-1)
         free = xp.ones(flat.shape, dtype=bool)  # windows whose maximum is not yet found
@@ -570,14 +713,17 @@ def _avg_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     nsp = len(kernel)
 
     # Divisor per output position (host-side, tiny, a product over the axes): taps inside
-    # [0, size + pad) with count_include_pad, else inside [0, size).
+    # [0, size + pad) with count_include_pad, else inside [0, size). Where every window has the same
+    # divisor (no padding outside the count, no ceil-mode overhang) it is a scalar of the data's dtype,
+    # the value each element of the table would hold: no host-to-device copy on a GPU.
     divisor = np.ones((), dtype=np.int64)
     for size, k, s, p, o in zip(spatial, kernel, stride, pad, out_sp):
         start = np.arange(o) * s - p
         end = np.minimum(start + k, size + p)
         count = end - start if count_include_pad else np.minimum(end, size) - np.maximum(start, 0)
         divisor = np.multiply.outer(divisor, count)
-    inv = xp.asarray(1.0 / np.maximum(divisor, 1), dtype=data.dtype)
+    table = (1.0 / np.maximum(divisor, 1)).astype(data.dtype)
+    inv = table.flat[0] if (table == table.flat[0]).all() else xp.asarray(table)
 
     def axis_slice(a: int, t: int, s: int, o: int) -> tuple[slice, ...]:
         return (slice(None),) * (2 + a) + (slice(t, t + s * (o - 1) + 1, s),)

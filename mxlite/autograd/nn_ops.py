@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _norm_kernels as _nk
 from . import _state
 from . import random as _random
 from . import sparse as _sparse
@@ -346,48 +347,34 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
     # Work on an (A, C, B) view, channels in the middle: per-channel sums are a reduction over the
     # contiguous last axis, then over the first (two fast NumPy reductions, not one over scattered axes).
     # x - mean is kept instead of x-hat: out, and the input gradient g*a + (x - mean)*b + c with
-    # per-channel a, b, c, each take a few passes over the batch.
+    # per-channel a, b, c, each take a few passes over the batch. The arithmetic is _norm_kernels'
+    # forward/backward; on GPUs kernels/norm.cu does it in one launch per direction.
     shape3 = (math.prod(x.shape[:axis]), c, math.prod(x.shape[axis + 1:]))
-    count = shape3[0] * shape3[2]
-    data = xp.ascontiguousarray(x._data).reshape(shape3).astype(acc, copy=False)
-
-    def per_channel(a: Any) -> Any:  # (A, C, B) -> (C,) sums
-        return a.sum(axis=2).sum(axis=0)
-
-    def col(v: Any) -> Any:  # (C,) -> (1, C, 1) for broadcasting
-        return v.reshape(1, c, 1)
-
     batch_stats = training and not use_global_stats
-    if batch_stats:
-        mu = per_channel(data) / count
-        diff = data - col(mu)
-        var = per_channel(xp.square(diff)) / count
-        for t, new in ((running_mean, mu), (running_var, var)):
-            t._data[...] = (momentum * t._data + (1.0 - momentum) * new).astype(t.dtype)
-    else:
-        mu = running_mean._data.astype(acc)
-        var = running_var._data.astype(acc)
-        diff = data - col(mu)
-    inv_std = 1.0 / xp.sqrt(var + eps)  # (C,)
-    scale = xp.ones((c,), dtype=acc) if fix_gamma else gamma._data.astype(acc)
-    out = diff * col(scale * inv_std)
-    out += col(beta._data.astype(acc))
-    out = out.reshape(x.shape).astype(x.dtype, copy=False)
+    params = (gamma._data, beta._data, running_mean._data, running_var._data)
+    if _nk.enabled(xp, x.dtype, params):
+        data = x._data if x._data.flags.c_contiguous else xp.ascontiguousarray(x._data)
+        out, saved = _nk.forward_kernel(xp, data, shape3, *params, eps, momentum, batch_stats, fix_gamma)
+
+        def backward(g: Any) -> tuple[Any, ...]:
+            g = g if g.flags.c_contiguous else xp.ascontiguousarray(g)
+            gg = grad_out(gamma, acc) if not fix_gamma else None
+            gx, ggamma, gbeta = _nk.backward_kernel(xp, g, data, shape3, saved, batch_stats, fix_gamma, gg,
+                                                    grad_out(beta, acc))
+            return gx, ggamma, gbeta, None, None
+
+        return _result("batch_norm", out, x._device, (x, gamma, beta, running_mean, running_var), backward)
+
+    data = xp.ascontiguousarray(x._data).reshape(shape3).astype(acc, copy=False)
+    out3, diff, inv_std, k = _nk.forward(xp, data, *params, eps, momentum, batch_stats, fix_gamma,
+                                         _nk.per_channel)
+    out = out3.reshape(x.shape).astype(x.dtype, copy=False)
 
     def backward(g: Any) -> tuple[Any, ...]:
         g3 = xp.ascontiguousarray(g).reshape(shape3).astype(acc, copy=False)
-        sum_g = per_channel(g3)
-        sum_gd = per_channel(g3 * diff)  # sum of g * (x - mean)
-        k = scale * inv_std
-        if batch_stats:  # d/dx of gamma*(x - mean)*inv_std + beta with batch mean and variance
-            gx = g3 * col(k)
-            gx += diff * col(-k * inv_std * inv_std * sum_gd / count)
-            gx += col(-k * sum_g / count)
-        else:
-            gx = g3 * col(k)
-        ggamma = xp.zeros((c,), dtype=acc) if fix_gamma else sum_gd * inv_std
+        gx, ggamma, gbeta = _nk.backward(xp, g3, diff, inv_std, k, batch_stats, fix_gamma, _nk.per_channel)
         return (gx.reshape(x.shape).astype(x.dtype, copy=False), ggamma.astype(gamma.dtype, copy=False),
-                sum_g.astype(beta.dtype, copy=False), None, None)
+                gbeta.astype(beta.dtype, copy=False), None, None)
 
     return _result("batch_norm", out, x._device, (x, gamma, beta, running_mean, running_var), backward)
 
