@@ -216,6 +216,43 @@ def test_layer_norm(axis):
           rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("training,use_global_stats,fix_gamma", [(True, False, False), (True, False, True),
+                                                                (False, False, False), (True, True, False)], ids=str)
+def test_batch_norm(training, use_global_stats, fix_gamma):
+    def fn(x, gamma, beta):
+        stats = (mx.array(np.array([0.1, -0.2, 0.3]), dtype=np.float64),
+                 mx.array(np.array([0.5, 1.5, 0.8]), dtype=np.float64))  # fresh: the op updates them
+        return F.batch_norm(x, gamma, beta, *stats, axis=1, eps=1e-3, training=training,
+                            use_global_stats=use_global_stats, fix_gamma=fix_gamma)
+
+    check(fn, [rand(4, 3, 2), rand(3), rand(3)], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_without_training_flag_says_so():
+    x = leaf(rand(2, 3))
+    c = mx.array(np.ones(3), dtype=np.float64)
+    with autograd.record():
+        y = F.batch_norm(x, c, c, mx.array(np.zeros(3), dtype=np.float64), c, training=None).sum()
+    with pytest.raises(NotImplementedError, match="training=None"):
+        autograd.grad(y, [x], create_graph=True)
+
+
+POOL_CASES = {
+    "avg2d": lambda x: F.avg_pool2d(x, 2),
+    "avg2d_pad_stride": lambda x: F.avg_pool2d(x, 3, strides=2, padding=1),
+    "avg2d_ceil_no_pad_count": lambda x: F.avg_pool2d(x, 2, strides=2, padding=1, ceil_mode=True,
+                                                      count_include_pad=False),
+    "avg1d": lambda x: F.avg_pool(x[:, :, 0], 3, strides=1, padding=1),
+    "global_avg": F.global_avg_pool2d,
+    "global_max": F.global_max_pool2d,
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOL_CASES))
+def test_pooling(name):
+    check(POOL_CASES[name], [distinct(2, 2, 5, 5, scale=0.03)])
+
+
 def test_dropout_mask_is_a_constant():
     def fn(x):
         mx.random.seed(11)  # the same mask on every evaluation
@@ -277,6 +314,36 @@ def test_third_derivative():
     np.testing.assert_allclose(x.grad.asnumpy(), f3, rtol=1e-10)
 
 
+def _gradient_of(f):
+    """x -> d/dx sum(w * f(x)**3), recorded: its Hessian-vector product is a third derivative of f, which
+    differentiates the rules of the ops the first rules made (scatter, linear_transpose, conv_transpose)."""
+    def fn(*xs):
+        out = f(*xs)
+        w = mx.array(np.random.default_rng(9).standard_normal(out.shape), dtype=np.float64)
+        return autograd.grad((out * out * out * w).sum(), [xs[0]], create_graph=True)[0]
+
+    return fn
+
+
+THIRD_ORDER = {
+    "getitem": (lambda x: x[np.array([0, 2, 0])], [(3, 4)]),
+    "take": (lambda x: F.take(x, np.array([1, 1, 3]), axis=1), [(2, 4)]),
+    "avg_pool": (lambda x: F.avg_pool2d(x, 3, strides=2, padding=1), [(1, 2, 5, 5)]),
+    "conv": (lambda x, w: F.conv2d(x, w, stride=2, padding=1), [(1, 2, 5, 5), (3, 2, 3, 3)]),
+    "conv_transpose": (lambda x, w: F.conv_transpose(x, w, stride=2), [(1, 2, 3, 3), (2, 3, 2, 2)]),
+    "fully_connected": (lambda x, w: F.fully_connected(x, w), [(2, 3), (4, 3)]),
+    "softmax": (lambda x: F.softmax(x), [(2, 3)]),
+    "layer_norm": (lambda x: F.layer_norm(x, mx.array(np.array([0.5, 2.0, 1.0])), mx.array(np.zeros(3)), eps=0.1),
+                   [(2, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(THIRD_ORDER))
+def test_third_order(name):
+    f, shapes = THIRD_ORDER[name]
+    check_hvp(_gradient_of(f), [rand(*shape) for shape in shapes], rtol=1e-4, atol=1e-5)
+
+
 # -- gradient penalties --------------------------------------------------------------------------
 def _penalty(net, x, create_graph):
     """WGAN-GP's term: mean over samples of (||d critic / d x||_2 - 1)^2."""
@@ -326,8 +393,8 @@ def test_gradient_penalty_mlp():
 def test_gradient_penalty_cnn():
     mx.random.seed(4)
     net = mx.gluon.nn.Sequential()
-    net.add(mx.gluon.nn.Conv2D(4, 3, strides=2, padding=1, activation="tanh"), mx.gluon.nn.Conv2D(3, 2),
-            mx.gluon.nn.LeakyReLU(0.2), mx.gluon.nn.Flatten(), mx.gluon.nn.Dense(1))
+    net.add(mx.gluon.nn.Conv2D(4, 3, strides=2, padding=1, activation="tanh"), mx.gluon.nn.AvgPool2D(2, strides=1),
+            mx.gluon.nn.Conv2D(3, 2), mx.gluon.nn.LeakyReLU(0.2), mx.gluon.nn.Flatten(), mx.gluon.nn.Dense(1))
     net.cast(np.float64)
     net.initialize(mx.init.Xavier())
     x = mx.array(rand(3, 2, 7, 7), dtype=np.float64)
@@ -444,17 +511,11 @@ def test_grad_errors():
         autograd.grad(y, [x], head_grads=[mx.array([1.0, 2.0])])
 
 
-@pytest.mark.parametrize("op", ["max_pool2d", "prod", "batch_norm"])
+@pytest.mark.parametrize("op", ["max_pool2d", "prod"])
 def test_create_graph_through_an_op_without_second_derivative_names_it(op):
     x = leaf(rand(1, 2, 4, 4))
     with autograd.record():
-        if op == "max_pool2d":
-            y = F.max_pool2d(x)
-        elif op == "prod":
-            y = ops.prod(x, axis=1)
-        else:
-            c = mx.array(np.ones(2), dtype=np.float64)
-            y = F.batch_norm(x, c, c, mx.array(np.zeros(2), dtype=np.float64), c, training=True)
+        y = F.max_pool2d(x) if op == "max_pool2d" else ops.prod(x, axis=1)
         y = (y * 1.0).sum()
     with pytest.raises(NotImplementedError, match=f"'{op}'.*no differentiable backward"):
         autograd.grad(y, [x], create_graph=True)

@@ -21,12 +21,15 @@ logarithmic, trigonometric and hyperbolic functions, ``erf``, ``relu``, ``sigmoi
 ``transpose``, ``broadcast_to``, indexing and slicing, ``concat``, ``stack``, ``split``, ``tile``,
 ``repeat``, ``take_along_axis``/``sort``), ``matmul``/``dot``, ``astype``, copies between devices,
 ``softmax``, ``log_softmax``, ``fully_connected``, ``conv``/``conv2d``, ``conv_transpose``,
-``layer_norm``, ``dropout`` (its mask a constant), ``embedding``, ``take``, ``pick``, and everything
-composed from these (the activations of ``activations.py``, ``norm``, ``var``, ``std``, ``logsumexp``).
+``layer_norm``, ``batch_norm`` (called with ``training`` given, as Gluon's ``BatchNorm`` does; the running
+statistics are constants), ``avg_pool``/``avg_pool2d``, ``dropout`` (its mask a constant), ``embedding``,
+``take``, ``pick``, and everything composed from these (the activations of ``activations.py``, ``norm``,
+``var``, ``std``, ``logsumexp``, the global poolings).
 
-Without one (``create_graph`` raises): ``prod``, ``batch_norm``, pooling (max, average, global),
-the ``linalg`` ops, the sparse ops, and :class:`~.function.Function` (its backward is the user's code on
-arrays outside the graph). Rounding, comparisons and index results have zero gradient and record nothing.
+Without one (``create_graph`` raises, naming the op): ``prod``, ``max_pool``/``max_pool2d`` (its windows'
+maxima are not kept), the ``linalg`` ops, the sparse ops, and :class:`~.function.Function` (its backward is
+the user's code on arrays outside the graph). Rounding, comparisons and index results have zero gradient and
+record nothing.
 """
 
 from __future__ import annotations
@@ -223,12 +226,13 @@ def _reaching(heads: list[Tensor], wanted: set[int]) -> dict[int, Tensor | None]
 
 
 class _Step:
-    """What a rule gets besides the output gradient: the node's parents, its output, which parents need one."""
+    """What a rule gets besides the output gradient: the node's parents, its output, which parents need one,
+    and the node's raw backward closure (for a linear op, whose raw backward is its transpose)."""
 
-    __slots__ = ("parents", "out", "need")
+    __slots__ = ("parents", "out", "need", "backward")
 
-    def __init__(self, parents: tuple[Tensor, ...], out: Tensor, need: tuple[bool, ...]) -> None:
-        self.parents, self.out, self.need = parents, out, need
+    def __init__(self, node: _Node, out: Tensor, need: tuple[bool, ...]) -> None:
+        self.parents, self.out, self.need, self.backward = node.parents, out, need, node.backward
 
 
 def _differentiable_backward(node: _Node, out: Tensor, g: Tensor, need: tuple[bool, ...]) -> Sequence[Tensor | None]:
@@ -240,7 +244,7 @@ def _differentiable_backward(node: _Node, out: Tensor, g: Tensor, need: tuple[bo
             "backward in mxlite, so its second derivative is not available; ops that have one are listed in "
             "mxlite/autograd/higher_order.py (compute the gradient with create_graph=False, or avoid this op)")
     with out._device.use():
-        grads = rule(_Step(node.parents, out, need), g, **_arguments(node))
+        grads = rule(_Step(node, out, need), g, **_arguments(node))
     if len(grads) != len(node.parents):
         raise RuntimeError(f"the differentiable backward of {node.op!r} gave {len(grads)} gradients for "
                            f"{len(node.parents)} inputs")
@@ -664,3 +668,76 @@ def _conv_transpose(s: _Step, g: Tensor, x: Tensor, weight: Tensor, bias: Tensor
     if bias is None:
         return gx, gw
     return gx, gw, _bias_grad(g) if s.need[2] else None
+
+
+# -- batch normalisation, average pooling ------------------------------------------------------------
+@_rule("batch_norm")
+def _batch_norm(s: _Step, g: Tensor, x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor,
+                running_var: Tensor, axis: int, eps: float, momentum: float, training: bool | None,
+                use_global_stats: bool, fix_gamma: bool) -> tuple:
+    if training is None:
+        raise NotImplementedError("autograd.grad(create_graph=True): batch_norm was called with training=None, so "
+                                  "whether it used the batch's statistics is not known here; pass training=True or "
+                                  "False explicitly (Gluon's BatchNorm does)")
+    # The forward recomputed from differentiable ops, statistics in at least float32 as the op. The running
+    # statistics are constants (the op changes them only when it uses the batch's, and not through the graph).
+    acc = np.promote_types(x.dtype, np.float32)
+    ax = _axis(axis, x.ndim)
+    others = tuple(i for i in range(x.ndim) if i != ax)
+    bshape = tuple(x.shape[ax] if i == ax else 1 for i in range(x.ndim))
+    xa, ga = ops.astype(x, acc, copy=False), ops.astype(g, acc, copy=False)
+    batch_stats = training and not use_global_stats
+    if batch_stats:
+        centred = xa - ops.mean(xa, axis=others, keepdims=True)
+        inv_std = ops.rsqrt(ops.mean(centred * centred, axis=others, keepdims=True) + float(eps))
+    else:
+        xp = x._device.xp
+        centred = xa - _const(running_mean._data.astype(acc).reshape(bshape), ga)
+        inv_std = _const((1.0 / xp.sqrt(running_var._data.astype(acc) + eps)).reshape(bshape), ga)
+    xhat = centred * inv_std
+    dxhat = ga if fix_gamma else ga * ops.reshape(ops.astype(gamma, acc, copy=False), bshape)
+    if batch_stats:
+        gx = inv_std * (dxhat - ops.mean(dxhat, axis=others, keepdims=True)
+                        - xhat * ops.mean(dxhat * xhat, axis=others, keepdims=True))
+    else:
+        gx = dxhat * inv_std
+    if fix_gamma:
+        ggamma = _const(x._device.xp.zeros(gamma.shape, dtype=gamma.dtype), gamma)
+    else:
+        ggamma = ops.astype(ops.sum(ga * xhat, axis=others), gamma.dtype, copy=False)
+    return (ops.astype(gx, x.dtype, copy=False) if s.need[0] else None, ggamma if s.need[1] else None,
+            ops.astype(ops.sum(ga, axis=others), beta.dtype, copy=False) if s.need[2] else None, None, None)
+
+
+def _linear_rule(op: Callable) -> Rule:
+    """The rule of a linear op ``A x`` (average pooling): its backward ``A^T g`` is the same whatever ``x``
+    is, and the derivative of ``A^T g`` w.r.t. ``g`` is ``A`` itself, the op again."""
+
+    def rule(s: _Step, g: Tensor, x: Tensor, **options: Any) -> tuple:
+        return (_linear_transpose(g, s.backward, op, options),)
+
+    return rule
+
+
+_RULES["avg_pool"] = _linear_rule(nn_ops.avg_pool)
+_RULES["avg_pool2d"] = _linear_rule(nn_ops.avg_pool2d)
+
+
+@_op("linear_transpose")
+def _linear_transpose(values: Tensor, transpose: Callable, op: Callable, options: dict[str, Any]) -> Tensor:
+    """``A^T values`` for the linear op ``A = op(., **options)``, given its raw backward ``transpose``.
+
+    Recorded with ``A`` as its own backward (the gradient of ``<A^T g, v>`` w.r.t. ``g`` is ``A v``)."""
+    device = values._device
+
+    def backward(g: Any) -> tuple[Any]:
+        with _state._scope(False, None):
+            return (op(Tensor(g, device), **options)._data,)
+
+    return _result("linear_transpose", transpose(values._data)[0], device, (values,), backward)
+
+
+@_rule("linear_transpose")
+def _linear_transpose_rule(s: _Step, g: Tensor, values: Tensor, transpose: Callable, op: Callable,
+                           options: dict[str, Any]) -> tuple:
+    return (op(g, **options),)
