@@ -55,7 +55,7 @@ _RULES: dict[str, Rule] = {}
 
 def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
          head_grads: Tensor | Sequence[Tensor | None] | None = None, retain_graph: bool | None = None,
-         create_graph: bool = False, train_mode: bool = True) -> Tensor | list[Tensor]:
+         create_graph: bool = False, train_mode: bool = True) -> list[Tensor]:
     """Gradients of ``heads`` w.r.t. ``variables``, returned as new tensors (MXNet's ``autograd.grad``).
 
     No ``.grad`` buffer is read or written and no ready-hook runs. With ``create_graph=True`` the
@@ -85,7 +85,7 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
     Args:
         heads: the output tensor(s) to differentiate (recorded results).
         variables: the tensor(s) to differentiate w.r.t.: leaves with ``attach_grad()``, or recorded
-            results (their total gradient is returned). A single Tensor gives a single result.
+            results (their total gradient is returned); a single Tensor counts as a list of one.
         head_grads: the gradient(s) of some scalar w.r.t. ``heads`` (default: ones); a Tensor, or a list
             with one entry per head (``None`` for ones).
         retain_graph: keep the graph for another backward pass; default ``create_graph``.
@@ -93,8 +93,8 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
         train_mode: the training flag while the backward pass runs.
 
     Returns:
-        A Tensor of each variable's shape and dtype (a list, unless ``variables`` is one Tensor); a variable
-        whose gradient arrives row-sparse (``Embedding(sparse_grad=True)`` without ``create_graph``) gets a
+        A list with one Tensor per variable, of its shape and dtype (a list even for one variable, as
+        MXNet: ``dx, = grad(y, x)``); a variable whose gradient arrives row-sparse (``Embedding(sparse_grad=True)`` without ``create_graph``) gets a
         RowSparseTensor.
 
     Raises:
@@ -103,8 +103,7 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
         TypeError: a head or variable is not a Tensor.
         NotImplementedError: ``create_graph`` through an op without a differentiable backward.
     """
-    single = isinstance(variables, Tensor)
-    variables = [variables] if single else list(variables)
+    variables = [variables] if isinstance(variables, Tensor) else list(variables)
     if not variables:
         raise ValueError("grad: variables cannot be empty; pass the tensor(s) to differentiate with respect to")
     for i, v in enumerate(variables):
@@ -129,7 +128,7 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
             with v._device.use():
                 g = Tensor(g.astype(v.dtype, copy=g.base is not None or id(g) in head_arrays), v._device)
         out.append(g)
-    return out[0] if single else out
+    return out
 
 
 def _grad_pass(heads: list[Tensor], head_grads: list[Any], variables: list[Tensor], retain: bool,
