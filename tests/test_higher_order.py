@@ -446,6 +446,21 @@ def test_grad_returns_gradients_without_touching_buffers():
         autograd.grad(y, [x])
 
 
+def test_grad_results_never_share_memory():
+    x, y = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    with autograd.record():
+        z = (x + y) * 2.0  # add's backward hands one array to both inputs
+    head = mx.array([1.0, 1.0], dtype=np.float64)
+    gx, gy = autograd.grad(z, [x, y], head_grads=[head])
+    gx[:] = 0.0
+    np.testing.assert_array_equal(gy.asnumpy(), [2.0, 2.0])
+    with autograd.record():
+        w = x.reshape(2)
+    gw, = autograd.grad(w, [x], head_grads=[head])  # a view of the head gradient
+    gw[:] = 5.0
+    np.testing.assert_array_equal(head.asnumpy(), [1.0, 1.0])
+
+
 def test_grad_single_variable_head_grads_and_retain():
     x = leaf([1.0, 2.0, 3.0])
     with autograd.record():

@@ -94,8 +94,8 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
 
     Returns:
         A list with one Tensor per variable, of its shape and dtype (a list even for one variable, as
-        MXNet: ``dx, = grad(y, x)``); a variable whose gradient arrives row-sparse (``Embedding(sparse_grad=True)`` without ``create_graph``) gets a
-        RowSparseTensor.
+        MXNet: ``dx, = grad(y, x)``); a variable whose gradient arrives row-sparse
+        (``Embedding(sparse_grad=True)`` without ``create_graph``) gets a RowSparseTensor.
 
     Raises:
         ValueError: ``variables`` is empty, a variable needs no gradient, a head was not recorded, or heads
@@ -114,7 +114,7 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
                              "on it before recording")
     heads, head_grads = _check_heads("grad", heads, head_grads)
     retain = create_graph if retain_graph is None else retain_graph
-    results, head_arrays = _grad_pass(heads, head_grads, variables, retain or create_graph, create_graph,
+    results, taken = _grad_pass(heads, head_grads, variables, retain or create_graph, create_graph,
                                       train_mode)
     out: list[Tensor] = []
     for v in variables:
@@ -124,9 +124,13 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
                 g = Tensor(v._device.xp.zeros_like(v._data), v._device)
         elif isinstance(g, Tensor):
             g = g if g.dtype == v.dtype else ops.astype(g, v.dtype)
-        elif not _is_sparse(g):  # a fresh array: a copy only where it could alias a head gradient
+        elif not _is_sparse(g):
+            # Each result gets its own memory: copied where the array may be a head gradient, a view, or
+            # the array another result got (add's backward hands one array to both inputs).
             with v._device.use():
-                g = Tensor(g.astype(v.dtype, copy=g.base is not None or id(g) in head_arrays), v._device)
+                copy = g.base is not None or id(g) in taken
+                taken.add(id(g))
+                g = Tensor(g.astype(v.dtype, copy=copy), v._device)
         out.append(g)
     return out
 
