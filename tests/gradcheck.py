@@ -103,3 +103,72 @@ def check_grad(
                                    err_msg=f"gradient of input {i} (shape {base[i].shape}) is wrong")
         grads[i] = analytic
     return grads
+
+
+def check_hvp(
+    fn: Callable[..., Tensor],
+    inputs: Sequence[np.ndarray],
+    eps: float = 1e-5,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    wrt: Sequence[int] | None = None,
+    seed: int = 0,
+    device: mx.Device | None = None,
+) -> list[np.ndarray | None]:
+    """Assert ``fn``'s second derivatives, through ``autograd.grad(..., create_graph=True)``, match finite differences.
+
+    With a seeded random head ``h`` and direction ``v`` (one array per checked input), ``L = sum(h * fn(x))``:
+    the gradient ``G = dL/dx`` is recorded with ``create_graph=True``, then ``sum(G . v)`` is back-propagated,
+    giving the Hessian-vector product ``H v`` in each input's ``grad``. It must equal the central difference
+    ``(G(x + eps v) - G(x - eps v)) / (2 eps)`` of first-order gradients (themselves checked against finite
+    differences by :func:`check_grad`). The recorded ``G`` must also equal the plain gradient.
+
+    Returns:
+        ``H v`` of each input as a NumPy array (``None`` where unchecked).
+    """
+    device = device or mx.cpu(0)
+    arrays = [np.asarray(a) for a in inputs]
+    checked = sorted(i for i in (range(len(arrays)) if wrt is None else wrt) if _is_float(arrays[i]))
+    base = [a.astype(np.float64) if _is_float(a) else a for a in arrays]
+    rng = np.random.default_rng(seed)
+    head = None
+    direction = {i: rng.standard_normal(base[i].shape) for i in checked}
+
+    def gradients(arrs: list[np.ndarray], create_graph: bool) -> tuple[list[Tensor], list[Tensor]]:
+        nonlocal head
+        ts = _to_tensors(arrs, device, set(checked))
+        with mx.autograd.record():
+            out = fn(*ts)
+            if head is None:
+                head = np.random.default_rng(seed + 1).standard_normal(out.shape)
+            loss = (out * mx.array(head, device=device, dtype=np.float64)).sum()
+        return ts, mx.autograd.grad(loss, [ts[i] for i in checked], create_graph=create_graph)
+
+    ts, grads = gradients(base, True)
+    _, plain = gradients(base, False)
+    for i, g, p in zip(checked, grads, plain):
+        np.testing.assert_allclose(g.asnumpy(), p.asnumpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=f"create_graph changed the gradient of input {i}")
+    dot = None
+    with mx.autograd.record():
+        for i, g in zip(checked, grads):
+            term = (g * mx.array(direction[i], device=device, dtype=np.float64)).sum()
+            dot = term if dot is None else dot + term
+    if dot._node is not None:  # else the gradient does not depend on any input: H v = 0
+        dot.backward()
+
+    def shifted(sign: float) -> list[np.ndarray]:
+        arrs = [a.copy() for a in base]
+        for i in checked:
+            arrs[i] = arrs[i] + sign * eps * direction[i]
+        return [g.asnumpy() for g in gradients(arrs, False)[1]]
+
+    plus, minus = shifted(1.0), shifted(-1.0)
+    results: list[np.ndarray | None] = [None] * len(arrays)
+    for k, i in enumerate(checked):
+        analytic = ts[i].grad.asnumpy()
+        numeric = (plus[k] - minus[k]) / (2 * eps)
+        np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
+                                   err_msg=f"Hessian-vector product of input {i} (shape {base[i].shape}) is wrong")
+        results[i] = analytic
+    return results

@@ -252,3 +252,13 @@ def test_run_all_proof_runs_each_measured_step_and_always_summarises(tmp_path, c
     assert run_all.main(["--proof", "--quick", "--device", "cpu", "--budget", "0", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "skipped (budget)" in text and "gpu-proof summary" in text and "not measured in this run" in text
+
+
+def test_bench_autograd_runs(tmp_path, capsys):
+    out = tmp_path / "autograd.json"
+    assert _load("bench_autograd").main(["--ops", "30", "--batch", "4", "--hidden", "8", "--repeat", "2",
+                                         "--json", str(out)]) == 0
+    records = {r["name"]: r for r in json.loads(out.read_text())["records"]}
+    assert records["engine"]["ops"] == 31 and records["engine"]["backward_us_per_op"] > 0
+    assert records["penalty"]["penalty_ms"] > 0 and records["penalty"]["batch"] == 4
+    assert "gradient-penalty step" in capsys.readouterr().out

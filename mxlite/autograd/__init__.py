@@ -6,6 +6,11 @@ Usage::
     with mx.autograd.record():
         y = (x * x).sum()
     y.backward()            # x.grad == [2, 4]
+
+    with mx.autograd.record():
+        y = (x ** 3).sum()
+    dx, = mx.autograd.grad(y, [x], create_graph=True)   # 3 x^2, itself differentiable
+    dx.sum().backward()     # x.grad == 6 x
 """
 
 from ._state import (
@@ -18,13 +23,19 @@ from ._state import (
     set_training,
     train_mode,
 )
+from .function import Function, get_symbol, mark_variables
+from .higher_order import grad
 from .tensor import Tensor, backward
 
 __all__ = [
+    "Function",
     "Tensor",
     "backward",
+    "get_symbol",
+    "grad",
     "is_recording",
     "is_training",
+    "mark_variables",
     "pause",
     "predict_mode",
     "record",

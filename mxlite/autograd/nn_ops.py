@@ -153,7 +153,8 @@ def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bo
     scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
     mask = ((u >= rate) * scale).astype(x.dtype)
     out = x._data * mask
-    return _result("dropout", out, x._device, (x,), lambda g: (g * mask,))
+    # The mask rides along as a constant parent, so the differentiable backward (higher_order) finds it.
+    return _result("dropout", out, x._device, (x, Tensor(mask, x._device)), lambda g: (g * mask, None))
 
 
 # -- embedding, take, pick -----------------------------------------------------------------------

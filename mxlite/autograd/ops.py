@@ -75,12 +75,20 @@ def _run(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _op(name: str) -> Callable:
-    """Decorate a primitive: check its tensors share a device, run there, name it in errors."""
+    """Decorate a primitive: check its tensors share a device, run there, name it in errors.
+
+    The node a recorded call makes keeps the call (``fn``, ``args``, ``kwargs``): the op's
+    differentiable backward (:mod:`.higher_order`) reads the op's arguments from it.
+    """
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return _run(name, fn, args, kwargs)
+            out = _run(name, fn, args, kwargs)
+            node = getattr(out, "_node", None)  # None unless recorded (or a tuple of results)
+            if node is not None and node.call is None and node.op == name:
+                node.call = (fn, args, kwargs)
+            return out
 
         return wrapper
 

@@ -10,7 +10,11 @@ the forward in each op).
 once every consumer has sent its gradient. A leaf's gradient is written (``grad_req='write'``)
 or added (``'add'``) into its ``grad`` buffer *in place*, so a parameter's gradient stays a
 view into its flat arena; then the leaf's ready-hooks run. Leaves therefore become final in the
-order backward produces them, which is what the communication layer overlaps with.
+order backward produces them, which is what the communication layer overlaps with. A recorded
+result given a buffer by ``attach_grad`` (MXNet 2.x) gets a copy of its gradient on the way.
+
+``autograd.grad`` (returned gradients, ``create_graph`` for higher orders) is :mod:`.higher_order`:
+it walks the same nodes, with each op's differentiable backward where the pass must be recorded.
 """
 
 from __future__ import annotations
@@ -35,14 +39,20 @@ _pass = threading.local()
 
 
 class _Node:
-    """How a recorded result was made: its parents and the closure giving their gradients."""
+    """How a recorded result was made: its parents and the closure giving their gradients.
 
-    __slots__ = ("parents", "backward", "op")
+    ``call`` is the op's call, ``(function, args, kwargs)``, kept by the ops' ``_op`` decorator
+    (None for ops without one): :mod:`.higher_order` reads the op's arguments from it when it
+    differentiates the backward pass itself (``autograd.grad(..., create_graph=True)``).
+    """
+
+    __slots__ = ("parents", "backward", "op", "call")
 
     def __init__(self, op: str, parents: tuple[Tensor, ...], backward: BackwardFn) -> None:
         self.op = op
         self.parents = parents
         self.backward = backward
+        self.call: tuple[Callable, tuple, dict] | None = None
 
 
 def _describe(x: object) -> str:
@@ -212,6 +222,16 @@ class Tensor:
     def __index__(self) -> int:
         return int(self.item())
 
+    def all(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Whether every element (along ``axis``) is true, as a bool tensor (MXNet 2.x's ``ndarray.all``)."""
+        with self._device.use():
+            return Tensor(self._device.xp.asarray(self._data.all(axis=axis, keepdims=keepdims)), self._device)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Whether some element (along ``axis``) is true, as a bool tensor (MXNet 2.x's ``ndarray.any``)."""
+        with self._device.use():
+            return Tensor(self._device.xp.asarray(self._data.any(axis=axis, keepdims=keepdims)), self._device)
+
     def wait_to_read(self) -> None:
         """Block until the data is computed (synchronises the device's stream on GPU)."""
         if self._device.is_gpu:
@@ -235,7 +255,12 @@ class Tensor:
 
     # -- autograd -------------------------------------------------------------------------
     def attach_grad(self, grad_req: str = "write", stype: str | None = None) -> None:
-        """Allocate a zero gradient buffer and make this tensor a leaf that receives gradients.
+        """Allocate a zero gradient buffer that backward writes this tensor's gradient into.
+
+        On a leaf (a tensor not computed inside ``record()``, or computed from tensors needing no
+        gradient) this makes it a variable of later recordings. On a recorded result, as in MXNet 2.x,
+        the graph stays: backward writes the gradient reaching this tensor into the buffer and goes on
+        to its inputs (:meth:`detach` makes a new leaf instead; :meth:`drop_grad` undoes this).
 
         Args:
             grad_req: 'write' (backward overwrites the buffer), 'add' (accumulates) or
@@ -249,8 +274,6 @@ class Tensor:
             raise ValueError(f"grad_req must be one of {_GRAD_REQS}, got {grad_req!r}")
         if grad_req != "null" and not np.issubdtype(self.dtype, np.floating):
             raise TypeError(f"attach_grad: {self.dtype} tensors cannot have gradients")
-        self._node = None
-        self._grad_req = grad_req
         if grad_req == "null":
             self._grad = None
         elif stype in (None, "default"):
@@ -261,6 +284,16 @@ class Tensor:
             self._grad = sparse.zeros_row_sparse(self.shape, self.dtype, self._device)
         else:
             raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
+        self._grad_req = grad_req
+
+    def drop_grad(self) -> None:
+        """Forget the gradient buffer (MXNet 2.x's ``drop_grad``): ``grad`` becomes None, ``grad_req`` 'null'.
+
+        A leaf then receives no gradient at all; a recorded result still passes the gradients reaching
+        it on to its inputs, without keeping them. Does nothing on a tensor without a buffer.
+        """
+        self._grad = None
+        self._grad_req = "null"
 
     def _requires_grad(self) -> bool:
         return self._node is not None or self._grad_req != "null"
@@ -608,21 +641,7 @@ def backward(
         ValueError: a head was not recorded (no ``autograd.record()``), or head/head_grads
             lengths or shapes disagree.
     """
-    if isinstance(heads, Tensor):
-        heads = [heads]
-    heads = list(heads)
-    if head_grads is None:
-        head_grads = [None] * len(heads)
-    if len(head_grads) != len(heads):
-        raise ValueError(f"backward: {len(heads)} heads but {len(head_grads)} head_grads")
-    for i, h in enumerate(heads):
-        if not isinstance(h, Tensor):
-            raise TypeError(f"backward: head {i} is a {type(h).__name__}, not a Tensor")
-        if not h._requires_grad():
-            raise ValueError(
-                f"backward: head {i} ({_describe(h)}) is not part of a recorded graph; "
-                "compute it inside `with autograd.record():` from tensors with attach_grad()"
-            )
+    heads, head_grads = _check_heads("backward", heads, head_grads)
 
     # Count, for every tensor reachable from the heads, how many consumers will send it a gradient.
     pending: dict[int, int] = {}
@@ -649,14 +668,7 @@ def backward(
     direct.difference_update(id(h) for h in heads)
     grads: dict[int, Array] = {}
     for h, hg in zip(heads, head_grads):
-        if hg is None:
-            with h._device.use():
-                g = h._device.xp.ones_like(h._data)
-        else:
-            if tuple(hg.shape) != h.shape:
-                raise ValueError(f"backward: head_grad shape {tuple(hg.shape)} != head shape {h.shape}")
-            g = hg._data if isinstance(hg, Tensor) else hg
-        _accumulate(grads, h, g)
+        _accumulate(grads, h, _head_grad(h, hg))
 
     ready = [h for h in dict.fromkeys(heads) if pending.get(id(h), 0) == 0]
     outer, _pass.direct = getattr(_pass, "direct", None), direct
@@ -664,6 +676,38 @@ def backward(
         _run_pass(ready, grads, pending, train_mode, retain_graph)
     finally:
         _pass.direct = outer
+
+
+def _check_heads(where: str, heads: Tensor | Sequence[Tensor], head_grads: Any) -> tuple[list[Tensor], list[Any]]:
+    """``heads`` and ``head_grads`` as lists of the same length, each head checked to be a recorded Tensor."""
+    if isinstance(heads, Tensor):
+        heads = [heads]
+    heads = list(heads)
+    if isinstance(head_grads, Tensor):
+        head_grads = [head_grads]
+    head_grads = [None] * len(heads) if head_grads is None else list(head_grads)
+    if len(head_grads) != len(heads):
+        raise ValueError(f"{where}: {len(heads)} heads but {len(head_grads)} head_grads")
+    for i, (h, hg) in enumerate(zip(heads, head_grads)):
+        if not isinstance(h, Tensor):
+            raise TypeError(f"{where}: head {i} is a {type(h).__name__}, not a Tensor")
+        if not h._requires_grad():
+            raise ValueError(
+                f"{where}: head {i} ({_describe(h)}) is not part of a recorded graph; "
+                "compute it inside `with autograd.record():` from tensors with attach_grad() "
+                "(to differentiate a graph twice, pass retain_graph=True the first time)"
+            )
+        if hg is not None and tuple(hg.shape) != h.shape:
+            raise ValueError(f"{where}: head_grad shape {tuple(hg.shape)} != head shape {h.shape}")
+    return heads, head_grads
+
+
+def _head_grad(h: Tensor, hg: Any) -> Array:
+    """The raw gradient a pass starts from at head ``h``: ``hg``'s array, or ones."""
+    if hg is None:
+        with h._device.use():
+            return h._device.xp.ones_like(h._data)
+    return hg._data if isinstance(hg, Tensor) else hg
 
 
 def _run_pass(ready: list[Tensor], grads: dict[int, Array], pending: dict[int, int], train_mode: bool,
@@ -678,6 +722,9 @@ def _run_pass(ready: list[Tensor], grads: dict[int, Array], pending: dict[int, i
                 with t._device.use():
                     _write_leaf_grad(t, g)
                 continue
+            if t._grad_req != "null":  # a recorded result given a buffer by attach_grad: keep a copy
+                with t._device.use():
+                    _write_leaf_grad(t, g)
             if g is not None:
                 with t._device.use():
                     parent_grads = node.backward(g)
