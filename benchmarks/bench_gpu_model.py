@@ -43,6 +43,12 @@ at batch 1024 included (about a minute on two cores): counts need no scaling. Nu
 BLAS, so float16 GEMMs are computed in float32 and rounded (as cuBLAS accumulates them); what is
 counted does not change.
 
+``--graphs`` adds, for each model on one GPU without a store, the step eagerly and with the network
+hybridized as CUDA graphs (``hybridize(static_alloc=True, static_shape=True)``, docs/graphs.md), side by
+side: CuPy calls and launches per phase, graph launches and the nodes they replay, host syncs, and the
+modelled host time (a graph launch counts as one launch from the host). The GEMMs are cuBLAS calls through
+nvmath (``mxlite.device.blas``), counted with the CuPy calls as the host's calls into CUDA libraries.
+
 ``--cnn-batches 16,256`` counts the CNN models at each of these per-GPU batches (instead of
 ``--cnn-batch``) and prints, per configuration, the per-step counts side by side with whether they
 depend on the batch (``batch_invariance`` in the JSON): on GPUs a convolution, pooling or batch-norm
@@ -156,11 +162,13 @@ def counting() -> Iterator[BenchCounts]:
     """Count :data:`COUNTS` while inside, through hooks on mxlite's fused-optimizer Launcher, the
     emulation's array-operation dispatcher and RawKernel launch, and mxlite's Tensor constructor."""
     from mxlite._emulation.fakecupy import _core, _rawmodule, _state  # noqa: PLC0415
+    from mxlite._emulation.fakenvmath.bindings import cublas as _cublas  # noqa: PLC0415
     from mxlite.autograd import tensor as _tensor  # noqa: PLC0415
     from mxlite.optimizer import _fused  # noqa: PLC0415
 
-    originals = (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__)
-    launcher, apply, launch, tensor_init = originals
+    originals = (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__,
+                 _cublas._gemm)
+    launcher, apply, launch, tensor_init, cublas_gemm = originals
 
     def counted_launcher(self: Any, kernel: str, buffers: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         plan = self.plan
@@ -184,6 +192,15 @@ def counting() -> Iterator[BenchCounts]:
             COUNTS.gemms.setdefault(_state.current_device_id(), Counter())[(result.dtype.name, flops)] += 1
         return result
 
+    def counted_cublas(name: str, handle: Any, transa: Any, transb: Any, m: int, n: int, k: int, *args: Any) -> Any:
+        # mxlite's GEMMs (mxlite.device.blas): cuBLAS through nvmath; args[-3] is the batch count, args[11] C's type
+        result = cublas_gemm(name, handle, transa, transb, m, n, k, *args)
+        if not _state_capturing():
+            dtype = {0: "float32", 1: "float64", 2: "float16", 14: "bfloat16"}.get(int(args[11]), "float32")
+            flops = 2.0 * m * n * k * int(args[-3])  # a batched call counts once, as a batched matmul did
+            COUNTS.gemms.setdefault(_state.current_device_id(), Counter())[(dtype, flops)] += 1
+        return result
+
     def counted_launch(self: Any, grid: Any, block: Any, args: Any, *rest: Any, **kwargs: Any) -> Any:
         if self.name.split("<", 1)[0] not in roofline.KERNEL_TRAFFIC:  # the fused kernels count above
             COUNTS.raw_bytes[_state.current_device_id()] += sum(
@@ -199,10 +216,19 @@ def counting() -> Iterator[BenchCounts]:
     _core.apply = counted_apply
     _rawmodule._Function.__call__ = counted_launch
     _tensor.Tensor.__init__ = counted_init
+    _cublas._gemm = counted_cublas
     try:
         yield COUNTS
     finally:
-        (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__) = originals
+        (_fused.Launcher.__call__, _core.apply, _rawmodule._Function.__call__, _tensor.Tensor.__init__,
+         _cublas._gemm) = originals
+
+
+def _state_capturing() -> bool:
+    """Whether an emulated stream is capturing (captured GEMMs count when a graph launch replays them)."""
+    from mxlite._emulation.fakecupy import _streams  # noqa: PLC0415
+
+    return bool(_streams.active_captures)
 
 
 def _emulation() -> Any:
@@ -219,7 +245,7 @@ def _zero_phase() -> dict[str, Any]:
             "h2d_copies": 0, "h2d_bytes": 0, "d2h_copies": 0, "d2h_bytes": 0, "p2p_bytes": 0, "nccl_calls": Counter(),
             "nccl_call_bytes": Counter(), "nccl_bytes": Counter(), "kernel_bytes": 0, "kernel_elements": 0,
             "peak_bytes": 0, "cupy_calls": 0, "mxlite_ops": 0, "raw_launches": 0, "raw_bytes": 0,
-            "gemms": Counter()}
+            "gemms": Counter(), "graph_launches": 0, "graph_nodes": 0}
 
 
 def _add_counts(total: dict[int, dict[str, Any]], gpus: int) -> None:
@@ -230,8 +256,17 @@ def _add_counts(total: dict[int, dict[str, Any]], gpus: int) -> None:
         c, t = snap[g], total.setdefault(g, _zero_phase())
         op_launches = c.get("op_launches", {})
         t["launches"] += sum(op_launches.values()) + sum(c["kernel_launches"].values())
-        t["raw_launches"] += sum(c["kernel_launches"].values())
-        t["cupy_calls"] += sum(c["ops"].values())
+        # cuBLAS calls through nvmath (mxlite.device.blas) are GEMMs issued by a Python call into a CUDA library,
+        # as cupy.matmul was: counted with the CuPy calls, not as RawKernel launches
+        cublas = sum(n for k, n in c["kernel_launches"].items() if k.startswith("cublas."))
+        t["raw_launches"] += sum(c["kernel_launches"].values()) - cublas
+        t["cupy_calls"] += sum(c["ops"].values()) + cublas
+        # A CUDA graph launch (hybridize(static_alloc=True, static_shape=True)) is one call from the host, as a
+        # RawKernel launch is; the work it replays is not in the per-operation counters.
+        t["launches"] += c["graph_launches"]
+        t["raw_launches"] += c["graph_launches"]
+        t["graph_launches"] += c["graph_launches"]
+        t["graph_nodes"] += c["graph_nodes"]
         t["kernel_launches"].update(c["kernel_launches"])
         op_bytes = c.get("op_bytes", {})
         t["gemm_op_bytes"] += sum(v for k, v in op_bytes.items() if k in roofline.GEMM_OPS)
@@ -304,8 +339,13 @@ def phase_counts(phase: dict[str, Any], steps: int) -> roofline.PhaseCounts:
         nccl_call_bytes={k: v / steps for k, v in phase["nccl_call_bytes"].items()})
 
 
-def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Train ``--warmup`` steps, then count ``--steps`` steps of one configuration; one JSON record."""
+def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.Namespace,
+               hybridize: bool = False) -> dict[str, Any]:
+    """Train ``--warmup`` steps, then count ``--steps`` steps of one configuration; one JSON record.
+
+    ``hybridize``: the network runs as CUDA graphs (``hybridize(static_alloc=True, static_shape=True)``); at
+    least two warm-up steps then run (the first eagerly, the second captures).
+    """
     import mxlite as mx  # noqa: PLC0415
 
     install = _emulation()
@@ -316,7 +356,8 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     baseline = {g: c["bytes_in_use"] for g, c in install.counters().items()}
     devices = [mx.gpu(i) for i in range(gpus)]
     record: dict[str, Any] = {"model": model, "gpus": gpus, "kvstore": kvstore, "codec": codec,
-                              "optimizer": args.optimizer, "dtype": args.dtype, "gpu": args.gpu}
+                              "optimizer": args.optimizer, "dtype": args.dtype, "gpu": args.gpu,
+                              "mode": "captured" if hybridize else "eager"}
     if kvstore == "none" and codec != "none":
         record["skipped"] = "no store: the Trainer compresses nothing (compression belongs to a store)"
         return record
@@ -325,6 +366,8 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     if args.dtype != "float32":
         net.cast(args.dtype)
     net.initialize(mx.init.Xavier(), device=devices)
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
     x, y = bt.make_batch(model, args)
     xs = [mx.array(x, device=d) for d in devices]
     ys = [mx.array(y, device=d) for d in devices]
@@ -342,7 +385,7 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
         with mx.autograd.record():
             return [loss_fn(net(a), b) for a, b in zip(xs, ys)]
 
-    for _ in range(args.warmup):
+    for _ in range(max(args.warmup, 2) if hybridize else args.warmup):
         losses = forward()
         mx.autograd.backward(losses)
         trainer.step(per_gpu_batch * gpus)
@@ -394,7 +437,10 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
         "launches": worst("launches"), "host_syncs": worst("host_syncs"), "h2d_bytes": worst("h2d_bytes"),
         "d2h_bytes": worst("d2h_bytes"), "h2d_copies": worst("h2d_copies"), "d2h_copies": worst("d2h_copies"),
         "p2p_bytes": worst("p2p_bytes"), "cupy_calls": worst("cupy_calls"), "mxlite_ops": worst("mxlite_ops"),
-        "raw_launches": worst("raw_launches"),
+        "raw_launches": worst("raw_launches"), "graph_launches": worst("graph_launches"),
+        "graph_nodes": worst("graph_nodes"),
+        "phase_cupy_calls": {p: worst("cupy_calls", p) for p in phases},
+        "phase_launches": {p: worst("launches", p) for p in phases},
         "nccl_calls": max(sum(counter_total("nccl_calls", g).values()) for g in range(gpus)),
         "nccl_bytes": max(sum(counter_total("nccl_bytes", g).values()) for g in range(gpus)),
         "nccl_calls_by_name": counter_total("nccl_calls", slowest),
@@ -583,6 +629,38 @@ def print_table(records: list[dict[str, Any]]) -> None:
         print(f"skipped kvstore={kv} codec={codec}: {why}")
 
 
+def graph_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each model on one GPU without a store, eagerly and as CUDA graphs (``--graphs``): two records each."""
+    rows = []
+    for model in args.models.split(","):
+        sized = argparse.Namespace(**{**vars(args), "cnn_batch": args.cnn_batch})
+        for hybridize in (False, True):
+            rows.append(run_config(model, 1, "none", "none", sized, hybridize=hybridize))
+    return rows
+
+
+def print_graphs(rows: list[dict[str, Any]]) -> None:
+    """Eager against captured, per step: the host's calls and launches per phase, graph launches and nodes.
+
+    The captured step's GPU work is the eager step's (the same kernels, replayed): its replayed operations are not
+    counted one by one, so its modelled time is the larger of its own host time and the eager step's GPU time.
+    """
+    print(f"{'model':6s} {'mode':8s} {'calls fwd/bwd/step':>18s} {'launches fwd/bwd/step':>21s} {'graphs':>6s} "
+          f"{'nodes':>5s} {'syncs':>5s} {'host ms':>8s} {'gpu ms':>7s} {'model ms':>8s}")
+    eager_gpu: dict[str, float] = {}
+    for r in rows:
+        if "skipped" in r or "error" in r:
+            continue
+        if r["mode"] == "eager":
+            eager_gpu[r["model"]] = r["gpu_ms"]
+        gpu = eager_gpu.get(r["model"], r["gpu_ms"])
+        calls = "/".join(f"{r['phase_cupy_calls'][p]:.0f}" for p in ("forward", "backward", "step"))
+        launches = "/".join(f"{r['phase_launches'][p]:.0f}" for p in ("forward", "backward", "step"))
+        print(f"{r['model']:6s} {r['mode']:8s} {calls:>18s} {launches:>21s} {r['graph_launches']:6.0f} "
+              f"{r['graph_nodes']:5.0f} {r['host_syncs']:5.0f} {r['host_ms']:8.3f} {gpu:7.3f} "
+              f"{max(r['host_ms'], gpu):8.3f}")
+
+
 def print_rules(rows: list[dict[str, Any]]) -> None:
     """The per-rule traffic table."""
     print(f"{'rule':9s} {'weights':8s} {'launches':>8s} {'B/elem':>7s} {'minimum':>7s} {'ratio':>6s}  kernels")
@@ -645,6 +723,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=2, help="counted steps (counts are per step)")
     p.add_argument("--no-rules", dest="rules", action="store_false", help="skip the per-rule traffic table")
+    p.add_argument("--graphs", action="store_true",
+                   help="also count each model on one GPU (no store) eagerly and with the network hybridized as "
+                        "CUDA graphs (hybridize(static_alloc=True, static_shape=True)), side by side")
     p.add_argument("--measured", nargs="?", const=MEASURED_DEFAULT,
                    help="count the steps of a measured-steps file (default benchmarks/measured_h200.json) at "
                         "their sizes, on their GPU, and print measured against modelled")
@@ -683,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                                 print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec}: "
                                       f"{records[-1]['error']}", file=sys.stderr)
         rules = rule_traffic(args) if args.rules and not args.only_measured else []
+        graphs = graph_rows(args) if args.graphs else []
         if measured is not None:
             compared = run_measured(measured, args)
     if records:
@@ -693,6 +775,10 @@ def main(argv: list[str] | None = None) -> int:
     if invariance:
         print("\nCounts per step at each per-GPU batch (largest GPU); 'same': no count depends on the batch")
         print_batch_invariance(invariance)
+    if graphs:
+        print("\nEager against CUDA graphs (one GPU, no store; counts per step; the captured step's GPU work is "
+              "the eager one's):")
+        print_graphs(graphs)
     if rules:
         print("\nFused optimizer kernels: bytes per element moved, and the ratio to the least the update must move")
         print_rules(rules)
@@ -708,7 +794,7 @@ def main(argv: list[str] | None = None) -> int:
                "python": platform.python_version(), "numpy": np.__version__, "mxlite": mx.__version__,
                "emulated_gpus": mx.num_gpus(), "args": vars(args),
                "constants": {k: {"value": v, "unit": u, "source": s} for k, (v, u, s) in roofline.CONSTANTS.items()},
-               "records": records, "rules": rules, "batch_invariance": invariance}
+               "records": records, "rules": rules, "batch_invariance": invariance, "graphs": graphs}
         if measured is not None:
             out["measured"] = {"device": measured["device"], "gpu": measured["gpu"], "versions": measured["versions"],
                                "steps": compared}

@@ -52,6 +52,10 @@ def install(num_gpus: int) -> None:
     for public, private in {**_MODULES, **_NVMATH_MODULES}.items():
         sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
     sys.modules["nvmath.bindings.cublas"]._reset()
+    for cache in ("mxlite.device.blas", "mxlite.device.graphs"):  # cuBLAS handles and graphs of a previous install
+        module = sys.modules.get(cache)
+        if module is not None:
+            module._forget()
     _installed = num_gpus
 
 

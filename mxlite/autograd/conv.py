@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device import blas
 from . import _conv_kernels as _ck
 from .ops import _check_float, _op, mean
 from .ops import max as _max
@@ -212,7 +213,7 @@ class _ConvGeom:
 
     def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
-        out = xp.matmul(w_mat, cols)
+        out = blas.matmul(w_mat, cols)
         if self.merged:  # (groups, C_out/g, N*L) -> (N, C_out, *O)
             out = out.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
             return xp.ascontiguousarray(out).reshape((self.n, self.c_out) + self.out_sp)
@@ -228,13 +229,13 @@ class _ConvGeom:
     def weight_grad(self, xp: Any, g_mat: Any, cols: Any, out: Any = None) -> Any:
         """``sum_n g_n @ cols_n^T``: (groups, C_out/groups, Kg), written into ``out`` when given."""
         if self.merged:
-            return xp.matmul(g_mat, cols.transpose(0, 2, 1), out=out)
+            return blas.matmul(g_mat, cols.transpose(0, 2, 1), out=out)
         shape = (self.groups, self.c_out // self.groups, self.kg)
         acc = out if out is not None else xp.empty(shape, dtype=xp.result_type(g_mat, cols))
         # Per-sample products summed over the batch, a block of samples at a time (bounded memory).
         block = max(1, _WGRAD_BLOCK // max(1, math.prod(shape)))
         for i, start in enumerate(range(0, self.n, block)):
-            part = xp.matmul(g_mat[start: start + block], cols[start: start + block].transpose(0, 1, 3, 2))
+            part = blas.matmul(g_mat[start: start + block], cols[start: start + block].transpose(0, 1, 3, 2))
             if i == 0:
                 part.sum(axis=0, out=acc)
             else:
@@ -243,7 +244,7 @@ class _ConvGeom:
 
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
         """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col`."""
-        return xp.matmul(w_mat.transpose(0, 2, 1), g_mat)
+        return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
     def input_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
         """The padded input's gradient: :meth:`col_grad` then :meth:`col2im`, a block of samples at a time.
@@ -318,7 +319,7 @@ class _ConvGeom:
         """
         n, co, nd = self.n, self.c_out, self.nd
         if self.pointwise:  # the input is the column matrix: one batched GEMM, the output in place
-            out = xp.matmul(w_mat, xpad.reshape(n, self.groups, self.kg, self.l)).reshape((n, co) + self.out_sp)
+            out = blas.matmul(w_mat, xpad.reshape(n, self.groups, self.kg, self.l)).reshape((n, co) + self.out_sp)
             if bias is not None:
                 out += bias.reshape((1, co) + (1,) * nd)
             return out, None
@@ -330,7 +331,7 @@ class _ConvGeom:
         for start, stop in spans:
             geo = self if whole else self.piece(stop - start)
             cols = geo.im2col(xp, xpad if whole else xpad[start:stop])
-            res = xp.matmul(w_mat, cols).reshape((co, stop - start) + self.out_sp)  # (C_out, n, *O)
+            res = blas.matmul(w_mat, cols).reshape((co, stop - start) + self.out_sp)  # (C_out, n, *O)
             res = res.transpose((1, 0, *range(2, nd + 2)))
             dst = out if whole else out[start:stop]
             if b is None:
@@ -352,11 +353,11 @@ class _ConvGeom:
         gw = gpad = None
         if self.pointwise:
             if need_x:
-                gpad = xp.matmul(w_mat.transpose(0, 2, 1), g.reshape(n, gr, co // gr, self.l))
+                gpad = blas.matmul(w_mat.transpose(0, 2, 1), g.reshape(n, gr, co // gr, self.l))
                 gpad = gpad.reshape((n, self.c) + self.spatial)
             if need_w:
                 x_rows = self.rows(xp, xpad, self.c)
-                gw = xp.matmul(self.rows(xp, g, co), x_rows.transpose(0, 2, 1), out=gw_out)
+                gw = blas.matmul(self.rows(xp, g, co), x_rows.transpose(0, 2, 1), out=gw_out)
             return gpad, gw
         spans = self.pieces(g.dtype.itemsize)
         whole = len(spans) == 1
@@ -371,12 +372,12 @@ class _ConvGeom:
             if need_w:
                 part = cols if whole and cols is not None else geo.im2col(xp, xpad if whole else xpad[start:stop])
                 if i == 0:
-                    gw = xp.matmul(g_rows, part.transpose(0, 2, 1), out=gw_out)
+                    gw = blas.matmul(g_rows, part.transpose(0, 2, 1), out=gw_out)
                 else:
-                    gw += xp.matmul(g_rows, part.transpose(0, 2, 1))
+                    gw += blas.matmul(g_rows, part.transpose(0, 2, 1))
                 del part
             if need_x:
-                geo.col2im(xp, xp.matmul(w_t, g_rows), out=gpad if whole else gpad[start:stop])
+                geo.col2im(xp, blas.matmul(w_t, g_rows), out=gpad if whole else gpad[start:stop])
         return gpad, gw
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.blas import matmul as _mm
 from . import ops as _ops
 from .creation import array as _array
 from .ops import _run
@@ -208,7 +209,7 @@ def _inv(op: str, a: Tensor) -> Tensor:
 
     def backward(g: Array) -> tuple[Array]:
         yt = _mT(y)
-        return (_grad_as(-(yt @ g @ yt), a),)
+        return (_grad_as(-_mm(_mm(yt, g), yt), a),)
 
     return _result(op, y, a._device, (a,), backward)
 
@@ -314,7 +315,7 @@ def _solve(a: Tensor, b: Tensor) -> Tensor:
     def backward(g: Array) -> tuple[Array, Array]:
         gm = g[..., None] if vector else g
         gb = _lapack(xp, "solve", _mT(ab), gm, check=False)
-        ga = -(gb @ _mT(x))
+        ga = -_mm(gb, _mT(x))
         gb = _unbroadcast(gb, bm.shape)
         return _grad_as(_unbroadcast(ga, a.shape), a), _grad_as(gb[..., 0] if vector else gb, b)
 
@@ -358,7 +359,7 @@ def _cholesky(op: str, a: Tensor, lower: bool) -> Tensor:
         gl = g if lower else _mT(g)
         n = low.shape[-1]
         phi = xp.tril(xp.ones((n, n), dtype=low.dtype)) - 0.5 * xp.eye(n, dtype=low.dtype)
-        p = (_mT(low) @ gl) * phi                                            # Phi(L^T g)
+        p = _mm(_mT(low), gl) * phi                                            # Phi(L^T g)
         lt = _mT(low)
         s = _mT(_lapack(xp, "solve", lt, _mT(_lapack(xp, "solve", lt, p, check=False)), check=False))
         return (_grad_as(0.5 * (s + _mT(s)), a),)                             # L^-T Phi L^-1, symmetrised
@@ -387,10 +388,10 @@ def _potri(a: Tensor, lower: bool) -> Tensor:
     data = _data(a, _dtype("potri", a))
     low = xp.tril(data) if lower else _mT(xp.triu(data))  # upper U is handled as L = U^T: (L L^T)^-1 either way
     low_inv = _lapack(xp, "solve", low, _eye_like(xp, low))
-    out = _symmetrize_lower(xp, _mT(low_inv) @ low_inv)
+    out = _symmetrize_lower(xp, _mm(_mT(low_inv), low_inv))
 
     def backward(g: Array) -> tuple[Array]:
-        w = out @ (g + _mT(g))
+        w = _mm(out, g + _mT(g))
         gl = -xp.tril(_solve_right(xp, _mT(low), w, check=False))            # -tril(out (g + g^T) L^-T)
         return (_grad_as(gl if lower else _mT(gl), a),)
 
@@ -440,18 +441,18 @@ def _triangular(op: str, a: Tensor, b: Tensor, transpose: bool, rightside: bool,
     mat = _mT(mask) if transpose else mask                                   # op(A)
     bd = _data(b, dtype)
     if op == "trmm":
-        out = alpha * (bd @ mat if rightside else mat @ bd)
+        out = alpha * (_mm(bd, mat) if rightside else _mm(mat, bd))
     else:
         out = alpha * _solve_right(xp, mat, bd, True) if rightside else alpha * _lapack(xp, "solve", mat, bd)
 
     def backward(g: Array) -> tuple[Array, Array]:
         if op == "trmm":
-            gb = alpha * (g @ _mT(mat) if rightside else _mT(mat) @ g)
-            gm = alpha * (_mT(bd) @ g if rightside else g @ _mT(bd))
+            gb = alpha * (_mm(g, _mT(mat)) if rightside else _mm(_mT(mat), g))
+            gm = alpha * (_mm(_mT(bd), g) if rightside else _mm(g, _mT(bd)))
         else:
             w = _solve_right(xp, _mT(mat), g, False) if rightside else _lapack(xp, "solve", _mT(mat), g, check=False)
             gb = alpha * w
-            gm = -(_mT(out) @ w) if rightside else -(w @ _mT(out))
+            gm = -_mm(_mT(out), w) if rightside else -_mm(w, _mT(out))
         ga = _tri(xp, _mT(gm) if transpose else gm, lower)
         return _grad_as(ga, a), _grad_as(gb, b)
 
@@ -515,7 +516,7 @@ def _gemm_core(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bo
         raise _named(ValueError(f"{op}: inner dimensions differ: op(A) is {opa.shape[-2]}x{opa.shape[-1]} (A "
                                 f"{a.shape}, transpose_a={ta}), op(B) is {opb.shape[-2]}x{opb.shape[-1]} (B {b.shape}, "
                                 f"transpose_b={tb})"))
-    out = alpha * (opa @ opb)
+    out = alpha * _mm(opa, opb)
     if c is not None:
         if c.shape != out.shape:
             raise _named(ValueError(f"{op}: C must have the product's shape {tuple(out.shape)}, got C of shape "
@@ -523,8 +524,8 @@ def _gemm_core(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bo
         out = out + beta * _data(c, dtype)
 
     def backward(g: Array) -> tuple[Array, ...]:
-        gopa = alpha * (g @ _mT(opb))
-        gopb = alpha * (_mT(opa) @ g)
+        gopa = alpha * _mm(g, _mT(opb))
+        gopb = alpha * _mm(_mT(opa), g)
         grads = [_grad_as(_mT(gopa) if ta else gopa, a), _grad_as(_mT(gopb) if tb else gopb, b)]
         if c is not None:
             grads.append(_grad_as(beta * g, c))
@@ -548,11 +549,11 @@ def _syrk(a: Tensor, transpose: bool, alpha: float) -> Tensor:
     _need_matrix("syrk", a, "A")
     xp = a._device.xp
     data = _data(a, _dtype("syrk", a))
-    out = _symmetrize_lower(xp, alpha * (_mT(data) @ data if transpose else data @ _mT(data)))
+    out = _symmetrize_lower(xp, alpha * (_mm(_mT(data), data) if transpose else _mm(data, _mT(data))))
 
     def backward(g: Array) -> tuple[Array]:
         gs = g + _mT(g)
-        return (_grad_as(alpha * (data @ gs if transpose else gs @ data), a),)
+        return (_grad_as(alpha * (_mm(data, gs) if transpose else _mm(gs, data)), a),)
 
     return _result("syrk", out, a._device, (a,), backward)
 
@@ -754,16 +755,16 @@ def _svd_grad(xp: Any, u: Array, s: Array, vt: Array, gu: Array | None, gs: Arra
     s_inv = 1 / xp.maximum(s, tiny)
     ga = 0
     if gu is not None:
-        utg = _mT(u) @ gu
+        utg = _mm(_mT(u), gu)
         inner = inner + f * (utg - _mT(utg)) * s[..., None, :]              # (F o ...) S
         if u.shape[-2] > k:
-            ga = ga + ((gu - u @ (_mT(u) @ gu)) * s_inv[..., None, :]) @ vt
+            ga = ga + _mm((gu - _mm(u, _mm(_mT(u), gu))) * s_inv[..., None, :], vt)
     if gvt is not None:
-        vtg = vt @ _mT(gvt)
+        vtg = _mm(vt, _mT(gvt))
         inner = inner + s[..., :, None] * (f * (vtg - _mT(vtg)))            # S (F o ...)
         if vt.shape[-1] > k:
-            ga = ga + u @ (s_inv[..., :, None] * (gvt - (gvt @ _mT(vt)) @ vt))
-    return u @ inner @ vt + ga
+            ga = ga + _mm(u, s_inv[..., :, None] * (gvt - _mm(_mm(gvt, _mT(vt)), vt)))
+    return _mm(_mm(u, inner), vt) + ga
 
 
 def eigh(a: Any, UPLO: str = "L", upper: bool | None = None) -> tuple[Tensor, Tensor]:  # noqa: N803 - NumPy's name
@@ -840,16 +841,16 @@ def _qr_grad(xp: Any, a: Array, q: Array, r: Array, gq: Array | None, gr: Array 
         y = a[..., :, m:]
         gu = None if gr is None else gr[..., :, :m]
         gv = xp.zeros(y.shape[:-2] + (m, n - m), dtype=a.dtype) if gr is None else gr[..., :, m:]
-        gq2 = y @ _mT(gv) if gq is None else gq + y @ _mT(gv)
+        gq2 = _mm(y, _mT(gv)) if gq is None else gq + _mm(y, _mT(gv))
         gx = _qr_grad(xp, a[..., :, :m], q, r[..., :, :m], gq2, gu)
-        return xp.concatenate([gx, q @ gv], axis=-1)
+        return xp.concatenate([gx, _mm(q, gv)], axis=-1)
     k = r.shape[-1]
     mm = xp.zeros(r.shape[:-2] + (k, k), dtype=r.dtype)
     if gr is not None:
-        mm = mm + r @ _mT(gr)
+        mm = mm + _mm(r, _mT(gr))
     if gq is not None:
-        mm = mm - _mT(gq) @ q
-    b = q @ (xp.tril(mm) + _mT(xp.tril(mm, -1)))
+        mm = mm - _mm(_mT(gq), q)
+    b = _mm(q, xp.tril(mm) + _mT(xp.tril(mm, -1)))
     if gq is not None:
         b = b + gq
     return _solve_right(xp, _mT(r), b, check=False)                        # b r^-T
@@ -901,9 +902,9 @@ def _lstsq(a: Tensor, b: Tensor, rcond: Any) -> tuple[Tensor, Tensor, Tensor, Te
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(dtype)
     rank = keep.sum().astype(np.int64)
     bm = bd[:, None] if b.ndim == 1 else bd
-    x = _mT(vt) @ (s_inv[:, None] * (_mT(u) @ bm))
+    x = _mm(_mT(vt), s_inv[:, None] * _mm(_mT(u), bm))
     if m > n and int(rank) == n:
-        residuals = ((bm - ad @ x) ** 2).sum(axis=0)
+        residuals = ((bm - _mm(ad, x)) ** 2).sum(axis=0)
     else:
         residuals = xp.zeros((0,), dtype=dtype)
     back = _no_gradient("lstsq", "MXNet's np.linalg.lstsq has none either")
@@ -946,7 +947,7 @@ def _pinv(a: Tensor, rcond: Any) -> Tensor:
         rc = rcond._data.astype(dtype)[..., None] if isinstance(rcond, Tensor) else float(rcond)
     keep = s > rc * s.max(axis=-1, keepdims=True)
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(dtype)
-    return _result("pinv", _mT(vt) @ (s_inv[..., :, None] * _mT(u)), a._device, (a,), back)
+    return _result("pinv", _mm(_mT(vt), s_inv[..., :, None] * _mT(u)), a._device, (a,), back)
 
 
 # -- norms --------------------------------------------------------------------------------------------------------

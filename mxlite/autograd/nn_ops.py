@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device import blas
 from . import _norm_kernels as _nk
 from . import _state
 from . import random as _random
@@ -465,7 +466,7 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
     xp = x._device.xp
     x2 = x._data.reshape(-1, in_units)
     wdata = weight._data
-    out2 = x2 @ wdata.T
+    out2 = blas.matmul(x2, wdata.T)
     if bias is not None:
         out2 = out2 + bias._data
     out = out2.reshape(lead + (units,))
@@ -473,10 +474,10 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
 
     def backward(g: Any) -> tuple[Any, ...]:
         g2 = g.reshape(-1, units)
-        gx = (g2 @ wdata).reshape(in_shape) if x._requires_grad() else None
+        gx = blas.matmul(g2, wdata).reshape(in_shape) if x._requires_grad() else None
         gw = gb = None
         if weight._requires_grad():  # straight into the arena's gradient view when the engine allows
-            gw = xp.matmul(g2.T, x2, out=grad_out(weight, xp.result_type(g2, x2)))
+            gw = blas.matmul(g2.T, x2, out=grad_out(weight, xp.result_type(g2, x2)))
         if bias is None:
             return gx, gw
         if bias._requires_grad():

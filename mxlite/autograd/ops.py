@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
+from ..device import blas
 from ..device.copy import copy_between
 from .special import erf_array
 from .tensor import Tensor, _describe, _index_key, _result, _unbroadcast
@@ -332,11 +333,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
                          f"(shapes {a.shape} and {b.shape})") from None
     xp = a._device.xp
     x, y = a._data, b._data
-    out = xp.matmul(x, y)
+    out = blas.matmul(x, y)
 
     def backward(g: Any) -> tuple[Any, Any]:
-        ga = xp.matmul(g, xp.swapaxes(y, -1, -2))
-        gb = xp.matmul(xp.swapaxes(x, -1, -2), g)
+        ga = blas.matmul(g, xp.swapaxes(y, -1, -2))
+        gb = blas.matmul(xp.swapaxes(x, -1, -2), g)
         return _unbroadcast(ga, x.shape), _unbroadcast(gb, y.shape)
 
     return _result("matmul", out, a._device, (a, b), backward)

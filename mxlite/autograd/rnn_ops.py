@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device import blas
 from ..device.kernels import cpu_kernels_enabled, get_kernel
 from . import _state
 from .ops import _op
@@ -540,7 +541,7 @@ class _Layer:
         with self.device.use():
             self.x2 = self._time_order(self.x._data).reshape(T * N, self.features)
             proj = _SPARES.empty(xp, (T, N, gh), self.dtype)
-            xp.matmul(self.x2, i2h_weight.T, out=proj.reshape(T * N, gh))  # the whole input projection: one GEMM
+            blas.matmul(self.x2, i2h_weight.T, out=proj.reshape(T * N, gh))  # the whole input projection: one GEMM
             zeros = xp.zeros(gh, dtype=self.dtype)  # for a missing bias (the kernels add both biases)
             biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
             lstm = self.mode == "lstm"
@@ -559,7 +560,7 @@ class _Layer:
             w_t = xp.ascontiguousarray(h2h_weight.T)
             for s in range(T):
                 t, prev, nxt = self._slots(s)
-                xp.matmul(self.hs[prev], w_t, out=hg)
+                blas.matmul(self.hs[prev], w_t, out=hg)
                 y_t = None if y is None else y[t]
                 saved_t = None if self.saved is None else self.saved[t]
                 common = (proj[t], hg, *biases, self.hs[prev])
@@ -614,7 +615,7 @@ class _Layer:
             else:
                 self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
                            (s, N, H, int(self.mode == "rnn_relu")))
-            xp.matmul(dh_gates[t], w, out=rec)
+            blas.matmul(dh_gates[t], w, out=rec)
         d_states = [rec + carry] + ([dc] if lstm else [])
         # Whole-sequence GEMMs and sums: the weights' and biases' gradients, and the input's.
         d2 = d_gates.reshape(T * N, gh)
@@ -622,11 +623,11 @@ class _Layer:
         h_prev = (self.hs[1:] if self.backwards else self.hs[:T]).reshape(T * N, H)
         out: list[Any] = []
         x = parents[0]
-        out.append(self._time_order(xp.matmul(d2, i2h_weight._data).reshape(T, N, self.features))
+        out.append(self._time_order(blas.matmul(d2, i2h_weight._data).reshape(T, N, self.features))
                    if x._requires_grad() else None)
         out += [g if s._requires_grad() else None for s, g in zip(self.states, d_states)]
         for weight, rows, cols in ((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev)):
-            out.append(xp.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
+            out.append(blas.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
         for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
             if bias is not None:
                 out.append(rows.sum(axis=0, out=grad_out(bias, self.dtype)) if bias._requires_grad() else None)

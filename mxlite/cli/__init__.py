@@ -38,6 +38,16 @@ def info() -> None:
             print(f"NCCL   {nccl.get_version()}")
         except Exception as exc:
             print(f"NCCL   not available ({type(exc).__name__}: {exc})")
+        from mxlite.device import blas, graphs  # noqa: PLC0415
+
+        library, why = blas.backend()
+        if library == "nvmath":
+            print(f"GEMMs  cuBLAS through nvmath-python {_version('nvmath')}: CUDA graphs can capture them "
+                  "(hybridize(static_alloc=True, static_shape=True))")
+        else:
+            print(f"GEMMs  cupy.matmul ({why}): hybridized blocks run eagerly; pip install 'nvmath-python[cu12]'")
+        held = graphs.info()
+        print(f"CUDA graphs held: {len(held)}, {sum(g['bytes'] for g in held) / 2**20:.1f} MiB")
     else:
         print(f"GPUs   none: {reason}")
     print(f"mpi4py {_version('mpi4py')}")

@@ -26,6 +26,7 @@ from ..autograd.tensor import NDTensor, Tensor
 from ..device import current_device
 from ..formats.archive import describe_arrays, load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
+from ._graphs import BlockGraphs
 from .parameter import Parameter, ParameterDict, _device_list, apply_load, plan_from_arrays, plan_load
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
@@ -322,8 +323,42 @@ class Block:
         fn(self)
         return self
 
-    def hybridize(self, active: bool = True, **kwargs: Any) -> None:
-        """Accepted for Gluon compatibility; mxlite always runs imperatively."""
+    def hybridize(self, active: bool = True, static_alloc: bool = False, static_shape: bool = False,
+                  **kwargs: Any) -> None:
+        """Run the block as CUDA graphs on GPUs (``static_alloc=True, static_shape=True``), else eagerly.
+
+        With both flags, a call on GPU tensors is captured as a CUDA graph of the forward and, under
+        ``autograd.record()``, one of the backward, and later calls with the same signature (shapes,
+        dtypes, devices, recording and training flags) replay them: one launch instead of a few CuPy calls
+        per layer. The first call of each signature runs eagerly (warm-up), the second captures. Callers get
+        fresh output arrays on every call. What cannot be captured (a read by the host in ``forward``,
+        Dropout in training mode, ...) runs eagerly with one warning per cause; docs/graphs.md lists them.
+        CPU devices, and ``hybridize()`` without both flags, run eagerly, as does every call when nvmath-python
+        (cuBLAS that a graph can capture) is missing. The block's children are covered by its graphs.
+
+        ``hybridize(False)`` (or a new ``hybridize`` call) drops the block's graphs and their memory.
+        Other MXNet arguments (``inline_limit``, ``forward_bulk_size``, ...) are accepted and ignored.
+
+        Warning: a graph replays the forward as it ran once, at capture: Python side effects in ``forward``
+        (counters, printing, branches on Python state) happen at capture only; hybridize again after
+        changing the block's structure or such state.
+        """
+        def drop(block: Block) -> None:
+            graphs = block.__dict__.get("_graphs")
+            if graphs is not None:
+                graphs.release()
+            object.__setattr__(block, "_graphs", None)
+
+        self.apply(drop)  # this block's graphs cover its children
+        if active and static_alloc and static_shape:
+            object.__setattr__(self, "_graphs", BlockGraphs(self))
+
+    def graph_info(self) -> list[dict[str, Any]]:
+        """The CUDA graphs this block holds (``hybridize(static_alloc=True, static_shape=True)`` on GPUs): one
+        dict per captured signature with ``label``, ``device``, ``bytes`` (memory held, in bytes),
+        ``launches`` and ``backward`` (whether the backward was captured too). Empty when there are none."""
+        graphs = self.__dict__.get("_graphs")
+        return [] if graphs is None else graphs.info()
 
     # -- checkpoints ----------------------------------------------------------------------
     def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False, *, format: str = "npz") -> None:
@@ -447,7 +482,8 @@ class Block:
             args = _tensor_args(args)
         for hook in list(self._forward_pre_hooks.values()):
             hook(self, args)
-        out = self.forward(*args, **kwargs)
+        graphs = self.__dict__.get("_graphs")  # hybridize(static_alloc=True, static_shape=True): CUDA graphs
+        out = self.forward(*args, **kwargs) if graphs is None else graphs(args, kwargs)
         if any(a.__class__ is NDTensor for a in args):
             out = _nd_face(out)  # mx.nd in, mx.nd out, as in MXNet 1.x (also through Embedding's index input)
         for hook in list(self._forward_hooks.values()):

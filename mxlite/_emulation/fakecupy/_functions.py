@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _creation, _sig, _signatures
+from . import _blas, _core, _creation, _sig, _signatures
 
 __all__ = ["ufunc"]
 
@@ -130,7 +130,8 @@ def _build() -> dict[str, Any]:
     for name, params in _signatures.FUNCTIONS.items():
         if name in _SPECIAL or name in out or not hasattr(np, name):
             continue
-        out[name] = _function(name, getattr(np, name), params)
+        func = getattr(np, name)
+        out[name] = _function(name, _blas.half_in_float32(func) if name in ("matmul", "dot") else func, params)
     return out
 
 

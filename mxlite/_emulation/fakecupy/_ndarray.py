@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _counters, _memory, _sig, _signatures, _state, _streams
+from . import _blas, _core, _counters, _memory, _sig, _signatures, _state, _streams
 
 __all__ = ["ndarray"]
 
@@ -338,7 +338,8 @@ def _method(name: str, func: Any, writes: bool = False, sync: bool = False, meta
 for _name in ("all", "any", "argmax", "argmin", "argsort", "choose", "clip", "compress", "conj", "conjugate",
               "cumprod", "cumsum", "diagonal", "dot", "flatten", "max", "mean", "min", "prod", "ptp", "repeat",
               "round", "searchsorted", "std", "sum", "take", "trace", "var", "argpartition"):
-    setattr(ndarray, _name, _method(_name, getattr(np, _name) if _name in ("ptp",) else getattr(np.ndarray, _name)))
+    func = getattr(np, _name) if _name in ("ptp",) else getattr(np.ndarray, _name)
+    setattr(ndarray, _name, _method(_name, _blas.half_in_float32(func) if _name == "dot" else func))
 for _name in ("sort", "partition", "put"):
     setattr(ndarray, _name, _method(_name, getattr(np.ndarray, _name), writes=True))
 ndarray.nonzero = _method("nonzero", np.ndarray.nonzero, sync=True)
@@ -368,7 +369,7 @@ def _inplace(name: str, func: Any) -> Any:
 
 for _name, _func in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
                      ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power),
-                     ("matmul", np.matmul), ("and", np.bitwise_and), ("or", np.bitwise_or),
+                     ("matmul", _blas.half_in_float32(np.matmul)), ("and", np.bitwise_and), ("or", np.bitwise_or),
                      ("xor", np.bitwise_xor), ("lshift", np.left_shift), ("rshift", np.right_shift)):
     setattr(ndarray, f"__{_name}__", _binary(f"__{_name}__", _func))
     setattr(ndarray, f"__r{_name}__", _binary(f"__r{_name}__", _func, reflected=True))

@@ -12,6 +12,7 @@ import enum
 from . import bindings
 
 __all__ = ["CudaDataType", "bindings"]
+__version__ = "1.0.0"  # the nvmath-python release whose names and signatures the double follows
 
 
 class CudaDataType(enum.IntEnum):

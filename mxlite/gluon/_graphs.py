@@ -1,0 +1,192 @@
+"""``Block.hybridize(static_alloc=True, static_shape=True)`` on GPUs: the block's forward and backward as CUDA graphs.
+
+When a hybridized block is called on GPU tensors, :class:`BlockGraphs` looks the call up by its signature
+(the recording and training flags, and each argument's shape, dtype, device and need for a gradient):
+
+1. a signature seen for the first time runs eagerly (the warm-up: deferred parameters are created,
+   kernels compiled, cuBLAS handles made);
+2. the second call with it captures the forward and, under ``record()``, the backward as CUDA graphs
+   (:mod:`mxlite.autograd._graphed`), then runs by launching them;
+3. later calls launch the graphs: one copy per tensor argument, one graph launch, one copy per output
+   (and, in backward, one copy per output gradient and one launch), whatever the number of layers.
+
+A graph stays valid while the parameters it reads keep their buffers: it reads them at every launch, so
+``set_data``, the optimizer's updates and ``load_parameters`` need no new capture, but a parameter that
+got new buffers (re-initialised, ``cast``, ``reset_device``, a ``grad_req`` change, an arena that grew for
+a new parameter) makes the graph stale: it is dropped and the signature starts again at 1. Up to
+:data:`MAX_GRAPHS` signatures are kept per block (least recently used first out).
+
+What cannot be captured runs eagerly, with one warning per block and cause naming the cause: a read by
+the host inside the forward, random numbers (Dropout in training mode), a host synchronisation, a copy
+from the host, cuBLAS through CuPy, forward hooks on child blocks, outputs other than arrays, sparse
+gradients, and GPUs without nvmath-python. Such a signature keeps running eagerly until ``hybridize`` is
+called again. A block called again before the backward of its previous recorded call (both calls' outputs
+alive with their history) runs that call eagerly: the graph's buffers hold one call's activations.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+from ..autograd._graphed import GraphedFunction, capture, signature
+from ..autograd.tensor import Tensor
+from ..device import graphs as _device_graphs
+
+__all__ = ["MAX_GRAPHS", "BlockGraphs"]
+
+# Signatures (input shapes and flags) whose graphs one block keeps: training and inference calls at the
+# batch size and at a smaller last batch, on two devices, fit.
+MAX_GRAPHS = 8
+
+
+class _Entry:
+    """A captured signature: its graphs, and the parameter buffers they were captured on."""
+
+    __slots__ = ("graphed", "params", "label")
+
+    def __init__(self, graphed: GraphedFunction, params: list[tuple[Any, Any, Any, Any, str]], label: str) -> None:
+        self.graphed = graphed
+        self.params = params
+        self.label = label
+
+    def stale(self, device: Any) -> str | None:
+        """Why the graphs no longer fit the parameters (None while they do)."""
+        if not self.graphed.alive:
+            return "its CUDA graphs were dropped (mx.device.graphs.clear())"
+        for param, place, data_buf, grad_buf, req in self.params:
+            now = param._slots.get(device)
+            if now is not place or place[0].data_buf is not data_buf or place[0].grad_buf is not grad_buf \
+                    or param.grad_req != req:
+                return (f"parameter {param.label!r} got new buffers (initialize(force_reinit=True), cast, "
+                        "reset_device, a grad_req change, or a new parameter in its arena)")
+        return None
+
+
+class BlockGraphs:
+    """The CUDA graphs of one hybridized block (``hybridize(static_alloc=True, static_shape=True)``)."""
+
+    def __init__(self, block: Any) -> None:
+        self._block = block
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._seen: set[tuple] = set()  # signatures that ran their warm-up call
+        self._modes: set[tuple] = set()  # (device, recording and training flags) it was called with
+        self._failed: dict[tuple, str] = {}
+        self._warned: set[str] = set()
+        self._unavailable: str | None = None
+        self._hook_stamp = -1
+        self._hooked: str | None = None
+
+    def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        block = self._block
+        first = next((a for a in args if isinstance(a, Tensor)), None)
+        if first is None or not first.device.is_gpu or _device_graphs.capturing() or self._unavailable:
+            return block.forward(*args, **kwargs)  # CPU devices, or inside another block's capture
+        key = signature(args, kwargs)
+        if key is None:
+            self._notice("arguments that cannot key a graph (an unhashable value, or a tensor passed by keyword)")
+            return block.forward(*args, **kwargs)
+        device = first.device
+        hooked = self._hooked_child()
+        if hooked is not None:
+            self._notice(f"forward hooks on the child block {hooked!r} (a graph would run them only once, at capture)")
+            return block.forward(*args, **kwargs)
+        entry = self._entries.get(key)
+        if entry is not None:
+            why = entry.stale(device)
+            if why is not None:  # this eager call is the warm-up of the next capture
+                self._drop(key)
+                self._notice(why)
+                return block.forward(*args, **kwargs)
+            if entry.graphed.busy:
+                self._notice("called again before the backward of its previous recorded call (the graph's buffers "
+                             "hold one call's activations; retain_graph=True, or outputs kept with their history)")
+                return block.forward(*args, **kwargs)
+            else:
+                self._entries.move_to_end(key)
+                return entry.graphed(args)
+        if key in self._failed:
+            return block.forward(*args, **kwargs)
+        if key not in self._seen:
+            # A new shape for the same device and modes is worth a notice; the first call on another device
+            # (data parallelism) or in another mode (training, inference) is not.
+            modes = (device, key[:2])
+            if modes in self._modes:
+                self._notice("a new input signature (shapes or dtypes); it runs eagerly once, then is captured")
+            self._modes.add(modes)
+            self._seen.add(key)
+            return block.forward(*args, **kwargs)
+        try:
+            entry = self._capture(key, args, kwargs, device)
+        except _device_graphs.GraphUnavailableError as exc:
+            self._unavailable = str(exc)
+            self._notice(str(exc))
+            return block.forward(*args, **kwargs)
+        except _device_graphs.CaptureError as exc:
+            self._failed[key] = exc.cause
+            self._notice(exc.cause)
+            return block.forward(*args, **kwargs)
+        self._entries[key] = entry
+        while len(self._entries) > MAX_GRAPHS:
+            self._drop(next(iter(self._entries)))
+        return entry.graphed(args)
+
+    def _capture(self, key: tuple, args: tuple, kwargs: dict[str, Any], device: Any) -> _Entry:
+        block = self._block
+        params = []
+        seen: set[int] = set()
+        for param in block.collect_params().values():
+            place = param._slots.get(device)
+            if place is None or id(param) in seen:
+                continue
+            seen.add(id(param))
+            params.append((param, place, place[0].data_buf, place[0].grad_buf, param.grad_req))
+        shapes = ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in args if isinstance(a, Tensor))
+        mode = "training" if key[1] else "inference"
+        label = f"{type(block).__name__}({shapes}) {mode}{' recorded' if key[0] else ''}"
+        graphed = capture(lambda *a: block.forward(*a, **kwargs), args, [p[1][1].data for p in params], label)
+        return _Entry(graphed, params, label)
+
+    def _hooked_child(self) -> str | None:
+        """The path of a child block with forward hooks (None if none): such a block runs eagerly.
+
+        The children are walked again when a hook was registered somewhere since the last walk (``_HookHandle``
+        numbers every registration), and while hooks were found (until they are detached).
+        """
+        from .block import _HookHandle  # noqa: PLC0415 - block.py imports this module
+
+        stamp = _HookHandle._next_id
+        if stamp != self._hook_stamp or self._hooked is not None:
+            self._hook_stamp = stamp
+            block = self._block
+            self._hooked = next((path.rstrip(".") for path, child in block._iter_blocks("")
+                                 if child is not block and (child._forward_hooks or child._forward_pre_hooks)), None)
+        return self._hooked
+
+    def _drop(self, key: tuple) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            entry.graphed.release()
+
+    def _notice(self, cause: str) -> None:
+        if cause in self._warned:
+            return
+        self._warned.add(cause)
+        warnings.warn(f"mxlite: {type(self._block).__name__}.hybridize(static_alloc=True, static_shape=True) runs "
+                      f"eagerly: {cause}", stacklevel=4)
+
+    def release(self) -> None:
+        """Drop every graph of the block."""
+        for key in list(self._entries):
+            self._drop(key)
+
+    def info(self) -> list[dict[str, Any]]:
+        """One dict per captured signature: ``label``, ``device``, ``bytes`` held, ``launches`` and whether a
+        backward graph was captured; most recently used last."""
+        out = []
+        for entry in self._entries.values():
+            g = entry.graphed
+            out.append({"label": entry.label, "device": str(g.device), "bytes": g.nbytes,
+                        "launches": g.forward_graph.launches, "backward": g.backward_graph is not None})
+        return out
