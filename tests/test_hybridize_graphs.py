@@ -162,6 +162,14 @@ def _cnn_bn():
 _MODELS = {"mlp": (_mlp, (12,)), "cnn_bn": (_cnn_bn, (3, 6, 6))}
 
 
+def _forward_backward(net, x):
+    """``net(x)`` recorded, then back-propagated from ones; returns the output."""
+    with mx.autograd.record():
+        y = net(x)
+    y.backward()
+    return y
+
+
 def _hybridized(net, device):
     """``net`` initialised on ``device`` and hybridized as CUDA graphs."""
     net.initialize(mx.init.Xavier(), device=device)
@@ -261,9 +269,7 @@ def test_inference_and_training_graphs_keep_batch_norm_statistics_as_eager(emu):
         x.attach_grad()
         results = []
         for net in nets:
-            with mx.autograd.record():
-                y = net(x)
-            y.backward()
+            y = _forward_backward(net, x)
             infer = net(x)  # predict mode, not recorded: its own graph, reading the running statistics
             results.append([y.asnumpy(), infer.asnumpy(), x.grad.asnumpy()] +
                            [p.data(device).asnumpy() for p in net.collect_params().values()])
@@ -282,12 +288,39 @@ def test_grad_req_add_and_ready_hooks(emu):
     for _ in range(4):
         x = mx.array(rng.standard_normal((4, 12)).astype(np.float32), device=device)
         for net in nets:
-            with mx.autograd.record():
-                y = net(x)
-            y.backward()
+            _forward_backward(net, x)
     for pe, pg in zip(nets[0].collect_params().values(), nets[1].collect_params().values()):
         assert _bits(pe.grad(device)) == _bits(pg.grad(device)), pe.label
     assert len(ready) == 4 * 4 and set(ready) == set(nets[1].collect_params())
+
+
+def test_autograd_grad_through_a_captured_block_leaves_gradient_buffers_alone(emu):
+    """autograd.grad (an input's gradient) and a parameter also used outside the block: the replay's backward
+    then writes into no gradient buffer (a second graph), and every gradient is the eager one."""
+    device = mx.gpu(0)
+    nets = _pair(_mlp, device, 18)
+    rng = np.random.default_rng(19)
+    for step in range(4):
+        x = mx.array(rng.standard_normal((4, 12)).astype(np.float32), device=device)
+        x.attach_grad()
+        results = []
+        for net in nets:
+            y = _forward_backward(net, x)
+            before = [p.grad(device).asnumpy() for p in net.collect_params().values()]
+            with mx.autograd.record():
+                y = net(x)
+            dx, = mx.autograd.grad(y, [x])
+            after = [p.grad(device).asnumpy() for p in net.collect_params().values()]
+            assert all(a.tobytes() == b.tobytes() for a, b in zip(before, after)), step
+            w = net[1].weight.data(device)  # also used outside the block: two consumers of its gradient
+            with mx.autograd.record():
+                loss = (net(x) * 2).sum() + (w * w).sum()
+            loss.backward()
+            results.append([dx.asnumpy(), x.grad.asnumpy()] + [p.grad(device).asnumpy()
+                                                              for p in net.collect_params().values()])
+        for i, (a, b) in enumerate(zip(*results)):
+            assert a.tobytes() == b.tobytes(), (step, i, a.ravel()[:3], b.ravel()[:3])
+    assert any("into no gradient buffer" in g["label"] for g in dgraphs.info())
 
 
 # -- fallbacks: one notice per cause, results always right --------------------------------------------------
@@ -484,9 +517,7 @@ def test_graphs_are_listed_and_dropped(emu):
     net = _hybridized(_mlp(), device)
     x = mx.array(np.ones((2, 12), np.float32), device=device)
     for _ in range(3):
-        with mx.autograd.record():
-            y = net(x)
-        y.backward()
+        _forward_backward(net, x)
     info = net.graph_info()
     assert len(info) == 1 and info[0]["launches"] == 2 and info[0]["bytes"] > 0
     held = [g for g in dgraphs.info() if g["label"].startswith("Sequential((2, 12) float32) training recorded")]
@@ -495,9 +526,7 @@ def test_graphs_are_listed_and_dropped(emu):
     assert dgraphs.clear() >= 2 and dgraphs.info() == []
     with pytest.warns(UserWarning, match="dropped"):
         for _ in range(3):
-            with mx.autograd.record():
-                y = net(x)
-            y.backward()
+            _forward_backward(net, x)
     assert len(net.graph_info()) == 1 and net.graph_info()[0]["launches"] == 2  # stale: eager, capture, replay
     net.hybridize(False)
     assert net.graph_info() == [] and dgraphs.info() == []

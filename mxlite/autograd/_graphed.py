@@ -34,7 +34,7 @@ from ..device import graphs as _graphs
 from . import _state
 from .function import Function
 from .higher_order import grad as _grad
-from .tensor import Tensor, _face
+from .tensor import Tensor, _face, grad_out
 
 __all__ = ["GraphedFunction", "capture", "signature"]
 
@@ -60,6 +60,10 @@ class GraphedFunction:
         self._inputs: list[int] = []  # argument positions whose gradient the backward graph computes
         self._params: list[Tensor] = []  # parameters whose gradient it computes
         self._grads: list[Any] = []  # the static gradients: inputs' then parameters'
+        self._direct: list[Tensor] = []  # parameters whose gradient the backward graph writes into their buffer
+        self._is_buffer: list[bool] = []  # per gradient of the backward graph: whether it is such a buffer
+        self._plain: tuple[Any, list[Any]] | None = None  # (graph, gradients) writing into no buffer
+        self._capture_backward: Callable[[bool], tuple[Any, list[Any]]] | None = None
         self._pending: weakref.ref[Any] | None = None
         self._released = False
 
@@ -76,7 +80,7 @@ class GraphedFunction:
     @property
     def nbytes(self) -> int:
         """Bytes held: the graphs' memory pools and the static input and output-gradient buffers."""
-        graphs = self.forward_graph.nbytes + (self.backward_graph.nbytes if self.backward_graph else 0)
+        graphs = sum(g.nbytes for g in (self.forward_graph, self.backward_graph, self._plain and self._plain[0]) if g)
         statics = sum(int(s._data.nbytes) for s in self._statics.values())
         return graphs + statics + sum(int(b._data.nbytes) for b in self._head_bufs)
 
@@ -90,10 +94,11 @@ class GraphedFunction:
         self._released = True
         if self.busy:
             return
-        self.forward_graph.drop()
-        if self.backward_graph is not None:
-            self.backward_graph.drop()
+        for graph in (self.forward_graph, self.backward_graph, self._plain and self._plain[0]):
+            if graph:
+                graph.drop()
         self._statics, self._outputs, self._head_bufs, self._grads, self._params = {}, [], [], [], []
+        self._direct, self._is_buffer, self._plain, self._capture_backward = [], [], None, None
 
     def __call__(self, args: Sequence[Any]) -> Any:
         """Run the captured function on ``args`` (tensors of the captured shapes, dtypes and device).
@@ -121,8 +126,21 @@ class GraphedFunction:
         with self.device.use():
             for buf, k in zip(self._head_bufs, self._heads):
                 buf._data[...] = out_grads[k]._data
-        self.backward_graph.launch()
-        grads = [Tensor(g, self.device) for g in self._grads]
+        # The backward graph writes 'write' parameters' gradients straight into their buffers, which the engine
+        # allows (grad_out) only inside backward() and when this node is the parameters' only consumer. Else
+        # (autograd.grad, which must not touch a buffer; a parameter also used outside the block) a second graph,
+        # captured the first time it is needed, leaves the buffers alone and the engine stores the gradients.
+        if all(grad_out(p, p._grad._data.dtype) is not None for p in self._direct):
+            graph, arrays, keep = self.backward_graph, self._grads, self._is_buffer
+        else:
+            if self._plain is None:
+                self._plain = self._capture_backward(False)
+            (graph, arrays), keep = self._plain, ()
+        graph.launch()
+        # The graph's own gradient arrays are overwritten by its next launch: the engine gets copies, since
+        # autograd.grad hands what it gets to the caller as it is; only the parameters' buffers go as they are.
+        with self.device.use():
+            grads = [Tensor(g if k < len(keep) and keep[k] else g.copy(), self.device) for k, g in enumerate(arrays)]
         if self._released:  # released while this backward was pending: now it can go
             self._pending = None
             self.release()
@@ -191,21 +209,16 @@ def _flatten(result: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any]]:
                                f"the function returned {type(result).__name__}")
 
 
-def _into_buffer(variable: Tensor, g: Any) -> Any:
-    """Inside the backward capture: a parameter with ``grad_req='write'`` gets its gradient written into its own
-    buffer by the graph, and that buffer is what the replay hands to the autograd engine, which then writes
-    nothing (the array *is* the buffer: ``_write_leaf_grad``) but still marks it fresh and runs its ready-hooks.
-    That saves the host one copy call per parameter per step. Other variables hand back the graph's array.
-
-    With ``'add'`` the engine adds the handed-back gradient into the buffer itself: adding inside the graph as
-    well would count a gradient twice when the parameter also gets one from outside the block.
+def _writes_buffer(variable: Tensor, dtype: Any) -> bool:
+    """Whether the backward graph writes ``variable``'s gradient into its own buffer (see :func:`capture`): a
+    parameter with ``grad_req='write'`` and a dense, C-contiguous buffer of the gradient's dtype, the buffers
+    ``tensor.grad_out`` may hand to an op. The replay then gives the autograd engine that very buffer, and the
+    engine writes nothing (``_write_leaf_grad``) but still marks it fresh and runs its ready-hooks: one copy
+    call per parameter and step less for the host. ``'add'`` is left to the engine, which adds the gradient in.
     """
     buf = variable._grad
-    if (variable._grad_req == "write" and isinstance(buf, Tensor) and buf._data.dtype == g.dtype
-            and buf.shape == tuple(g.shape)):
-        buf._data[...] = g
-        return buf._data
-    return g
+    return (variable._node is None and variable._grad_req == "write" and isinstance(buf, Tensor)
+            and buf._data.dtype == dtype and buf._data.flags.c_contiguous)
 
 
 def _reached(heads: Sequence[Tensor]) -> set[int]:
@@ -264,19 +277,31 @@ def capture(fn: Callable[..., Any], args: Sequence[Any], params: Sequence[Tensor
             with device.use():
                 head_bufs = [Tensor(device.xp.empty_like(outputs[k]._data), device) for k in heads]
             variables = [statics[i] for i in inputs] + used
+            direct = [p for p in used if _writes_buffer(p, p.dtype)]
+            direct_ids = {id(p) for p in direct}
 
-            def backward() -> list[Any]:
-                grads = _grad([outputs[k] for k in heads], variables, head_bufs, retain_graph=True,
-                              train_mode=training)
-                if not all(isinstance(g, Tensor) for g in grads):
-                    raise _graphs.CaptureError("a sparse gradient (Embedding(sparse_grad=True))",
-                                               "a row-sparse gradient changes size with every batch")
-                return [_into_buffer(v, g._data) for v, g in zip(variables, grads)]
+            def capture_backward(into_buffers: bool) -> tuple[Any, list[Any]]:
+                def backward() -> list[Any]:
+                    grads = _grad([outputs[k] for k in heads], variables, head_bufs, retain_graph=True,
+                                  train_mode=training)
+                    if not all(isinstance(g, Tensor) for g in grads):
+                        raise _graphs.CaptureError("a sparse gradient (Embedding(sparse_grad=True))",
+                                                   "a row-sparse gradient changes size with every batch")
+                    arrays = [g._data for g in grads]
+                    for k, v in enumerate(variables):
+                        if into_buffers and id(v) in direct_ids:
+                            v._grad._data[...] = arrays[k]
+                            arrays[k] = v._grad._data
+                    return arrays
 
-            backward_graph, graphed._grads = _graphs.capture(device, backward, f"{label} backward")
-            graphed.backward_graph = backward_graph
+                what = "backward" if into_buffers else "backward (into no gradient buffer)"
+                return _graphs.capture(device, backward, f"{label} {what}")
+
+            graphed.backward_graph, graphed._grads = capture_backward(True)
+            graphed._is_buffer = [id(v) in direct_ids for v in variables]
             graphed._heads, graphed._head_bufs = heads, head_bufs
             graphed._inputs, graphed._params = inputs, used
+            graphed._direct, graphed._capture_backward = direct, capture_backward
     except BaseException:
         forward_graph.drop()
         raise

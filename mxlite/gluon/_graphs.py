@@ -103,9 +103,8 @@ class BlockGraphs:
                 self._notice("called again before the backward of its previous recorded call (the graph's buffers "
                              "hold one call's activations; retain_graph=True, or outputs kept with their history)")
                 return block.forward(*args, **kwargs)
-            else:
-                self._entries.move_to_end(key)
-                return entry.graphed(args)
+            self._entries.move_to_end(key)
+            return entry.graphed(args)
         if key in self._failed:
             return block.forward(*args, **kwargs)
         if key not in self._seen:
