@@ -170,6 +170,11 @@ class Device:
             return _NULL_CONTEXT
         return self.xp.cuda.Device(self.device_id)
 
+    def is_current(self) -> bool:
+        """Whether work issued now already runs here: always for a CPU device; for a GPU, when it is CUDA's
+        current device (one runtime query, cheaper than entering :meth:`use`, which ops skip when this holds)."""
+        return self.device_type == "cpu" or self.xp.cuda.runtime.getDevice() == self.device_id
+
     # -- current device -------------------------------------------------------------------
     def __enter__(self) -> Device:
         _STATE.stack.append(self)
