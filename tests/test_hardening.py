@@ -633,7 +633,6 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(a), np.float32(np.nan), a).astype(np.float32).view(np.uint32)
 
 
-@xfail("N8: with wd = 0 the kernels compute 0*inf (NaN) where the twins keep the infinity: the CPU modes disagree")
 def test_n8_both_cpu_modes_follow_one_rule_for_infinite_and_nan_weights(monkeypatch):
     # Reproduces N8: weights [inf, -inf, NaN, finite...], ordinary gradients, wd = 0, two fused
     # updates per rule, compiled kernels against the NumPy twins. Today the kernels add wd*w = 0*inf
@@ -685,7 +684,6 @@ def _lamb_run(mode: str, dtype, multi_precision: bool, monkeypatch) -> list[np.n
     return out
 
 
-@xfail("N9: LAMB sums its norms in another order in the kernel than in the twin: the CPU modes keep other masters")
 @pytest.mark.parametrize("dtype, multi_precision", [(np.float16, True), (np.float32, False)],
                          ids=["float16-master", "float32"])
 def test_n9_lamb_gives_the_same_bits_in_both_cpu_modes(dtype, multi_precision, monkeypatch):
