@@ -349,6 +349,19 @@ HAND_MADE = [
      r"'factor' of FactorScheduler is nan"),
     ("scheduler-count<0", lambda states, opt: opt["lr_scheduler"]["state"].__setitem__("count", -2),
      r"'count' of FactorScheduler is -2"),
+    # counts that would restart or skip a bias correction on resume (N12)
+    ("counts-mirror-3-only", lambda states, opt: opt["update_counts"][0].__setitem__(0, 3),
+     r"mirrors \[3\] but not for mirror 0"),
+    ("counts-mirrors-0-2", lambda states, opt: opt["update_counts"].append([2, opt["update_counts"][0][1]]),
+     r"mirrors \[0, 2\]; a Trainer's state file holds mirrors 0\.\.k-1"),
+    ("counts-mirror-twice", lambda states, opt: opt["update_counts"].append(list(opt["update_counts"][0])),
+     r"given twice for mirror 0"),
+    ("counts-index-twice", lambda states, opt: opt["update_counts"][0][1].append(list(opt["update_counts"][0][1][0])),
+     r"mirror 0 are given twice for index 0"),
+    ("counts-index-9", lambda states, opt: opt["update_counts"][0][1].append([9, 3]),
+     r"indices \[9\], which are not parameter indices of this Trainer"),
+    ("float16", _cast(np.float16), r"'0\.bias' holds float16 values; this Trainer keeps float32 states"),
+    ("float64", _cast(np.float64), r"'0\.bias' holds float64 values; this Trainer keeps float32 states"),
 ]
 
 
