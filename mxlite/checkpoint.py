@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from .autograd import random as _random
+from .device.staging import abandoned
 from .formats import _messages
 from .formats.archive import atomic_write, file_sha256, fsync_dir
 
@@ -75,7 +76,6 @@ _LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _META_FILE = re.compile(r"^meta-rank(\d+)\.json$")
 _STAGING = re.compile(r"^\.tmp-step-\d{8,}(-[0-9a-f]+)?$")
-_FOREIGN_HOST_AGE = 24 * 3600.0  # seconds before another host's staging folder counts as abandoned
 _UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, or an old mxlite's)
 
 
@@ -321,18 +321,6 @@ def _lock(folder: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _pid_alive(pid: Any) -> bool:
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_abandoned_staging(folder: str) -> None:
     """Remove staging folders whose writer is dead; never a live writer's."""
     now = time.time()
@@ -353,8 +341,7 @@ def _remove_abandoned_staging(folder: str) -> None:
             if age > _UNMARKED_AGE or "-" not in name[len(".tmp-step-"):]:  # unmarked: an old mxlite's, or stale
                 shutil.rmtree(path, ignore_errors=True)
             continue
-        if (host == socket.gethostname() and not _pid_alive(pid)) or (
-                host != socket.gethostname() and age > _FOREIGN_HOST_AGE):
+        if abandoned(host == socket.gethostname(), pid, age):
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -1,7 +1,7 @@
-"""Defects found by an adversarial pass (N1..N16 and the unclear errors), each as a failing test.
+"""Defects found by an adversarial pass (N1..N16 and the unclear errors), each as a test of its fix.
 
-Every test asserts the behaviour mxlite should have and is marked ``xfail(strict=True)`` until the
-fix lands (the fixer removes the marker; /work/notes/faults-plan.md holds the plan). Scenarios that
+Every test asserts the behaviour mxlite should have; each was written as a failing reproduction
+(marked ``xfail(strict=True)``) before its fix landed, and a new defect joins the same way. Scenarios that
 can hang or crash (a stuck worker, a SIGBUS, a hung rank) run in a child process of their own
 session with a hard time limit; on time-out the whole process group is killed, so nothing
 outlives a test. MPI cases run real ``mpiexec -n 2`` (tests/hardening_worker.py).
@@ -51,11 +51,6 @@ from tests.test_fused_chunks import _flat
 from tests.test_fused_rules import FUSED
 
 WORKER = os.path.join(ROOT, "tests", "hardening_worker.py")
-
-
-def xfail(defect: str):
-    """The marker every test here carries until its defect is fixed."""
-    return pytest.mark.xfail(strict=True, reason=defect)
 
 
 # -- running a scenario in a child process ------------------------------------------------------------------------
@@ -159,7 +154,6 @@ def _libraries_under(folder: str) -> list[str]:
     return found
 
 
-@xfail("N1: a truncated library in the kernel cache is loaded (SIGBUS) instead of being detected and rebuilt")
 def test_n1_a_truncated_kernel_library_is_rebuilt_instead_of_crashing(tmp_path):
     # Reproduces N1 on a tiny module: build it into a fresh cache, cut its library in half (a full
     # disk, an interrupted copy), then build again in a new process. Today the second process dies
@@ -180,7 +174,6 @@ def test_n1_a_truncated_kernel_library_is_rebuilt_instead_of_crashing(tmp_path):
     assert seen["builds"] >= 1  # it was rebuilt, not loaded
 
 
-@xfail("N1: MXLITE_CPU_KERNELS=auto dies of SIGBUS on a truncated optimizers.cu library instead of rebuilding")
 def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     # Reproduces N1 as a user meets it: the default mode, the fused Adam update of a CPU Trainer, the
     # cached optimizers.cu library truncated. Today the process dies of SIGBUS (status -7) before
@@ -223,7 +216,6 @@ def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     np.testing.assert_allclose(weights, 0.4, rtol=1e-6)  # Adam's first step moves every weight by lr
 
 
-@xfail("N16: a kernel build killed midway leaves its staging folder (up to 35 MB) in the cache for ever")
 def test_n16_a_killed_kernel_build_leaves_nothing_behind(tmp_path):
     # Reproduces N16: a build is SIGKILLed (with its g++) while it writes into its staging folder
     # ('.build-*', a tempfile folder); the next build in the same cache succeeds but never removes
@@ -263,7 +255,6 @@ exec g++ "$@"
 """
 
 
-@xfail("unclear: a compiler that writes nothing is blamed on the cache folder, and the broken build stays cached")
 def test_unclear_a_compiler_that_writes_nothing_is_named_and_not_cached(tmp_path):
     # Reproduces "compiler problems are blamed on the cache folder and a broken build stays cached":
     # a compiler that exits 0 without output. Today: HostCudaError "cannot build tiny.cu in the host
