@@ -103,7 +103,8 @@ class TrainerStates:
             with open(fname, "rb") as f:
                 data = f.read()
         try:
-            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER)
+            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER,
+                                                                              self._states_limit())
             if optimizer_state is None or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
             self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
@@ -219,6 +220,19 @@ class TrainerStates:
                 if tuple(leaf.shape) != tuple(param.shape):
                     raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
                                      f"the parameter has shape {tuple(param.shape)}")
+
+    def _states_limit(self) -> int | None:
+        """The most bytes a states file of this Trainer can hold in arrays (None: a shape is still unknown).
+
+        Per parameter at most 8 state arrays (master weights included) of its size in float32 or its own
+        wider dtype, and one compression residual per device mirror; plus 1 MiB. A file declaring more
+        is refused from its headers, before its arrays are inflated.
+        """
+        if not all(p._shape_known() for p in self._params):
+            return None
+        mirrors = max((len(p.list_device()) for p in self._params if p.is_initialized), default=1)
+        size = sum(int(np.prod(p.shape)) * max(4, np.dtype(p.dtype).itemsize) for p in self._params)
+        return size * (8 + mirrors) + (1 << 20)
 
     def _check_saved_counts(self, optimizer_state: dict[str, Any]) -> None:
         """The update counts of a (checked) optimizer state against this Trainer: mirrors 0..k-1, its indices.
