@@ -166,8 +166,7 @@ def _compiler_version(cxx: str) -> str:
 
 
 def _file_digest(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).digest()
+    return bytes.fromhex(_sha256_hex(path))
 
 
 def _run_compiler(command: list[str], what: str, outputs: Sequence[str]) -> None:
