@@ -108,9 +108,9 @@ class TrainerStates:
             if optimizer_state is None or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
             self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
-            self._check_saved_counts(optimizer_state)
             self._check_residuals(residuals, extra.get("compression"))
             self._check_saved_params(extra["trainer_params"], states)
+            self._check_saved_counts(optimizer_state)  # after the parameters: other parameters say more
             scaler_state = extra.get("loss_scaler")
             if scaler_state is not None and self._amp_loss_scaler is not None:
                 LossScaler().load_state_dict(scaler_state)  # validates
