@@ -19,6 +19,7 @@ from ..amp import LossScaler
 from ..device.copy import as_host
 from ..formats.archive import atomic_write
 from ..optimizer import states_archive
+from ..optimizer._arena import fused_rule
 from ..optimizer.optimizer import MultiPrecisionState
 from .parameter import Parameter
 
@@ -102,12 +103,14 @@ class TrainerStates:
             with open(fname, "rb") as f:
                 data = f.read()
         try:
-            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER)
+            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER,
+                                                                              self._states_limit())
             if optimizer_state is None or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
             self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
             self._check_residuals(residuals, extra.get("compression"))
             self._check_saved_params(extra["trainer_params"], states)
+            self._check_saved_counts(optimizer_state)  # after the parameters: other parameters say more
             scaler_state = extra.get("loss_scaler")
             if scaler_state is not None and self._amp_loss_scaler is not None:
                 LossScaler().load_state_dict(scaler_state)  # validates
@@ -218,6 +221,41 @@ class TrainerStates:
                     raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
                                      f"the parameter has shape {tuple(param.shape)}")
 
+    def _states_limit(self) -> int | None:
+        """The most bytes a states file of this Trainer can hold in arrays (None: a shape is still unknown).
+
+        Per parameter at most 8 state arrays (master weights included) of its size in float32 or its own
+        wider dtype, and one compression residual per device mirror; plus 1 MiB. A file declaring more
+        is refused from its headers, before its arrays are inflated.
+        """
+        if not all(p._shape_known() for p in self._params):
+            return None
+        mirrors = max((len(p.list_device()) for p in self._params if p.is_initialized), default=1)
+        size = sum(int(np.prod(p.shape)) * max(4, np.dtype(p.dtype).itemsize) for p in self._params)
+        return size * (8 + mirrors) + (1 << 20)
+
+    def _check_saved_counts(self, optimizer_state: dict[str, Any]) -> None:
+        """The update counts of a (checked) optimizer state against this Trainer: mirrors 0..k-1, its indices.
+
+        A Trainer numbers its device mirrors 0, 1, ... and its parameters 0..n-1; a file saved on k
+        devices holds the mirrors 0..k-1 (resuming on other devices is allowed: new mirrors start
+        from mirror 0's counts). Counts for another mirror or index would restart (or skip) a bias
+        correction or schedule on resume.
+
+        Raises:
+            ValueError: naming the mirrors or indices.
+        """
+        counts = {int(slot): [i for i, _ in table] for slot, table in optimizer_state["update_counts"]}
+        if counts and sorted(counts) != list(range(len(counts))):
+            raise ValueError(f"update counts are given for mirrors {sorted(counts)}; a Trainer's state file holds "
+                             f"mirrors 0..k-1 (one per device it was saved on)")
+        for slot, indices in counts.items():
+            foreign = [i for i in indices if isinstance(i, bool) or not isinstance(i, int)
+                       or not 0 <= i < len(self._params)]
+            if foreign:
+                raise ValueError(f"update counts of mirror {slot} are given for indices {foreign[:5]}, which are not "
+                                 f"parameter indices of this Trainer (0..{len(self._params) - 1})")
+
     def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
         names = [p.label for p in self._params]
         try:
@@ -230,6 +268,10 @@ class TrainerStates:
             unexpected = [n for n in saved_names if n not in names]
             raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
                              + ("" if missing or unexpected else " (same names, another order)"))
+        for param, saved_shape in zip(self._params, saved_shapes):
+            if param._shape_known() and saved_shape is not None and saved_shape != tuple(param.shape):
+                raise ValueError(f"parameter {param.label!r} has shape {saved_shape} in the file and "
+                                 f"{tuple(param.shape)} in this Trainer")
         for index, state in states.items():
             if not isinstance(index, int) or not 0 <= index < len(self._params):
                 raise ValueError(f"state index {index!r} is not a parameter index")
@@ -246,10 +288,26 @@ class TrainerStates:
                 if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
                     raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
             if shape is not None:
-                problem = _structure_difference(self._template_state(index, param, shape), state)
+                template = self._template_state(index, param, shape)
+                problem = _structure_difference(template, state)
                 if problem:
                     raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
                                      f"{type(self._optimizer).__name__} creates: {problem}")
+                self._check_state_dtypes(param, template, state)
+
+    def _check_state_dtypes(self, param: Parameter, template: Any, state: Any) -> None:
+        """Each leaf of a loaded state must have the dtype this Trainer keeps there (ValueError naming both).
+
+        The fused update keeps float32 states (and float32 master weights); the per-parameter path the
+        dtypes ``create_state`` gives. float16 states where float32 are kept would lose precision silently.
+        """
+        fused = param.grad_stype == "default" and fused_rule(self._optimizer, param.dtype) is not None
+        for leaf, kept in zip(states_archive.state_arrays(state), states_archive.state_arrays(template)):
+            allowed = {np.dtype(kept.dtype).name} | ({"float32"} if fused else set())
+            got = np.dtype(leaf.dtype).name
+            if got not in allowed:
+                raise ValueError(f"the state of parameter {param.label!r} holds {got} values; this Trainer keeps "
+                                 f"{' or '.join(sorted(allowed))} states there")
 
     def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
         """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""

@@ -33,6 +33,7 @@ LARS's ``step`` take norms over the whole parameter and keep whole segments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -42,13 +43,14 @@ import numpy as np
 
 from ..device import Device
 from ..device.kernels import cpu_kernels_enabled, get_kernel
-from .optimizer import MultiPrecisionState, Optimizer
+from .optimizer import MultiPrecisionState, Optimizer, _xp
 
 __all__ = ["CHUNK", "FUSED_DTYPES", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin", "FusedRule",
            "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_grad", "chunk_views", "clip_arg",
            "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad", "from_structure",
            "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel", "one_minus", "plain",
-           "register_fused", "rescale_arg", "scratch", "step_segments", "to_structure", "weights32", "zeros_f32"]
+           "register_fused", "rescale_arg", "scratch", "serial_norm", "step_segments", "to_structure", "weights32",
+           "zeros_f32"]
 
 # Elements per block: on a GPU 256 threads x 256 elements, amortising the table reads; in the host
 # build (one thread per block) a chunk is one vectorised loop. Measured there with
@@ -62,6 +64,38 @@ CHUNK = 65536
 # overhead dominates), 43 ms at 64K, 37 ms at 256K, 52 ms unchunked; on 300 tensors of at most a
 # few 100K elements (already cache-sized) 256K matches the unchunked twin.
 TWIN_CHUNK = 1 << 18
+_LANES = 8  # partial sums per norm in a kernel's thread (kernels/optimizers.cu: kPartials)
+
+
+def serial_norm(x: Any) -> Any:
+    """The L2 norm of ``x`` summed in the order of the serial kernel build (R2: both CPU modes, the same bits).
+
+    For a NumPy float32 array: per chunk of :data:`CHUNK` elements from the start, each square
+    (float32) is added to one of 8 float32 lanes in turn (element ``i`` of the chunk into lane
+    ``i % 8``, in order), the lanes are folded pairwise (``a[k] += a[k+4]``, ``a[k] += a[k+2]``,
+    ``a[0] += a[1]``), each chunk's total is added in chunk order to a float64 sum starting at 0,
+    and the result is ``float32(sqrt(sum))``: ``sum_over_chunk`` and ``block_sum_into`` of
+    ``kernels/optimizers.cu`` with one thread per block, which is how CPU devices run LAMB and LARS.
+    Any other array (float64, CuPy) gets ``xp.linalg.norm``: a GPU sums in thread order, and
+    float64 runs are not bit-matched to the kernels.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return _xp(x).linalg.norm(x)
+    squares = np.multiply(x.reshape(-1), x.reshape(-1))
+    total = 0.0
+    for lo in range(0, squares.size, CHUNK):
+        chunk = squares[lo:lo + CHUNK]
+        whole = chunk.size - chunk.size % _LANES
+        lanes = np.zeros(_LANES, np.float32)
+        if whole:  # accumulate is sequential by definition (a sum may be pairwise)
+            lanes += np.add.accumulate(chunk[:whole].reshape(-1, _LANES), axis=0)[-1]
+        lanes[:chunk.size - whole] += chunk[whole:]
+        for width in (4, 2, 1):
+            lanes[:width] += lanes[width:2 * width]
+        total += float(lanes[0])
+    return np.float32(math.sqrt(total))
+
+
 THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 

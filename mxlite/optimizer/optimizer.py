@@ -503,10 +503,11 @@ class Optimizer:
             kind, hyper = state["type"], dict(state["hyperparameters"])
             lr_mult = {_key(k): float(v) for k, v in state["lr_mult"]}
             wd_mult = {_key(k): float(v) for k, v in state["wd_mult"]}
-            counts = {int(slot): {_key(i): int(c) for i, c in table} for slot, table in state["update_counts"]}
+            tables = [(int(slot), [(_key(i), int(c)) for i, c in table]) for slot, table in state["update_counts"]]
             saved_sched = state["lr_scheduler"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed optimizer state: {type(exc).__name__}: {exc}") from exc
+        counts = _count_tables(tables)
         if kind != type(self).__name__:
             raise ValueError(f"optimizer state is for {kind!r}, cannot load it into {type(self).__name__}; "
                              f"build a {kind} optimizer before loading")
@@ -561,6 +562,9 @@ class Optimizer:
         for slot, table in counts.items():
             if slot < 0 or any(c < 0 for c in table.values()):
                 raise ValueError(f"update counts must be >= 0 for mirrors >= 0, got mirror {slot}: {table}")
+        if counts and 0 not in counts:  # state_dict always holds mirror 0: new mirrors resume from its counts
+            raise ValueError(f"update counts are given for mirrors {sorted(counts)} but not for mirror 0, which "
+                             "every saved optimizer holds (mirrors added on resume start from its counts)")
         for what, mults in (("lr_mult", lr_mult), ("wd_mult", wd_mult)):
             bad = {k: v for k, v in mults.items() if not math.isfinite(v)}
             if bad:
@@ -671,6 +675,23 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     return v
+
+
+def _count_tables(tables: list[tuple[int, list[tuple[Any, int]]]]) -> dict[int, dict[Any, int]]:
+    """The ``update_counts`` of a state dict as {mirror: {index: count}}; a mirror or index given twice is refused.
+
+    Raises:
+        ValueError: e.g. "update counts are given twice for mirror 0".
+    """
+    counts: dict[int, dict[Any, int]] = {}
+    for slot, table in tables:
+        if slot in counts:
+            raise ValueError(f"update counts are given twice for mirror {slot}")
+        counts[slot] = dict(table)
+        if len(counts[slot]) != len(table):
+            twice = sorted({repr(i) for i, _ in table if sum(1 for j, _ in table if j == i) > 1})
+            raise ValueError(f"update counts of mirror {slot} are given twice for index {', '.join(twice)}")
+    return counts
 
 
 def _key(k: Any) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import struct
 import threading
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import env
 from .build import _load, _map_options
 from .errors import HostCudaError, HostCudaLaunchError, Param
 from .rewrite import _plain_kernels, rewrite_source
@@ -37,13 +37,9 @@ _LAUNCH_ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 
 
 def _default_seed() -> int:
-    text = os.environ.get("MXLITE_HOSTCUDA_SEED")
-    if not text:
-        return DEFAULT_SEED
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise ValueError(f"MXLITE_HOSTCUDA_SEED must be an integer, got {text!r}") from None
+    """``MXLITE_HOSTCUDA_SEED`` (Python's integer literals: ``0x5eed`` too), else :data:`DEFAULT_SEED`."""
+    return env.integer("MXLITE_HOSTCUDA_SEED", -(2**63), 2**64 - 1, DEFAULT_SEED, " (a launch uses it modulo 2^64)",
+                       base=0)
 
 
 class HostModule:
