@@ -32,6 +32,7 @@ are kept, ``(T+1, N, H)``), not a small GEMM per step.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.threads import blas_threads_limited
 from . import _state
 from .ops import _op
 from .tensor import Tensor, _result, grad_out
@@ -353,6 +355,21 @@ class _Spares:
 _SPARES = _Spares()
 
 
+# The per-step GEMMs (h @ W_h^T forward, d(gates) @ W_h backward: N rows by a few hundred columns, about
+# 0.2 ms each at N=32, H=256) run with NumPy's BLAS on this many threads (None: the BLAS's own count).
+# OpenBLAS splits even these statically over all its threads, whose wake-ups cost more than they save,
+# and waits for the slowest: on the 2-core VM beside a busy neighbour one such product took 1.3 ms on
+# two threads against 0.2 ms on one (benchmarks/bench_busy.py, docs/design.md "CPU threads").
+STEP_GEMM_THREADS: int | None = 1
+
+
+def _step_gemms(xp: Any) -> Any:
+    """The context the time loops run in: the BLAS limited to STEP_GEMM_THREADS on a CPU device."""
+    if xp is not np or STEP_GEMM_THREADS is None:
+        return contextlib.nullcontext()
+    return blas_threads_limited(STEP_GEMM_THREADS)
+
+
 # -- the op ---------------------------------------------------------------------------------------------------
 def recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence[Tensor | None],
                reverse: bool = False, clip: tuple[float | None, float | None] | None = None,
@@ -557,20 +574,21 @@ class _Layer:
             # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
             # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
             w_t = xp.ascontiguousarray(h2h_weight.T)
-            for s in range(T):
-                t, prev, nxt = self._slots(s)
-                xp.matmul(self.hs[prev], w_t, out=hg)
-                y_t = None if y is None else y[t]
-                saved_t = None if self.saved is None else self.saved[t]
-                common = (proj[t], hg, *biases, self.hs[prev])
-                if lstm:
-                    self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
-                                                self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-                elif self.mode == "gru":
-                    self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
-                else:
-                    self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
-                               (s, N, H, int(self.mode == "rnn_relu")))
+            with _step_gemms(xp):
+                for s in range(T):
+                    t, prev, nxt = self._slots(s)
+                    xp.matmul(self.hs[prev], w_t, out=hg)
+                    y_t = None if y is None else y[t]
+                    saved_t = None if self.saved is None else self.saved[t]
+                    common = (proj[t], hg, *biases, self.hs[prev])
+                    if lstm:
+                        self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
+                                                    self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+                    elif self.mode == "gru":
+                        self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
+                    else:
+                        self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
+                                   (s, N, H, int(self.mode == "rnn_relu")))
             if y is not None:
                 outputs = self._time_order(y)
             else:
@@ -603,18 +621,19 @@ class _Layer:
         d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
         dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else d_gates
         w = h2h_weight._data
-        for s in range(T - 1, -1, -1):
-            t, prev, nxt = self._slots(s)
-            if lstm:
-                self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
-                                             self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-            elif gru:
-                self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
-                                            dh_gates[t], self.lengths), (s, N, H))
-            else:
-                self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
-                           (s, N, H, int(self.mode == "rnn_relu")))
-            xp.matmul(dh_gates[t], w, out=rec)
+        with _step_gemms(xp):
+            for s in range(T - 1, -1, -1):
+                t, prev, nxt = self._slots(s)
+                if lstm:
+                    self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
+                                                 self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+                elif gru:
+                    self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
+                                                dh_gates[t], self.lengths), (s, N, H))
+                else:
+                    self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
+                               (s, N, H, int(self.mode == "rnn_relu")))
+                xp.matmul(dh_gates[t], w, out=rec)
         d_states = [rec + carry] + ([dc] if lstm else [])
         # Whole-sequence GEMMs and sums: the weights' and biases' gradients, and the input's.
         d2 = d_gates.reshape(T * N, gh)

@@ -6,7 +6,9 @@ reads the text and compiles it with NVRTC, naming every template instantiation i
 (``name_expressions``) so that mangled names resolve.
 
 CPU devices run the same source compiled by g++ with one thread per block (the serial build of
-:mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed. That needs
+:mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed; a launch
+spreads its blocks over up to :func:`mxlite.device.threads.get_num_threads` threads, with the same
+bits whatever the count. That needs
 g++ and CUDA's half-precision headers (the ``cpu`` extra); :func:`cpu_kernels_enabled` decides,
 from ``MXLITE_CPU_KERNELS``, whether a CPU device uses it or the kernels' NumPy twins.
 
@@ -75,8 +77,9 @@ def _function(filename: str, name_expression: str, device_id: int, all_names: tu
 
 @functools.cache
 def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
-    from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
+    from . import _hostcuda, threads  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
 
+    threads._apply_to_host_kernels()  # launches spread over mx.get_num_threads() threads
     return _hostcuda.HostModule(kernel_source(filename), _NVRTC_OPTIONS, name_expressions, name=filename,
                                 serial=True)
 
