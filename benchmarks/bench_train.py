@@ -48,12 +48,14 @@ One thread per library: on a small shared VM, NumPy's OpenBLAS pool and PyTorch'
 (each as wide as the machine) slow each other down when their runs alternate, and step times
 then vary several-fold between runs; single-threaded, runs agree within a few percent.
 ``--threads N`` sets both libraries to N threads (``mx.set_num_threads``, ``torch.set_num_threads``);
-0 (the default) leaves each at its own default. Each record's ``run_spread_pct`` is the spread of its
-runs' times, (slowest - fastest) / median. The recurrent models on a 2-core CPU, both settings::
+0 (the default) leaves each at its own default; ``--separate`` then runs each library in a child
+process of its own, so that their thread pools do not meet (``--only`` runs one library). Each
+record's ``run_spread_pct`` is the spread of its runs' times, (slowest - fastest) / median. The
+recurrent models on a 2-core CPU, both settings::
 
     PYTHONPATH=. python3 benchmarks/bench_train.py --device cpu --models lstm_lm,gru_lm,mlp \
         --hidden 2048 --layers 4 --input 2048 --batch 256 --kvstores none --steps 5 --repeat 7 --threads 1
-    (the same with --threads 0)
+    (the same with --threads 0 --separate)
 """
 
 from __future__ import annotations
@@ -435,6 +437,38 @@ def versions() -> dict[str, Any]:
     return out
 
 
+def _separate_children(argv: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``--separate``: this benchmark once per library, each in a child process; their records and notes.
+
+    Each library's thread pools then run alone in their process: NumPy's OpenBLAS threads and PyTorch's
+    OpenMP threads both spin after each call and, sharing a process on a small machine, slow each other
+    down at the default thread counts. The children run one after the other (mxlite, then PyTorch).
+    """
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    script = os.path.abspath(__file__)
+    plain = [a for a in argv if a != "--separate"]
+    cut = [i for i, a in enumerate(plain) if a == "--json"]
+    if cut:
+        del plain[cut[0]:cut[0] + 2]
+    for library in ("mxlite", "torch"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "records.json")
+            done = subprocess.run([sys.executable, script, *plain, "--only", library, "--json", out],
+                                  capture_output=True, text=True, check=False)
+            if not os.path.isfile(out):
+                notes.append(f"{library} child failed: {done.stderr[-500:]}")
+                continue
+            with open(out) as f:
+                report = json.load(f)
+        records += report["records"]
+        notes += report["notes"]
+    return records, notes
+
+
 def apply_threads(count: int) -> None:
     """``count`` > 0: mxlite (BLAS and host kernels) and PyTorch (if installed) both on ``count`` threads."""
     if count <= 0:
@@ -481,6 +515,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kvstores", default="none,device,nccl",
                         help="mxlite Trainer kvstores to run, from none, device, nccl ('nccl' on a GPU only)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--separate", action="store_true",
+                        help="run mxlite and PyTorch in two child processes (their thread pools apart)")
+    parser.add_argument("--only", choices=["mxlite", "torch"], help="run one library only")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for both libraries (mx.set_num_threads, torch.set_num_threads); 0: defaults")
     parser.add_argument("--json", help="write the records here")
@@ -514,11 +551,14 @@ def main(argv: list[str] | None = None) -> int:
     have_torch = not args.no_torch and versions()["torch"] is not None
     notes = [] if have_torch else ["PyTorch skipped (--no-torch or not installed)"]
     records: list[dict[str, Any]] = []
+    if args.separate and have_torch and args.only is None:
+        records, notes = _separate_children(argv)
+        models = []  # measured by the children
     for model in models:
         makers: list[tuple[str, Callable[[], Setup]]] = [
             (f"mxlite {model} kvstore={kv}", lambda kv=kv, model=model: setup_mxlite(model, device, kv, args))
-            for kv in kvstores]
-        if have_torch:
+            for kv in kvstores if args.only in (None, "mxlite")]
+        if have_torch and args.only in (None, "torch"):
             makers.append((f"torch {model}", lambda model=model: setup_torch(model, device, args)))
         setups = []
         for name, make in makers:
