@@ -40,15 +40,15 @@ def spread_always(monkeypatch):
 
 
 def _per_thread_count(run):
-    """``run()``'s arrays with the host kernels' budget at 1, 2 and 4 threads, and the pool's blocks at 4."""
+    """``run()``'s arrays with the host kernels' budget at 1, 2 and 4 threads, and the blocks pool threads ran."""
+    run()  # builds the kernels first (loading them applies mx.get_num_threads())
     results = {}
+    _, before = launch.spread_counts()
     for n in COUNTS:
         launch.set_threads(n)
-        _, before = launch.spread_counts()
         results[n] = [np.array(a, copy=True) for a in run()]
-        _, after = launch.spread_counts()
-        pool_blocks = after - before
-    return results, pool_blocks
+    _, after = launch.spread_counts()
+    return results, after - before
 
 
 def _assert_same_bits(results):
@@ -136,15 +136,16 @@ def test_convolution_kernels_give_the_same_bits_on_1_2_and_4_threads(spread_alwa
 @pytest.mark.parametrize("cls", [mx.rnn.LSTM, mx.rnn.GRU, mx.rnn.RNN])
 def test_recurrent_kernels_give_the_same_bits_on_1_2_and_4_threads(cls, spread_always):
     rng = np.random.default_rng(4)
-    layer = cls(8, num_layers=2, bidirectional=True, input_size=5, use_sequence_length=True)
-    layer.initialize(mx.init.Uniform(0.4), device=mx.cpu(0))
-    x_np = rng.standard_normal((6, 9, 5)).astype(np.float32)
-    lengths = np.array([6, 1, 3, 0, 6, 2, 5, 4, 6])
+    # 256 rows of 128 units: launches long enough (tens of us) for woken pool threads to take rows
+    layer = cls(128, num_layers=2, bidirectional=True, input_size=5, use_sequence_length=True)
+    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
+    x_np = rng.standard_normal((4, 256, 5)).astype(np.float32)
+    lengths = rng.integers(0, 5, 256)
 
     def run():
         x = mx.array(x_np)
         x.attach_grad()
-        states = layer.begin_state(9)
+        states = layer.begin_state(256)
         with mx.autograd.record():
             out, finals = layer(x, states, mx.array(lengths))
             loss = (out * out).sum() + sum((f * f).sum() for f in finals)
@@ -162,21 +163,22 @@ def test_a_forked_child_spreads_launches_with_a_pool_of_its_own(spread_always):
     x = np.random.default_rng(5).standard_normal((8, 3, 10, 10)).astype(np.float32)
     conv = mx.nn.Conv2D(4, 3, in_channels=3)
     conv.initialize(mx.init.Xavier(), device=mx.cpu(0))
+    conv(mx.array(x))  # builds the kernels first (loading them applies mx.get_num_threads())
     launch.set_threads(4)
     want = conv(mx.array(x)).asnumpy()  # the parent's pool threads exist now
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: only the forking thread exists; its launches must not wait for the parent's pool
         try:
-            _, before = launch.spread_counts()
+            before, _ = launch.spread_counts()
             got = conv(mx.array(x)).asnumpy()
-            _, after = launch.spread_counts()
+            after, _ = launch.spread_counts()  # launches that woke the (child's own) pool
             ok = got.tobytes() == want.tobytes() and after > before
-            os.write(write, b"ok" if ok else b"bad")
+            os.write(write, b"ok" if ok else f"bad {got.tobytes() == want.tobytes()} {before} {after}".encode())
         finally:
             os._exit(0)
     os.close(write)
-    answer = os.read(read, 16)
+    answer = os.read(read, 64)
     os.close(read)
     _, status = os.waitpid(pid, 0)
     assert status == 0 and answer == b"ok"
@@ -239,3 +241,39 @@ def test_mxlite_info_shows_the_threads(capsys, policy):
     info()
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("CPU threads:"))
     assert "2 (set by mx.set_num_threads)" in line and "host kernels: up to 2" in line
+
+
+class _FakeTimes:
+    def __init__(self, own):
+        self.user, self.system = own, 0.0
+
+
+def test_the_default_blas_count_follows_the_cores_other_processes_leave(monkeypatch, policy):
+    """adapt_to_load: the machine's busy seconds less this process's, over the time between two looks."""
+    threads._explicit = False
+    monkeypatch.setattr(threads, "default_num_threads", lambda: 4)
+    monkeypatch.setattr(threads, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    readings = iter([(0.0, 0.0), (1.0, 1.0), (4.0, 2.0), (7.8, 2.0), (8.0, 2.0)])  # (machine busy s, own s)
+    current = {}
+
+    def machine():
+        current["busy"], current["own"] = next(readings)
+        return current["busy"]
+
+    monkeypatch.setattr(threads, "_machine_busy_seconds", machine)
+    monkeypatch.setattr(threads.os, "times", lambda: _FakeTimes(current["own"]))
+    set_counts = []
+    monkeypatch.setattr(threads, "_blas_controllers", lambda: [type("C", (), {
+        "set_num_threads": lambda self, n: set_counts.append(n), "get_num_threads": lambda self: 4})()])
+    threads._load.__init__()
+    assert threads.adapt_to_load(now=100.0) is None  # the first look only records
+    assert threads.adapt_to_load(now=100.1) is None  # too soon for another look
+    assert threads.adapt_to_load(now=101.0) == 4  # others used 0 cores
+    assert threads.adapt_to_load(now=102.0) == 2  # 3 busy s, 1 of them ours: 2 cores taken by others
+    assert threads.adapt_to_load(now=103.0) == 1  # 3.8 cores taken: at least one thread stays
+    with threads.blas_threads_limited(1):
+        assert threads.adapt_to_load(now=104.0) is None  # not inside a limited block
+    assert set_counts[:3] == [4, 2, 1]  # then blas_threads_limited's own 1 and 4
+    threads._explicit = True
+    assert threads.adapt_to_load(now=110.0) is None  # a count set by set_num_threads stays

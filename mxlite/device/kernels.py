@@ -26,6 +26,7 @@ import os
 import warnings
 from typing import Any
 
+from . import threads
 from .devices import Device
 
 __all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
@@ -77,7 +78,7 @@ def _function(filename: str, name_expression: str, device_id: int, all_names: tu
 
 @functools.cache
 def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
-    from . import _hostcuda, threads  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
+    from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
 
     threads._apply_to_host_kernels()  # launches spread over mx.get_num_threads() threads
     return _hostcuda.HostModule(kernel_source(filename), _NVRTC_OPTIONS, name_expressions, name=filename,
@@ -101,6 +102,7 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
     if name_expression not in all_names:
         raise ValueError(f"{name_expression!r} is not among the compiled names {all_names}")
     if not device.is_gpu:
+        threads.adapt_to_load()  # a CPU step's regular beat: the BLAS follows the cores other processes leave
         return _host_module(filename, all_names).get_function(name_expression)
     return _function(filename, name_expression, device.device_id, all_names)
 

@@ -21,6 +21,17 @@ Example::
     mx.set_num_threads(1)      # e.g. in each of several processes sharing a machine
     mx.get_num_threads()       # 1
 
+A busy machine: while the count is the default (no :func:`set_num_threads` call), the BLAS uses only
+the cores other processes leave: at most every ``ADAPT_INTERVAL_S``, at a host-kernel launch or a
+recurrent layer, :func:`adapt_to_load` reads how much CPU the whole machine used since the last look
+(``/proc/stat``) less what this process used (``os.times``), and gives the BLAS the cores left
+(rounded, at least 1, at most the default). OpenBLAS splits each product statically over its threads
+and waits for the slowest, so a thread on a core that another process holds stalls every product: on
+the 2-core VM beside two busy processes a small CNN's step took 1.2 s with two BLAS threads and 0.14 s
+with one (benchmarks/bench_busy.py). The host kernels need no such care: their pool takes blocks
+dynamically, and a thread that does not get a core holds nothing up. libgomp's ``OMP_DYNAMIC`` does
+the same from the load average, which counts this process's own threads and reacts over a minute.
+
 Small products stay on one thread: the per-step GEMMs of a recurrent layer (``h @ W_h^T``, batch rows
 by a few hundred columns) run with the BLAS limited to one thread (:func:`blas_threads_limited`),
 since a pool that wakes for a 100 us product costs more than it saves, and on a busy machine a
@@ -38,10 +49,17 @@ import operator
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["blas_threads_limited", "default_num_threads", "get_num_threads", "set_num_threads", "threads_status"]
+__all__ = ["adapt_to_load", "blas_threads_limited", "default_num_threads", "get_num_threads", "set_num_threads",
+           "threads_status"]
+
+# How often (s) the BLAS count follows the machine's load (adapt_to_load): long enough that /proc/stat's
+# 10 ms ticks give a usable average (25 ticks per core), short enough to follow a neighbour that starts
+# or stops within a second; each look costs about 20 us.
+ADAPT_INTERVAL_S = 0.25
 
 THREADS_ENV = "OMP_NUM_THREADS"
 _lock = threading.Lock()
@@ -95,6 +113,65 @@ def set_num_threads(n: int) -> None:
     _apply_to_host_kernels()
 
 
+class _Load:
+    """What adapt_to_load saw last: the time, the machine's busy CPU seconds and this process's, the count set."""
+
+    def __init__(self) -> None:
+        self.next_look = 0.0
+        self.seen: tuple[float, float, float] | None = None  # (wall, machine busy s, own CPU s)
+        self.blas: int | None = None  # the BLAS count adapt_to_load set last
+        self.limited = 0  # blas_threads_limited blocks open: no adapting inside them
+        self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+_load = _Load()
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy since boot (``/proc/stat``; steal counts as busy)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != b"cpu" or len(fields) < 5:
+        return None
+    values = [int(v) for v in fields[1:9]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return (sum(values) - idle) / _load.ticks
+
+
+def adapt_to_load(now: float | None = None) -> int | None:
+    """Give NumPy's BLAS the cores other processes leave (module docstring); the count set, or None.
+
+    Does nothing (returns None) when :func:`set_num_threads` chose the count, inside
+    :func:`blas_threads_limited`, more often than every ``ADAPT_INTERVAL_S``, when the process may not
+    run on every core of the machine (``/proc/stat`` counts them all), or without ``/proc/stat``.
+    """
+    now = time.monotonic() if now is None else now
+    if now < _load.next_look or _explicit or _load.limited:
+        return None
+    _load.next_look = now + ADAPT_INTERVAL_S
+    cores = os.cpu_count() or 1
+    allowed = get_num_threads()
+    if allowed <= 1 or default_num_threads() != cores:
+        return None
+    busy = _machine_busy_seconds()
+    if busy is None:
+        return None
+    times = os.times()
+    seen, _load.seen = _load.seen, (now, busy, times.user + times.system)
+    if seen is None or now - seen[0] < ADAPT_INTERVAL_S / 2:
+        return None
+    others = ((busy - seen[1]) - (_load.seen[2] - seen[2])) / (now - seen[0])  # cores other processes used
+    count = max(1, min(allowed, int(cores - others + 0.5)))
+    if count != _load.blas:
+        for controller in _blas_controllers():
+            controller.set_num_threads(count)
+        _load.blas = count
+    return count
+
+
 def _apply_to_host_kernels() -> None:
     """Hand the count to the host build, if it is loaded (mxlite.device.kernels calls this when it loads it)."""
     launch = sys.modules.get("mxlite.device._hostcuda.launch")
@@ -127,9 +204,11 @@ def blas_threads_limited(n: int = 1) -> Iterator[None]:
     for c, count in zip(controllers, before):
         if count is not None and count > n:
             c.set_num_threads(n)
+    _load.limited += 1
     try:
         yield
     finally:
+        _load.limited -= 1
         for c, count in zip(controllers, before):
             if count is not None and count > n:
                 c.set_num_threads(count)
@@ -138,6 +217,7 @@ def blas_threads_limited(n: int = 1) -> Iterator[None]:
 def threads_status() -> str:
     """One line for ``mxlite info``: the thread count, where it comes from, and each BLAS's own count."""
     n = get_num_threads()
+    adaptive = "" if _explicit else ", BLAS following the cores other processes leave"
     if _explicit:
         source = "set by mx.set_num_threads"
     elif os.environ.get(THREADS_ENV, "").strip().isdigit():
@@ -146,4 +226,4 @@ def threads_status() -> str:
         source = "the cores this process may use"
     blas = "; ".join(f"{c.internal_api} {c.version or ''} with {c.get_num_threads()} threads"
                      for c in _blas_controllers()) or "none found by threadpoolctl"
-    return f"{n} ({source}); BLAS: {blas}; host kernels: up to {n}"
+    return f"{n} ({source}{adaptive}); BLAS: {blas}; host kernels: up to {n}"
