@@ -646,9 +646,22 @@ class _Layer:
         out += [g if s._requires_grad() else None for s, g in zip(self.states, d_states)]
         for weight, rows, cols in ((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev)):
             out.append(xp.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
+        summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
         for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
-            if bias is not None:
-                out.append(rows.sum(axis=0, out=grad_out(bias, self.dtype)) if bias._requires_grad() else None)
+            if bias is None:
+                continue
+            if not bias._requires_grad():
+                out.append(None)
+            elif summed is not None and not gru:
+                target = grad_out(bias, self.dtype)
+                if target is None:
+                    out.append(summed.copy())
+                else:
+                    target[...] = summed
+                    out.append(target)
+            else:
+                summed = rows.sum(axis=0, out=grad_out(bias, self.dtype))
+                out.append(summed)
         _SPARES.give(d_gates, *((dh_gates,) if gru else ()))  # nothing returned is a view of them
         # parents: x, states, i2h_weight, h2h_weight, then the biases present
         return out
