@@ -11,9 +11,9 @@ Purpose: one setting for the two thread pools a CPU training step runs on, PyTor
 
 Default: ``OMP_NUM_THREADS`` when it holds a whole number >= 1 (what MXNet and PyTorch read), else the
 cores this process may run on (``os.sched_getaffinity``: a container's or ``taskset``'s share, not
-the machine's). Applied to the BLAS only by :func:`set_num_threads` (until then NumPy's BLAS keeps
-the count it chose when it was loaded, which follows the same variables and affinity), and to the
-host kernels when the first one is built.
+the machine's). Applied to the host kernels when the first one is built, and to the BLAS by
+:func:`set_num_threads` or, for the default, by :func:`adapt_to_load` (below); until then NumPy's BLAS
+keeps the count it chose when it was loaded, which follows the same variables and affinity.
 
 Example::
 
@@ -22,15 +22,16 @@ Example::
     mx.get_num_threads()       # 1
 
 A busy machine: while the count is the default (no :func:`set_num_threads` call), the BLAS uses only
-the cores other processes leave: at most every ``ADAPT_INTERVAL_S``, at a host-kernel launch or a
-recurrent layer, :func:`adapt_to_load` reads how much CPU the whole machine used since the last look
-(``/proc/stat``) less what this process used (``os.times``), and gives the BLAS the cores left
-(rounded, at least 1, at most the default). OpenBLAS splits each product statically over its threads
-and waits for the slowest, so a thread on a core that another process holds stalls every product: on
-the 2-core VM beside two busy processes a small CNN's step took 1.2 s with two BLAS threads and 0.14 s
-with one (benchmarks/bench_busy.py). The host kernels need no such care: their pool takes blocks
-dynamically, and a thread that does not get a core holds nothing up. libgomp's ``OMP_DYNAMIC`` does
-the same from the load average, which counts this process's own threads and reacts over a minute.
+the cores other processes leave: at most every ``ADAPT_INTERVAL_S``, at a host-kernel launch (the
+optimizer update of every step, convolutions, recurrent cells), :func:`adapt_to_load` reads how much
+CPU the whole machine used since the last look (``/proc/stat``) less what this process used
+(``os.times``), and gives the BLAS the cores left (rounded, at least 1, at most the default). OpenBLAS
+splits each product statically over its threads and waits for the slowest, so a thread on a core that
+another process holds stalls every product: on the 2-core VM at a load average of 5 from other
+processes a small CNN's step took 1.2 s with two BLAS threads and 0.14 s with one. The host kernels
+need no such care: their pool takes blocks dynamically, and a thread that does not get a core holds
+nothing up. libgomp's ``OMP_DYNAMIC`` does the same from the load average, which counts this process's
+own threads and reacts over a minute.
 
 Small products stay on one thread: the per-step GEMMs of a recurrent layer (``h @ W_h^T``, batch rows
 by a few hundred columns) run with the BLAS limited to one thread (:func:`blas_threads_limited`),
