@@ -298,6 +298,7 @@ class _Cells:
         self.math = np.float64 if name == "float64" else np.float32
         self.compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
         self.threads = threads
+        self._functions: dict[str, Any] = {}  # kernel name -> launchable, looked up once per call of the op
 
     def __call__(self, kernel: str, buffers: Sequence[Any], ints: Sequence[int], reals: Sequence[float] = ()) -> None:
         """``kernel<T>(*buffers, *ints as int32, *reals in the math dtype)``; a None buffer is a null pointer."""
@@ -308,12 +309,15 @@ class _Cells:
             return
         if rows == 0:
             return  # a grid of 0 blocks is a CUDA error
-        function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+        function = self._functions.get(kernel)
+        if function is None:
+            function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+            self._functions[kernel] = function
         threads = self.threads
         if threads is None:
             threads = min(_MAX_THREADS, max(32, -(-hidden // 32) * 32)) if self.device.is_gpu else 1
-        args = (*(b if b is not None else _NULL for b in buffers), *(np.int32(i) for i in ints),
-                *(self.math(r) for r in reals))
+        args = (*[_NULL if b is None else b for b in buffers], *[np.int32(i) for i in ints],
+                *[self.math(r) for r in reals])
         function((min(rows, _MAX_BLOCKS),), (threads,), args)
 
 
