@@ -40,7 +40,11 @@ static split across threads waits for the slowest (benchmarks/bench_rnn.py, benc
 
 Warnings: the BLAS count is process-wide (every thread of the process shares it) and a forked child
 inherits it; ``threadpoolctl`` is needed to change it (a dependency of mxlite), and a BLAS it does not
-know keeps its own count.
+know keeps its own count. A BLAS may round a product differently on another number of threads
+(OpenBLAS 0.3.31 does for a 1000 x 1000 x 1000 SGEMM, not for the products of the benchmark models),
+so with the adapting default two runs on a machine under different loads can differ in the last
+bits; call :func:`set_num_threads` for runs that must repeat bit for bit. The host kernels give the
+same bits for any count.
 """
 
 from __future__ import annotations
