@@ -78,7 +78,7 @@ if HERE not in sys.path:
 import roofline  # noqa: E402 - benchmarks/ is not a package
 
 MODELS = ("mlp", "cnn")  # the sweep's default
-MODELS_ALL = ("mlp", "cnn", "cnn_bn")  # bench_train.py's models
+MODELS_ALL = ("mlp", "cnn", "cnn_bn", "lstm_lm", "gru_lm")  # bench_train.py's models
 KVSTORES = ("none", "device", "nccl")
 CODECS: dict[str, dict[str, Any] | None] = {
     "none": None, "fp16": {"type": "fp16"}, "bf16": {"type": "bf16"}, "2bit": {"type": "2bit", "threshold": 0.5},

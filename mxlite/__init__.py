@@ -25,6 +25,7 @@ from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
 from .device.context import Context, current_context
+from .device.threads import get_num_threads, set_num_threads
 from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as mx.nn, mx.loss, ...
 from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
 from .gluon.trainer import Trainer
@@ -43,4 +44,5 @@ __all__ = [
     "lr_scheduler", "metric", "model_zoo", "nn", "rnn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
+    "get_num_threads", "set_num_threads",
 ]

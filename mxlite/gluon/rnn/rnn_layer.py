@@ -41,14 +41,12 @@ class _RNNLayer(Block):
         name = type(self).__name__
         if layout not in ("TNC", "NTC"):
             raise ValueError(f"{name}: layout must be 'TNC' or 'NTC', got {layout!r}")
-        if use_sequence_length:
-            raise NotImplementedError(f"{name}: use_sequence_length is not supported; use a cell's "
-                                      "unroll(..., valid_length=) instead")
         self._hidden_size = _int_arg(name, "hidden_size", hidden_size)
         self._num_layers = _int_arg(name, "num_layers", num_layers)
         self._input_size = _int_arg(name, "input_size", input_size, low=0)
         self._dropout = _real_arg(name, "dropout", dropout, low=0, high=1)
         self._layout, self._bidirectional, self._mode, self._clip = layout, bool(bidirectional), mode, clip
+        self._use_sequence_length = bool(use_sequence_length)
         self._dir = 2 if bidirectional else 1
         gates = _steps.GATES[mode] * self._hidden_size
         self._names: list[tuple[str, str, str, str]] = []
@@ -75,11 +73,26 @@ class _RNNLayer(Block):
         return _make_states(self.state_info(batch_size), func, kwargs)
 
     def forward(self, inputs: Tensor, states: Any = None, sequence_length: Any = None) -> Any:
+        """The output sequence (and the final states when ``states`` is given); see the class docstring.
+
+        ``sequence_length`` (``(N,)`` whole numbers in ``[0, T]``, any real dtype; required exactly when
+        the layer was built with ``use_sequence_length=True``): sample ``b`` runs its first
+        ``sequence_length[b]`` steps (the backward direction from its last valid step back to step 0);
+        its outputs past them are 0 and its final states are those after its last valid step.
+
+        Raises:
+            ValueError: inputs, states or ``sequence_length`` of the wrong shape or values, or
+                ``sequence_length`` missing with ``use_sequence_length=True`` or given without it.
+        """
         name = type(self).__name__
         if isinstance(inputs, np.ndarray):
             inputs = _nd.array(inputs)
-        if sequence_length is not None:
-            raise NotImplementedError(f"{name}: sequence_length is not supported")
+        if self._use_sequence_length and sequence_length is None:
+            raise ValueError(f"{name} was built with use_sequence_length=True: call it as layer(inputs, states, "
+                             "sequence_length) with one length per sample")
+        if sequence_length is not None and not self._use_sequence_length:
+            raise ValueError(f"{name}: sequence_length given, but the layer was built with use_sequence_length=False "
+                             "(MXNet ignores it there); build it with use_sequence_length=True")
         if inputs.ndim != 3:
             raise ValueError(f"{name}: inputs must be 3-D ({self._layout}), got shape {inputs.shape}")
         x = ops.swapaxes(inputs, 0, 1) if self._layout == "NTC" else inputs
@@ -104,7 +117,8 @@ class _RNNLayer(Block):
                              f"but the inputs have {x.shape[2]} (shape {inputs.shape}, layout {self._layout})")
         weights = [tuple(_ready(getattr(self, n), x) for n in names) for names in self._names]
         out, new_states = _steps.rnn_sequence(self._mode, x, states, weights, self._num_layers, self._bidirectional,
-                                              self._dropout, autograd.is_training(), self._clip)
+                                              self._dropout, autograd.is_training(), self._clip,
+                                              valid_length=sequence_length)
         if self._layout == "NTC":
             out = ops.swapaxes(out, 0, 1)
         return out if skip_states else (out, new_states)
@@ -205,10 +219,15 @@ class RNN(_RNNLayer):
             initializers (weights default to the global one, biases to zeros).
         input_size: input features; 0 infers them from the first batch.
         dtype: parameter dtype.
+        use_sequence_length: the layer takes per-sample lengths, ``layer(inputs, states,
+            sequence_length)`` (MXNet's; see :meth:`forward`).
 
     Inputs: ``inputs`` (see ``layout``) and optional ``states`` (list of one
     ``(num_layers * D, N, H)`` array). Outputs: ``(T, N, D * H)`` (in ``layout``), and the new
     states when ``states`` was given.
+
+    Each layer and direction runs as one fused op (:func:`mxlite.autograd.rnn_ops.recurrence`: the
+    cell kernels of ``kernels/rnn.cu`` and one GEMM per step).
 
     Raises:
         ValueError / TypeError: bad arguments (at construction); inputs or states of the wrong shape.
