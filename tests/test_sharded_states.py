@@ -164,6 +164,19 @@ def test_two_ranks_gather_sharded_states_and_resume_a_sharded_checkpoint(tmp_pat
         straight = dict(np.load(tmp_path / f"rank{rank}-straight.npz"))
         resumed = dict(np.load(tmp_path / f"rank{rank}-resumed.npz"))
         assert all(straight[k].tobytes() == resumed[k].tobytes() for k in straight)
+    # the checkpoint keeps the gathered states once, in rank 0's file; rank 1's says where they are
+    folder = tmp_path / "ckpt" / "step-00000003"
+    files = [states_archive.unpack((folder / f"trainer-rank{r}.states").read_bytes(), states_archive.TRAINER)
+             for r in range(2)]
+    assert sorted(files[0][0]) == [0, 1, 2, 3] and files[1][0] == {} and files[1][3]["states_elsewhere"]
+    assert json.loads((folder / "meta-rank1.json").read_text())["trainer_states_in"] == "trainer-rank0.states"
+    assert set(json.loads((folder / "manifest.json").read_text())["files"]) >= {"trainer-rank0.states",
+                                                                                "trainer-rank1.states"}
+    net = build(_cpus(2))
+    trainer = mx.Trainer(net.collect_params(), "adam", dict(CASES["adam"][1]), kvstore="device")
+    with pytest.raises(ValueError, match="holds no parameter states .* load the checkpoint with mx.checkpoint.load"):
+        trainer.load_states(folder / "trainer-rank1.states")
+    trainer.load_states(folder / "trainer-rank0.states")  # whole states: they load on their own
 
 
 # -- slices, pieces and the piece collectives ----------------------------------------------------------------

@@ -54,13 +54,18 @@ class TrainerStates:
         rank (12 bytes per parameter for Adam with master weights) and, across processes, an
         all-gather of the states over MPI ((P - 1)/P of them per rank); the devices allocate nothing.
         """
+        self._save_states(fname, with_states=True)
+
+    def _save_states(self, fname: str | os.PathLike, with_states: bool) -> None:
+        """:meth:`save_states`; ``with_states`` False writes no parameter state (``mx.checkpoint`` then keeps the
+        gathered states of sharded training once, in rank 0's file): the file says so and loads only with them."""
         self._init_kvstore()
         if self._update_on_kvstore:
             self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
             return
         self._gathered = self._gather_all_sharded()
         states: dict[Any, Any] = {}
-        for index, param in enumerate(self._params):
+        for index, param in enumerate(self._params) if with_states else ():
             state = self._saved_state(index, param)
             if state is not None:
                 states[index] = state
@@ -68,6 +73,8 @@ class TrainerStates:
                   "compression": self._codec.params if self._codec is not None else None,
                   "loss_scaler": self._amp_loss_scaler.state_dict() if self._amp_loss_scaler is not None else None,
                   "partial_turn": self._partial_turn}
+        if not with_states:
+            fields["states_elsewhere"] = True
         self._gathered = {}
         data = states_archive.pack(states, self._optimizer.state_dict(), self._residuals(), states_archive.TRAINER,
                                    fields)
@@ -88,7 +95,8 @@ class TrainerStates:
         """
         self._apply_states(self._read_states(fname))
 
-    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
+    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None,
+                     states_from: tuple[str, bytes] | None = None) -> tuple[str, Any]:
         """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
 
         Args:
@@ -96,6 +104,9 @@ class TrainerStates:
             data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
                 these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
                 None reads ``fname`` (once).
+            states_from: ``(name, bytes)`` of another rank's file holding the parameter states, for a file
+                written without them (``mx.checkpoint`` of sharded training keeps them in rank 0's file
+                only); its states are checked as the file's own would be.
 
         Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
         no file (also with ``update_on_kvstore``, where the store's own parse is kept).
@@ -120,6 +131,14 @@ class TrainerStates:
             states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER)
             if optimizer_state is None or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            if extra.get("states_elsewhere"):
+                if states_from is None:
+                    raise ValueError("it holds no parameter states (a checkpoint of sharded training keeps them in "
+                                     "trainer-rank0.states): load the checkpoint with mx.checkpoint.load")
+                states, _, _, source = states_archive.unpack(states_from[1], states_archive.TRAINER)
+                if source.get("trainer_params") != extra["trainer_params"] or source.get("states_elsewhere"):
+                    raise ValueError(f"{states_from[0]!r}, which should hold its parameter states, was saved for "
+                                     "other parameters (or holds none)")
             self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
             self._check_residuals(residuals, extra.get("compression"))
             self._check_saved_params(extra["trainer_params"], states)
@@ -255,6 +274,10 @@ class TrainerStates:
             master = arrays.pop("master", None)
             gathered[index] = to_structure(first.state_names, arrays, master)
         return gathered
+
+    def _states_shared_by_processes(self) -> bool:
+        """Whether sharded states span several processes, so that every rank gathers (and saves) the same states."""
+        return any(sync is not None and sync.layouts and comm.size > 1 for comm, sync in self._syncs.values())
 
     def _host_comm(self, comm: Any) -> Any:
         """A communicator over this job's processes for host arrays (MPI), or None with one process."""
