@@ -530,3 +530,21 @@ def test_checkpoints_resume_sharded_training_and_load_onto_other_devices(tmp_pat
     _check_same(mirrors(net), _from_checkpoint(tmp_path / "ckpt", 2, True), "adam")
     # 3 devices split each batch otherwise: sharded and unsharded resume alike there
     _check_same(_from_checkpoint(tmp_path / "ckpt", 3, False), _from_checkpoint(tmp_path / "ckpt", 3, True), "adam")
+
+
+@pytest.mark.parametrize("case", ["sgd", "adam", "adamw", "fp16"])
+def test_the_numpy_twins_update_slices_alike(monkeypatch, case):
+    from mxlite.optimizer import _fused
+
+    monkeypatch.setattr(_fused, "compiled_on_cpu", lambda: False)  # MXLITE_CPU_KERNELS=numpy's path
+    plain, _ = train(_cpus(3), "device", False, case, steps=10)
+    sharded, _ = train(_cpus(3), "device", True, case, steps=10)
+    _check_same(mirrors(plain), mirrors(sharded), case)
+
+
+def test_norm_rules_on_the_numpy_twins_are_refused_sharded(monkeypatch):
+    from mxlite.optimizer import _fused
+
+    monkeypatch.setattr(_fused, "compiled_on_cpu", lambda: False)
+    with pytest.raises(ValueError, match="sharded optimizer states with LAMB need the fused kernels"):
+        train(_cpus(2), "device", True, "lamb", steps=1)

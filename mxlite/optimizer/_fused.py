@@ -392,6 +392,23 @@ def rescale_arg(run: Any, opt: Optimizer) -> float:
     return opt.rescale_grad if scale == 1.0 else float(run.rescale(opt.rescale_grad))
 
 
+def phases(run: Any, launches: Iterator[Any]) -> Iterator[Any] | None:
+    """``run.phases(launches)`` (:meth:`Launcher.phases`); a launcher without it (a test's stand-in) runs them now."""
+    method = getattr(run, "phases", None)
+    if method is not None:
+        return method(launches)
+    for _ in launches:
+        raise RuntimeError("an unsharded update has no partial sums to complete")
+    return None
+
+
+def complete_sums(run: Any, sums: Any) -> Iterator[Any]:
+    """``yield from run.complete_sums(sums)`` (:meth:`Launcher.complete_sums`); nothing for a launcher without it."""
+    method = getattr(run, "complete_sums", None)
+    if method is not None:
+        yield from method(sums)
+
+
 def lr_wd_row(opt: Optimizer, index: Any, count: int) -> Row:
     """The table row ``(lr, wd)`` of a rule that needs nothing else per parameter."""
     return (opt._get_lr(index), opt._get_wd(index))

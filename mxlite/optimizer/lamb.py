@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ._fused import FusedRule, Launcher, Row, betas_eps, clip_arg, register_fused, rescale_arg
+from ._fused import FusedRule, Launcher, Row, betas_eps, clip_arg, complete_sums, phases, register_fused, rescale_arg
 from .adam import _check_betas_epsilon
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -118,14 +118,14 @@ def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
 
 
 def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any] | None:
-    return run.phases(_lamb_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
+    return phases(run, _lamb_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
 
 
 def _lamb_phases(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any]:
     sums = run.sums()
     run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
         (rescale_arg(run, opt), clip_arg(opt), *betas_eps(opt)), sums)
-    yield from run.complete_sums(sums)  # sharded states: ‖w‖², ‖u‖² summed over the shards of each parameter
+    yield from complete_sums(run, sums)  # sharded states: ‖w‖², ‖u‖² summed over the shards of each parameter
     lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
     upper = -1.0 if opt.upper_bound is None else opt.upper_bound
     run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)
