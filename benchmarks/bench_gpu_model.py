@@ -602,7 +602,8 @@ def print_table(records: list[dict[str, Any]]) -> None:
         if "skipped" in r or "error" in r:
             continue
         step = f"{r['step_host_syncs']:.0f}/{r['step_h2d_bytes']:.0f}/{r['step_d2h_bytes']:.0f}"
-        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {r['codec']:9s} {r['cupy_calls']:5.0f} "
+        codec = r["codec"] + ("+shard" if r.get("shard") else "")  # sharded optimizer states (--shard)
+        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {codec:9s} {r['cupy_calls']:5.0f} "
               f"{r['launches']:6.0f} {r['host_syncs']:5.0f} {r['h2d_bytes']:8.0f} {r['d2h_bytes']:7.0f} "
               f"{r['nccl_calls']:5.0f} {_mib(r['nccl_bytes']):>8s} {_mib(r['kernel_bytes']):>8s} "
               f"{r['kernel_bytes_per_element']:6.1f} {_mib(r['peak_bytes']):>8s} {step:>20s} "
