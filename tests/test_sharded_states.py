@@ -152,8 +152,12 @@ def test_two_ranks_of_emulated_gpus_train_sharded_to_the_unsharded_numbers(tmp_p
 
 @pytest.mark.mpi
 @needs_mpi
-def test_two_ranks_gather_sharded_states_and_resume_a_sharded_checkpoint(tmp_path):
-    mpirun_ok(2, WORKER, "states", str(tmp_path), "cpu", "2", timeout=600)
+@pytest.mark.parametrize("kind, count", [("cpu", 2), pytest.param("gpu", 1, marks=pytest.mark.gpu)])
+def test_two_ranks_gather_sharded_states_and_resume_a_sharded_checkpoint(tmp_path, kind, count):
+    if kind == "gpu" and not mx.device.devices._emulated_gpus():
+        pytest.skip("sets one emulated GPU per rank")
+    env = {"MXLITE_EMULATE_GPUS": str(count)} if kind == "gpu" else {}
+    mpirun_ok(2, WORKER, "states", str(tmp_path), kind, str(count), timeout=600, **env)
     for rank in range(2):
         plain = states_archive.unpack((tmp_path / f"False-rank{rank}.states").read_bytes(), states_archive.TRAINER)
         sharded = states_archive.unpack((tmp_path / f"True-rank{rank}.states").read_bytes(), states_archive.TRAINER)
