@@ -9,6 +9,10 @@ Layout of ``directory``:
   ``trainer-rank<r>.states`` (each rank's ``Trainer.save_states``: its compression residuals
   are its own), ``meta-rank<r>.json`` (format, step, world size, each rank's random streams)
   and ``manifest.json`` (the SHA-256 digest and size of every other file; written last);
+  with optimizer states sharded over the processes (``shard_optimizer_states``), the whole
+  states every rank gathers are kept once, in ``trainer-rank0.states``, and the other ranks'
+  metadata say so (``trainer_states_in``); each rank's load reads that file too, checked
+  against the manifest like its own;
 * ``latest``: the name of the newest complete checkpoint.
 
 Crash safety: a checkpoint is written into a staging folder of its own
@@ -76,6 +80,7 @@ _LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _META_FILE = re.compile(r"^meta-rank(\d+)\.json$")
 _STAGING = re.compile(r"^\.tmp-step-\d{8,}(-[0-9a-f]+)?$")
+_SHARED_STATES = "trainer-rank0.states"  # where sharded training's gathered optimizer states are kept (once)
 _UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, or an old mxlite's)
 
 
@@ -208,11 +213,19 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
 
         def write_own() -> dict[str, Any]:
             names = [f"meta-rank{rank}.json"]
-            if trainer is not None:
-                names.insert(0, f"trainer-rank{rank}.states")
-                trainer.save_states(os.path.join(where, names[0]))
             meta = {"format": _FORMAT, "version": _VERSION, "step": step, "world_size": size, "rank": rank,
                     "trainer": trainer is not None, "random": _random.get_state()}
+            if trainer is not None:
+                names.insert(0, f"trainer-rank{rank}.states")
+                # Sharded optimizer states over several processes: every rank gathers the same whole states;
+                # rank 0's file keeps them, the others' their own residuals and counts (and say where the states are).
+                shared = trainer._states_shared_by_processes()
+                if shared and rank != 0:
+                    trainer._save_states(os.path.join(where, names[0]), with_states=False)
+                else:
+                    trainer.save_states(os.path.join(where, names[0]))
+                if shared:
+                    meta["trainer_states_in"] = _SHARED_STATES
             atomic_write(os.path.join(where, names[-1]), lambda f: f.write(json.dumps(meta).encode()))
             if rank == 0:
                 names.insert(0, "params.npz")
@@ -463,8 +476,14 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         # Each file is read once: its readers parse the bytes that were hashed (the paths only name it).
         if trainer is not None:
             name = f"trainer-rank{rank}.states"
+            source = meta.get("trainer_states_in")
+            if source not in (None, _SHARED_STATES):
+                raise ValueError(f"checkpoint file {meta_path!r} names {source!r} as its trainer states; expected "
+                                 f"{_SHARED_STATES!r}")
+            shared = None if source is None or source == name else (
+                os.path.join(folder, source), _read_listed(folder, manifest, source))
             plan["trainer"] = trainer._read_states(os.path.join(folder, name),
-                                                   data=_read_listed(folder, manifest, name))
+                                                   data=_read_listed(folder, manifest, name), states_from=shared)
         plan["params"] = net._plan_load(os.path.join(folder, "params.npz"),  # checks, changes nothing
                                         data=_read_listed(folder, manifest, "params.npz"))
         plan["random"] = meta["random"]

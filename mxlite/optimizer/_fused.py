@@ -34,7 +34,7 @@ LARS's ``step`` take norms over the whole parameter and keep whole segments.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -132,8 +132,10 @@ class FusedRule:
             learning rate, the weight decay and up to two rule values), computed with the same optimizer
             methods ``step`` uses, after the update count has been incremented.
         launch: ``launch(run, opt, weight, grad, states, master)``: the kernel launches of one update (one, or
-            two for rules with per-parameter norms); ``grad`` may be a narrow wire's half-precision sum, so
-            every launch passes ``rescale_grad`` through :func:`rescale_arg`.
+            two for rules with per-parameter norms, which complete their sums between them with ``yield
+            from run.complete_sums(sums)`` in a generator that ``run.phases`` runs at once, or returns
+            when the update is sharded); ``grad`` may be a narrow wire's half-precision sum, so every launch
+            passes ``rescale_grad`` through :func:`rescale_arg`.
         kernels: the kernels of ``kernels/optimizers.cu`` the launches use.
         kernels_without_grad: those of them that read no gradient (compiled for the weights' type only).
         twin: a hand-tuned NumPy twin of the whole update, ``twin(opt, plan, weight, grad, states, master,
@@ -244,13 +246,22 @@ class Segment:
 
 @dataclass
 class ArenaPlan:
-    """The chunk table of a set of segments; device copies are made once per device."""
+    """The chunk table of a set of segments; device copies are made once per device.
+
+    ``owners`` (sharded optimizer states): per segment, the position of its parameter in a table of
+    ``params`` whole parameters that every shard of the update shares; a segment is then the part of
+    that parameter inside this shard (a parameter straddling two shards is updated in pieces by their
+    owners), and rules with per-parameter norms complete their partial sums over the shards
+    (:meth:`Launcher.complete_sums`). None: every segment is a whole parameter.
+    """
 
     segments: Sequence[Segment]
+    owners: Sequence[int] | None = None
+    params: int = 0
     chunk_seg: np.ndarray = field(init=False)
     chunk_start: np.ndarray = field(init=False)
     chunk_end: np.ndarray = field(init=False)
-    _on_device: dict[Device, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
+    _on_device: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     _scratch: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -267,6 +278,15 @@ class ArenaPlan:
     def grad_shift(self) -> np.ndarray:
         """Per segment, ``grad_offset - offset``: where a weight's gradient sits."""
         return np.asarray([s.grad_offset - s.offset for s in self.segments], dtype=np.int64)
+
+    def owner_table(self, device: Device) -> Any:
+        """:attr:`owners` as an int64 array on ``device``, copied once."""
+        key = ("owners", device)
+        found = self._on_device.get(key)
+        if found is None:
+            with device.use():
+                found = self._on_device[key] = device.xp.asarray(np.asarray(self.owners, dtype=np.int64))
+        return found
 
     def tables(self, device: Device) -> tuple[Any, ...]:
         """(chunk_seg, chunk_start, chunk_end, grad_shift) on ``device``, copied once."""
@@ -331,6 +351,41 @@ class Launcher:
         with self.device.use():
             return self.device.xp.zeros((len(self.plan.segments), 2), np.float64)
 
+    def phases(self, launches: Iterator[Any]) -> Iterator[Any] | None:
+        """Run a rule's launches that complete norm sums between them (a generator, see :meth:`complete_sums`).
+
+        Unsharded they run now and None is returned, so a launch function is an ordinary call; for a
+        sharded plan the generator is returned unstarted, for the caller to drive together with the
+        other shards' (:meth:`mxlite.optimizer._arena.ArenaUpdater.steps`).
+        """
+        if self.plan.owners is not None:
+            return launches
+        for _ in launches:
+            raise RuntimeError("an unsharded update has no partial sums to complete")
+        return None
+
+    def complete_sums(self, sums: Any) -> Iterator[Any]:
+        """Complete per-parameter norm sums over the shards of a sharded update (a generator).
+
+        Rules with per-parameter norms call ``yield from run.complete_sums(sums)`` between the launch
+        that sums and the launch that reads the sums, inside a generator run by :meth:`phases`.
+        Unsharded (the plan's segments are whole parameters) it yields nothing. Sharded
+        (:attr:`ArenaPlan.owners`), this shard's partial sums are laid out in a zeroed ``(params, 2)``
+        float64 table, by parameter; the table is yielded, and the caller (who drives every shard's
+        update) sums the tables of all shards in place (one small all-reduce) before resuming; then
+        every segment reads its whole parameter's sums.
+        """
+        plan = self.plan
+        if plan.owners is None:
+            return
+        where = plan.owner_table(self.device)
+        with self.device.use():
+            table = self.device.xp.zeros((plan.params, 2), np.float64)
+            table[where] = sums  # at most one segment of a parameter per shard: no index repeats
+        yield table
+        with self.device.use():
+            sums[...] = table[where]
+
     def __call__(self, kernel: str, buffers: Sequence[Any], scalars: Sequence[float], sums: Any = None) -> None:
         """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
         types = self.type_name if kernel in _kernels_without_grad() or self.grad_type_name == self.type_name else (
@@ -369,6 +424,23 @@ def rescale_arg(run: Any, opt: Optimizer) -> float:
     """
     scale = getattr(run, "grad_scale", 1.0)
     return opt.rescale_grad if scale == 1.0 else float(run.rescale(opt.rescale_grad))
+
+
+def phases(run: Any, launches: Iterator[Any]) -> Iterator[Any] | None:
+    """``run.phases(launches)`` (:meth:`Launcher.phases`); a launcher without it (a test's stand-in) runs them now."""
+    method = getattr(run, "phases", None)
+    if method is not None:
+        return method(launches)
+    for _ in launches:
+        raise RuntimeError("an unsharded update has no partial sums to complete")
+    return None
+
+
+def complete_sums(run: Any, sums: Any) -> Iterator[Any]:
+    """``yield from run.complete_sums(sums)`` (:meth:`Launcher.complete_sums`); nothing for a launcher without it."""
+    method = getattr(run, "complete_sums", None)
+    if method is not None:
+        yield from method(sums)
 
 
 def lr_wd_row(opt: Optimizer, index: Any, count: int) -> Row:

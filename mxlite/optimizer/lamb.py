@@ -40,9 +40,21 @@ Trainer; the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from ._fused import FusedRule, Launcher, Row, betas_eps, clip_arg, register_fused, rescale_arg, serial_norm
+from ._fused import (
+    FusedRule,
+    Launcher,
+    Row,
+    betas_eps,
+    clip_arg,
+    complete_sums,
+    phases,
+    register_fused,
+    rescale_arg,
+    serial_norm,
+)
 from .adam import _check_betas_epsilon
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -118,10 +130,15 @@ def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
     return (opt._get_lr(index), opt._get_wd(index), c1, c2)
 
 
-def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> None:
+def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any] | None:
+    return phases(run, _lamb_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
+
+
+def _lamb_phases(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any]:
     sums = run.sums()
     run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
         (rescale_arg(run, opt), clip_arg(opt), *betas_eps(opt)), sums)
+    yield from complete_sums(run, sums)  # sharded states: ‖w‖², ‖u‖² summed over the shards of each parameter
     lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
     upper = -1.0 if opt.upper_bound is None else opt.upper_bound
     run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)

@@ -43,9 +43,21 @@ Trainer; the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from ._fused import FusedRule, Launcher, Row, clip_arg, momentum_state, register_fused, rescale_arg, serial_norm
+from ._fused import (
+    FusedRule,
+    Launcher,
+    Row,
+    clip_arg,
+    complete_sums,
+    momentum_state,
+    phases,
+    register_fused,
+    rescale_arg,
+    serial_norm,
+)
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["LARS"]
@@ -123,9 +135,14 @@ def _lars_row(opt: LARS, index: Any, count: int) -> Row:
     return (opt._get_lr(index), opt._get_wd(index), 1.0 if opt._excluded(index) else 0.0)
 
 
-def _lars_launch(run: Launcher, opt: LARS, weight, grad, st, master) -> None:
+def _lars_launch(run: Launcher, opt: LARS, weight, grad, st, master) -> Iterator[Any] | None:
+    return phases(run, _lars_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
+
+
+def _lars_phases(run: Launcher, opt: LARS, weight, grad, st, master) -> Iterator[Any]:
     sums = run.sums()
     run("lars_norms", (weight, grad, master), (), sums)
+    yield from complete_sums(run, sums)  # sharded states: ‖w‖², ‖g‖² summed over the shards of each parameter
     run("lars_update", (weight, grad, st.get("mom"), master),
         (rescale_arg(run, opt), clip_arg(opt), opt.momentum, opt.eta, opt.epsilon), sums)
 
