@@ -246,7 +246,19 @@ class Block:
                 param._path = name
             if pattern is None or pattern.match(name):
                 out[name] = param
+        for name, view in self._iter_param_aliases(""):
+            if pattern is None or pattern.match(name):
+                out._aliases[name] = view
         return out
+
+    def _iter_param_aliases(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        """Views a block offers by name besides its parameters (``_param_aliases``: an RNN layer's 'rnn_param')."""
+        aliases = getattr(self, "_param_aliases", None)
+        if aliases is not None:
+            for name, view in aliases().items():
+                yield prefix + name, view
+        for name, child in self._children.items():
+            yield from child._iter_param_aliases(prefix + name + ".")
 
     def _check_container_with_block(self) -> None:
         """Warn about Blocks kept in a plain list, tuple or dict attribute (as MXNet 2.x does).
