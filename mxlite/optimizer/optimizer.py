@@ -381,6 +381,7 @@ class Optimizer:
         return self.create_state(index, weight)
 
     def _new_state(self, hook: Any, index: Any, weight: Any) -> Any:
+        _check_dense_weight(self, index, weight)
         if isinstance(weight, Tensor):
             with weight.device.use():
                 return _wrap_state(self._new_state(hook, index, weight.array), weight.device)
@@ -405,9 +406,14 @@ class Optimizer:
         :class:`MultiPrecisionState` routes the step through the float32 master; a
         :class:`~mxlite.autograd.sparse.RowSparseTensor` gradient updates only its rows when the rule
         has ``lazy_update=True`` and is densified otherwise.
+
+        Raises:
+            TypeError: a row-sparse weight (MXNet's sparse weights; mxlite's are dense).
         """
         if not isinstance(indices, (list, tuple)):
             indices, weights, grads, states = [indices], [weights], [grads], [states]
+        for index, weight in zip(indices, weights):
+            _check_dense_weight(self, index, weight)
         for index, weight, grad, state in zip(indices, weights, grads, states):
             count = self._update_count(index)
             if isinstance(weight, Tensor):
@@ -618,6 +624,13 @@ def _create_state_entry(owner: type[Optimizer]) -> Any:
 
 Optimizer.register = staticmethod(register)  # type: ignore[attr-defined]  # MXNet's Optimizer.register
 Optimizer.create_optimizer = staticmethod(create)  # type: ignore[attr-defined]  # and create_optimizer
+
+
+def _check_dense_weight(opt: Optimizer, index: Any, weight: Any) -> None:
+    """Refuse a row-sparse weight, which the rules would update only in part (MXNet's sparse weights)."""
+    if isinstance(weight, RowSparseTensor):
+        raise TypeError(f"{type(opt).__name__}: the weight of index {index!r} is row_sparse; mxlite updates dense "
+                        "weights only (row_sparse gradients are fine): pass weight.tostype('default')")
 
 
 def _raw(x: Any) -> Any:
