@@ -54,6 +54,14 @@ nvmath (``mxlite.device.blas``), counted with the CuPy calls as the host's calls
 depend on the batch (``batch_invariance`` in the JSON): on GPUs a convolution, pooling or batch-norm
 layer makes the same CuPy calls and launches at any batch (tests/test_gpu_conv_counts.py).
 
+``--shard`` also counts every configuration with a store over several GPUs with sharded optimizer
+states (``Trainer(shard_optimizer_states=True)``, ZeRO-1; ``shard`` in each record) and prints them
+side by side with the unsharded ones: ``state_bytes``, the optimizer-state bytes per GPU (the
+fused updaters' state and master-weight buffers, largest GPU: 1/N of the unsharded, within
+alignment padding), ``peak_bytes``, ``nccl_ring_bytes`` (what NCCL's ring algorithms send per step
+and GPU: the same, the all-gather's padding to N equal chunks aside) and the host synchronisations
+per step (still 0).
+
 These are counts on emulated GPUs turned into time by a model, not GPU timings. The per-GPU batch
 is the same whatever the number of GPUs (weak scaling, as in ``scaling_model.py``).
 """
@@ -84,7 +92,7 @@ if HERE not in sys.path:
 import roofline  # noqa: E402 - benchmarks/ is not a package
 
 MODELS = ("mlp", "cnn")  # the sweep's default
-MODELS_ALL = ("mlp", "cnn", "cnn_bn")  # bench_train.py's models
+MODELS_ALL = ("mlp", "cnn", "cnn_bn", "lstm_lm", "gru_lm")  # bench_train.py's models
 KVSTORES = ("none", "device", "nccl")
 CODECS: dict[str, dict[str, Any] | None] = {
     "none": None, "fp16": {"type": "fp16"}, "bf16": {"type": "bf16"}, "2bit": {"type": "2bit", "threshold": 0.5},
@@ -243,7 +251,8 @@ def _emulation() -> Any:
 def _zero_phase() -> dict[str, Any]:
     return {"launches": 0, "kernel_launches": Counter(), "op_bytes": 0, "gemm_op_bytes": 0, "host_syncs": 0,
             "h2d_copies": 0, "h2d_bytes": 0, "d2h_copies": 0, "d2h_bytes": 0, "p2p_bytes": 0, "nccl_calls": Counter(),
-            "nccl_call_bytes": Counter(), "nccl_bytes": Counter(), "kernel_bytes": 0, "kernel_elements": 0,
+            "nccl_call_bytes": Counter(), "nccl_bytes": Counter(), "nccl_ring_bytes": 0.0, "kernel_bytes": 0,
+            "kernel_elements": 0,
             "peak_bytes": 0, "cupy_calls": 0, "mxlite_ops": 0, "raw_launches": 0, "raw_bytes": 0,
             "gemms": Counter(), "graph_launches": 0, "graph_nodes": 0}
 
@@ -276,6 +285,7 @@ def _add_counts(total: dict[int, dict[str, Any]], gpus: int) -> None:
         t["nccl_calls"].update(c["nccl_calls"])
         t["nccl_bytes"].update(c["nccl_bytes"])
         t["nccl_call_bytes"].update(c.get("nccl_call_bytes", {}))
+        t["nccl_ring_bytes"] += sum(c.get("nccl_ring_bytes", {}).values())
         t["kernel_bytes"] += COUNTS.element[g] + COUNTS.table[g]
         t["kernel_elements"] += COUNTS.elements[g]
         t["raw_bytes"] += COUNTS.raw_bytes[g]
@@ -340,9 +350,10 @@ def phase_counts(phase: dict[str, Any], steps: int) -> roofline.PhaseCounts:
 
 
 def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.Namespace,
-               hybridize: bool = False) -> dict[str, Any]:
+               shard: bool = False, hybridize: bool = False) -> dict[str, Any]:
     """Train ``--warmup`` steps, then count ``--steps`` steps of one configuration; one JSON record.
 
+    ``shard``: with sharded optimizer states (``shard_optimizer_states=True``).
     ``hybridize``: the network runs as CUDA graphs (``hybridize(static_alloc=True, static_shape=True)``); at
     least two warm-up steps then run (the first eagerly, the second captures).
     """
@@ -356,8 +367,11 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     baseline = {g: c["bytes_in_use"] for g, c in install.counters().items()}
     devices = [mx.gpu(i) for i in range(gpus)]
     record: dict[str, Any] = {"model": model, "gpus": gpus, "kvstore": kvstore, "codec": codec,
-                              "optimizer": args.optimizer, "dtype": args.dtype, "gpu": args.gpu,
+                              "optimizer": args.optimizer, "dtype": args.dtype, "gpu": args.gpu, "shard": shard,
                               "mode": "captured" if hybridize else "eager"}
+    if shard and (kvstore == "none" or gpus == 1):
+        record["skipped"] = "sharded states need a store summing over several GPUs"
+        return record
     if kvstore == "none" and codec != "none":
         record["skipped"] = "no store: the Trainer compresses nothing (compression belongs to a store)"
         return record
@@ -372,9 +386,12 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
     xs = [mx.array(x, device=d) for d in devices]
     ys = [mx.array(y, device=d) for d in devices]
     opt_params = {"learning_rate": bt.LEARNING_RATES.get(args.optimizer, 1e-3), **RULE_PARAMS.get(args.optimizer, {})}
+    if args.dtype == "float16":
+        opt_params["multi_precision"] = True  # float32 master weights: 12 bytes of Adam state per parameter
     try:
         trainer = mx.Trainer(net.collect_params(), args.optimizer, opt_params,
-                             kvstore=None if kvstore == "none" else kvstore, compression_params=CODECS[codec])
+                             kvstore=None if kvstore == "none" else kvstore, compression_params=CODECS[codec],
+                             shard_optimizer_states=shard)
     except ValueError as exc:
         record["skipped"] = str(exc)
         return record
@@ -445,6 +462,7 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
         "nccl_bytes": max(sum(counter_total("nccl_bytes", g).values()) for g in range(gpus)),
         "nccl_calls_by_name": counter_total("nccl_calls", slowest),
         "nccl_bytes_by_dtype": counter_total("nccl_bytes", slowest),
+        "nccl_ring_bytes": worst("nccl_ring_bytes"), "state_bytes": _state_bytes(trainer, gpus),
         "kernel_bytes": worst("kernel_bytes"),
         "kernel_bytes_per_element": (worst("kernel_bytes") / worst("kernel_elements")
                                      if worst("kernel_elements") else 0.0),
@@ -482,6 +500,14 @@ def run_config(model: str, gpus: int, kvstore: str, codec: str, args: argparse.N
                    for n, e, f in reversed(tensors)],
     }
     return record
+
+
+def _state_bytes(trainer: Any, gpus: int) -> int:
+    """Optimizer-state bytes on the GPU holding the most: the fused updaters' state and master-weight buffers."""
+    per_gpu = Counter({g: 0 for g in range(gpus)})
+    for updater in trainer._arena_updaters.values():
+        per_gpu[updater.arena.device.device_id] += updater.state_nbytes
+    return max(per_gpu.values())
 
 
 def _bucket_count(trainer: Any) -> int:
@@ -619,7 +645,8 @@ def print_table(records: list[dict[str, Any]]) -> None:
         if "skipped" in r or "error" in r:
             continue
         step = f"{r['step_host_syncs']:.0f}/{r['step_h2d_bytes']:.0f}/{r['step_d2h_bytes']:.0f}"
-        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {r['codec']:9s} {r['cupy_calls']:5.0f} "
+        codec = r["codec"] + ("+shard" if r.get("shard") else "")  # sharded optimizer states (--shard)
+        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {codec:9s} {r['cupy_calls']:5.0f} "
               f"{r['launches']:6.0f} {r['host_syncs']:5.0f} {r['h2d_bytes']:8.0f} {r['d2h_bytes']:7.0f} "
               f"{r['nccl_calls']:5.0f} {_mib(r['nccl_bytes']):>8s} {_mib(r['kernel_bytes']):>8s} "
               f"{r['kernel_bytes_per_element']:6.1f} {_mib(r['peak_bytes']):>8s} {step:>20s} "
@@ -659,6 +686,38 @@ def print_graphs(rows: list[dict[str, Any]]) -> None:
         print(f"{r['model']:6s} {r['mode']:8s} {calls:>18s} {launches:>21s} {r['graph_launches']:6.0f} "
               f"{r['graph_nodes']:5.0f} {r['host_syncs']:5.0f} {r['host_ms']:8.3f} {gpu:7.3f} "
               f"{max(r['host_ms'], gpu):8.3f}")
+
+
+def shard_pairs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration counted both ways: the unsharded and the sharded optimizer-state bytes, peak memory,
+    NCCL ring bytes and host synchronisations per step (largest GPU)."""
+    by = {(r["model"], r["gpus"], r["kvstore"], r["codec"], r.get("per_gpu_batch"), r["shard"]): r for r in records
+          if "skipped" not in r and "error" not in r and "shard" in r}
+    rows = []
+    for (model, gpus, kv, codec, batch, shard), sharded in by.items():
+        plain = by.get((model, gpus, kv, codec, batch, False))
+        if not shard or plain is None:
+            continue
+        rows.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec,
+                     **{f"{k}_{w}": r[k] for w, r in (("plain", plain), ("sharded", sharded))
+                        for k in ("state_bytes", "peak_bytes", "nccl_ring_bytes", "host_syncs", "step_host_syncs",
+                                  "modelled_ms")},
+                     "state_ratio": plain["state_bytes"] / sharded["state_bytes"] if sharded["state_bytes"] else 0.0})
+    return rows
+
+
+def print_shard_pairs(rows: list[dict[str, Any]]) -> None:
+    """The sharded against the unsharded optimizer states, side by side."""
+    print(f"{'model':6s} {'gpus':>4s} {'kvstore':7s} {'codec':6s} {'states MiB':>17s} {'ratio':>5s} "
+          f"{'peak MiB':>17s} {'NCCL ring KiB/step':>21s} {'syncs/step':>10s}")
+    for r in rows:
+        print(f"{r['model']:6s} {r['gpus']:4d} {r['kvstore']:7s} {r['codec']:6s} "
+              f"{_mib(r['state_bytes_plain']):>8s} {_mib(r['state_bytes_sharded']):>8s} {r['state_ratio']:5.2f} "
+              f"{_mib(r['peak_bytes_plain']):>8s} {_mib(r['peak_bytes_sharded']):>8s} "
+              f"{r['nccl_ring_bytes_plain'] / 1024:10.1f} {r['nccl_ring_bytes_sharded'] / 1024:10.1f} "
+              f"{r['host_syncs_plain']:4.0f} {r['host_syncs_sharded']:5.0f}")
+    print("states: optimizer-state bytes per GPU (largest), unsharded then sharded; peak: device memory during a "
+          "step; NCCL ring: what NCCL's rings send per GPU and step")
 
 
 def print_rules(rows: list[dict[str, Any]]) -> None:
@@ -726,6 +785,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", action="store_true",
                    help="also count each model on one GPU (no store) eagerly and with the network hybridized as "
                         "CUDA graphs (hybridize(static_alloc=True, static_shape=True)), side by side")
+    p.add_argument("--shard", action="store_true",
+                   help="also count sharded optimizer states (shard_optimizer_states=True) where a store sums over "
+                        "several GPUs, and compare them with the unsharded ones")
     p.add_argument("--measured", nargs="?", const=MEASURED_DEFAULT,
                    help="count the steps of a measured-steps file (default benchmarks/measured_h200.json) at "
                         "their sizes, on their GPU, and print measured against modelled")
@@ -756,13 +818,16 @@ def main(argv: list[str] | None = None) -> int:
                 for gpus in gpu_counts:
                     for kv in args.kvstores.split(","):
                         for codec in args.codecs.split(","):
-                            try:
-                                records.append(run_config(model, gpus, kv, codec, sized))
-                            except Exception as exc:  # noqa: BLE001 - one broken configuration must not hide the rest
-                                records.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec,
-                                                "error": f"{type(exc).__name__}: {exc}"})
-                                print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec}: "
-                                      f"{records[-1]['error']}", file=sys.stderr)
+                            for shard in (False, True) if args.shard else (False,):
+                                if shard and (kv == "none" or gpus == 1):
+                                    continue  # nothing to shard over
+                                try:
+                                    records.append(run_config(model, gpus, kv, codec, sized, shard))
+                                except Exception as exc:  # noqa: BLE001 - one broken configuration must not hide the rest
+                                    records.append({"model": model, "gpus": gpus, "kvstore": kv, "codec": codec,
+                                                    "shard": shard, "error": f"{type(exc).__name__}: {exc}"})
+                                    print(f"error: {model} gpus={gpus} kvstore={kv} codec={codec} shard={shard}: "
+                                          f"{records[-1]['error']}", file=sys.stderr)
         rules = rule_traffic(args) if args.rules and not args.only_measured else []
         graphs = graph_rows(args) if args.graphs else []
         if measured is not None:
@@ -771,6 +836,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Counts per step on emulated GPUs (largest GPU), modelled {roofline.GPUS[args.gpu].name} time "
               "(benchmarks/roofline.py):")
         print_table(records)
+    sharding = shard_pairs(records) if args.shard else []
+    if sharding:
+        print("\nSharded optimizer states (ZeRO-1) against unsharded, per GPU and step (largest GPU):")
+        print_shard_pairs(sharding)
     invariance = batch_invariance(records)
     if invariance:
         print("\nCounts per step at each per-GPU batch (largest GPU); 'same': no count depends on the batch")
@@ -794,7 +863,8 @@ def main(argv: list[str] | None = None) -> int:
                "python": platform.python_version(), "numpy": np.__version__, "mxlite": mx.__version__,
                "emulated_gpus": mx.num_gpus(), "args": vars(args),
                "constants": {k: {"value": v, "unit": u, "source": s} for k, (v, u, s) in roofline.CONSTANTS.items()},
-               "records": records, "rules": rules, "batch_invariance": invariance, "graphs": graphs}
+               "records": records, "rules": rules, "batch_invariance": invariance, "graphs": graphs,
+               "sharding": sharding}
         if measured is not None:
             out["measured"] = {"device": measured["device"], "gpu": measured["gpu"], "versions": measured["versions"],
                                "steps": compared}

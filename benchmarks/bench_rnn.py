@@ -7,8 +7,8 @@ float32, with the gradient of every weight, the input and the begin states:
 - ``fused``: ``mxlite.autograd.rnn_ops.recurrence`` (one GEMM for the input projection, then per step
   one GEMM and one cell kernel of ``kernels/rnn.cu``, the serial host build on CPU devices);
 - ``twins``: the same op with ``MXLITE_CPU_KERNELS=numpy`` (the kernels' NumPy twins);
-- ``steps``: ``mxlite.gluon.rnn._steps.rnn_sequence`` (what ``gluon.rnn`` layers run today: a dozen recorded
-  ops per step);
+- ``steps``: ``mxlite.gluon.rnn._steps.rnn_sequence(fused=False)`` (what ``gluon.rnn`` layers ran before
+  the fused op: a dozen recorded ops per step);
 - ``torch``: ``torch.nn.LSTM`` / ``GRU`` (one layer), when PyTorch is installed (else a note says so).
 
 Every implementation gets the same output gradient and begin states. Cases and implementations are
@@ -79,7 +79,7 @@ def _mxlite_case(impl: str, mode: str, arrays: dict[str, np.ndarray]) -> Callabl
         with mx.autograd.record():
             if impl == "steps":
                 stacked = [ops.expand_dims(s, 0) for s in states]
-                out, _ = _steps.rnn_sequence(mode, x, stacked, [weights], 1, False)
+                out, _ = _steps.rnn_sequence(mode, x, stacked, [weights], 1, False, fused=False)
             else:
                 out, _ = rnn_ops.recurrence(mode, x, states, weights)
         mx.autograd.backward([out], [head])

@@ -1,13 +1,17 @@
-"""Training throughput of mxlite against PyTorch eager: the same MLP and CNN, device, batch and dtype.
+"""Training throughput of mxlite against PyTorch eager: the same MLP, CNN and word LMs, device, batch and dtype.
 
-Models (``--models mlp,cnn``; ``cnn_bn`` on request):
+Models (``--models mlp,cnn``; ``cnn_bn``, ``lstm_lm`` and ``gru_lm`` on request):
 
 * ``mlp``: ``--layers`` hidden Dense layers of ``--hidden`` units with ReLU, then 10 outputs, on
   ``--input`` features (defaults 4 x 4096, input 4096, batch ``--batch`` 1024);
 * ``cnn``: on ``--image`` x ``--image`` x 3 images, conv3x3(32, pad 1) -> relu -> maxpool 2 ->
   conv3x3(64, pad 1) -> relu -> maxpool 2 -> dense 128 (relu) -> dense 10, batch ``--cnn-batch``
   (default 256);
-* ``cnn_bn``: the same with batch normalisation after each convolution (conv -> bn -> relu -> pool).
+* ``cnn_bn``: the same with batch normalisation after each convolution (conv -> bn -> relu -> pool);
+* ``lstm_lm``, ``gru_lm``: a word language model, embedding ``--lm-vocab`` x ``--lm-embed`` -> LSTM or
+  GRU of ``--lm-layers`` layers of ``--lm-hidden`` units -> dense ``--lm-vocab`` on every step, over
+  ``--lm-length`` steps of ``--lm-batch`` sequences (defaults 2000, 128, 2 x 256, 35 x 32: the PTB
+  word-LM example's shape at a smaller vocabulary), zero begin states, the loss over every token.
 
 Each model trains with softmax cross-entropy on one fixed random batch already on the device:
 
@@ -43,6 +47,15 @@ thread settings, date and command line. Defaults fit an H100 in under 3 minutes
 One thread per library: on a small shared VM, NumPy's OpenBLAS pool and PyTorch's OpenMP pool
 (each as wide as the machine) slow each other down when their runs alternate, and step times
 then vary several-fold between runs; single-threaded, runs agree within a few percent.
+``--threads N`` sets both libraries to N threads (``mx.set_num_threads``, ``torch.set_num_threads``);
+0 (the default) leaves each at its own default; ``--separate`` then runs each library in a child
+process of its own, so that their thread pools do not meet (``--only`` runs one library). Each
+record's ``run_spread_pct`` is the spread of its runs' times, (slowest - fastest) / median. The
+recurrent models on a 2-core CPU, both settings::
+
+    PYTHONPATH=. python3 benchmarks/bench_train.py --device cpu --models lstm_lm,gru_lm,mlp \
+        --hidden 2048 --layers 4 --input 2048 --batch 256 --kvstores none --steps 5 --repeat 7 --threads 1
+    (the same with --threads 0 --separate)
 """
 
 from __future__ import annotations
@@ -63,7 +76,8 @@ import numpy as np
 
 import mxlite as mx
 
-MODELS = ("mlp", "cnn", "cnn_bn")
+MODELS = ("mlp", "cnn", "cnn_bn", "lstm_lm", "gru_lm")
+LM_MODELS = ("lstm_lm", "gru_lm")
 CLASSES = 10
 # Thread-count variables of the BLAS/OpenMP pools behind NumPy and PyTorch on CPU (recorded in the JSON).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -74,8 +88,19 @@ LEARNING_RATES = {"sgd": 0.01, "adam": 1e-3}
 
 
 # -- the models ------------------------------------------------------------------------------------
+def _lm_sizes(args: argparse.Namespace) -> tuple[int, int, int, int, int, int]:
+    """(vocab, embed, hidden, layers, length, batch) of the word LMs (defaults where ``args`` lacks them)."""
+    return (getattr(args, "lm_vocab", 2000), getattr(args, "lm_embed", 128), getattr(args, "lm_hidden", 256),
+            getattr(args, "lm_layers", 2), getattr(args, "lm_length", 35), getattr(args, "lm_batch", 32))
+
+
 def mxlite_model(model: str, args: argparse.Namespace) -> mx.nn.Block:
-    """The mxlite network for ``model`` ('mlp', 'cnn' or 'cnn_bn') at the sizes in ``args`` (not initialised)."""
+    """The mxlite network for ``model`` (one of :data:`MODELS`) at the sizes in ``args`` (not initialised)."""
+    if model in LM_MODELS:  # tokens (T, N) -> logits (T, N, vocab); the layer's begin states are zeros
+        vocab, embed, hidden, layers, _, _ = _lm_sizes(args)
+        cell = mx.rnn.LSTM if model == "lstm_lm" else mx.rnn.GRU
+        return mx.nn.Sequential(mx.nn.Embedding(vocab, embed), cell(hidden, num_layers=layers, input_size=embed),
+                                mx.nn.Dense(vocab, flatten=False, in_units=hidden))
     if model == "mlp":
         net = mx.nn.Sequential(*[mx.nn.Dense(args.hidden, activation="relu") for _ in range(args.layers)])
         net.add(mx.nn.Dense(CLASSES))
@@ -96,6 +121,20 @@ def torch_model(model: str, args: argparse.Namespace) -> Any:
     import torch  # noqa: PLC0415 - optional
 
     nn = torch.nn
+    if model in LM_MODELS:
+        vocab, embed, hidden, layers, _, _ = _lm_sizes(args)
+
+        class WordLM(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.embedding = nn.Embedding(vocab, embed)
+                self.rnn = (nn.LSTM if model == "lstm_lm" else nn.GRU)(embed, hidden, layers)
+                self.decoder = nn.Linear(hidden, vocab)
+
+            def forward(self, x: Any) -> Any:
+                return self.decoder(self.rnn(self.embedding(x))[0])
+
+        return WordLM()
     if model == "mlp":
         layers: list[Any] = []
         width = args.input
@@ -116,8 +155,13 @@ def torch_model(model: str, args: argparse.Namespace) -> Any:
 
 
 def make_batch(model: str, args: argparse.Namespace, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One random batch for ``model``: float inputs in ``args.dtype`` and int64 labels in [0, 10)."""
+    """One random batch for ``model``: float inputs in ``args.dtype`` and int64 labels in [0, 10) (word
+    LMs: int64 tokens and labels, ``(T, N)``)."""
     rng = np.random.default_rng(seed)
+    if model in LM_MODELS:  # tokens and next-token labels, (T, N) int64
+        vocab, _, _, _, length, batch = _lm_sizes(args)
+        return (rng.integers(0, vocab, size=(length, batch)).astype(np.int64),
+                rng.integers(0, vocab, size=(length, batch)).astype(np.int64))
     if model == "mlp":
         shape: tuple[int, ...] = (args.batch, args.input)
     else:
@@ -199,6 +243,7 @@ def _record(s: Setup, args: argparse.Namespace, runs: list[float], times: dict[s
            "dtype": args.dtype, "batch": s.batch, "params": s.params, "steps": args.steps, "repeat": args.repeat,
            "warmup": args.warmup, "seconds_per_step": per_step, "samples_per_s": s.batch / per_step,
            "run_samples_per_s": [s.batch * args.steps / t for t in runs],
+           "run_spread_pct": 100 * (max(runs) - min(runs)) / statistics.median(runs),
            **{f"{n}_ms": 1e3 * statistics.median(times[n]) for n in names},
            "optimizer_step_ms": 1e3 * statistics.median(opt),
            "optimizer_step_share": statistics.median(o / w for o, w in zip(opt, whole)), **s.extra}
@@ -229,7 +274,7 @@ def setup_mxlite(model: str, device: mx.Device, kvstore: str | None, args: argpa
         net.cast(args.dtype)
     net.initialize(mx.init.Xavier(), device=device)
     x_np, y_np = make_batch(model, args)
-    batch = x_np.shape[0]
+    batch = x_np.shape[1] if model in LM_MODELS else x_np.shape[0]  # LMs: sequences of (T, N)
     x, y = mx.array(x_np, device=device), mx.array(y_np, device=device)
     loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
     with mx.autograd.record():  # first forward: deferred shapes become known, arenas are laid out
@@ -281,7 +326,10 @@ def setup_torch(model: str, device: mx.Device, args: argparse.Namespace) -> Setu
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, foreach=True)
     else:
         opt = torch.optim.Adam(net.parameters(), lr=lr, foreach=True)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    cross_entropy = torch.nn.CrossEntropyLoss()
+
+    def loss_fn(out: Any, labels: Any) -> Any:  # LMs: every token of (T, N) is a sample
+        return cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
 
     def step() -> Any:
         opt.zero_grad(set_to_none=True)
@@ -299,7 +347,8 @@ def setup_torch(model: str, device: mx.Device, args: argparse.Namespace) -> Setu
     sync = torch.cuda.synchronize if device.is_gpu else (lambda: None)
     params = sum(p.numel() for p in net.parameters())
     parts = [("forward", forward), ("backward", lambda: held["loss"].backward()), ("optimizer_step", opt.step)]
-    return Setup("torch", model, f"eager {args.optimizer} foreach", x_np.shape[0], params, step, parts, sync)
+    batch = x_np.shape[1] if model in LM_MODELS else x_np.shape[0]
+    return Setup("torch", model, f"eager {args.optimizer} foreach", batch, params, step, parts, sync)
 
 
 # -- report ----------------------------------------------------------------------------------------
@@ -327,19 +376,20 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
-    print(f"{'model':<5} {'framework':<9} {'config':<20} {'params':>10} {'batch':>6} {'ms/step':>9} "
+    print(f"{'model':<7} {'framework':<9} {'config':<20} {'params':>10} {'batch':>6} {'ms/step':>9} {'spread':>7} "
           f"{'samples/s':>10} {'mx/torch':>8} {'fwd ms':>8} {'bwd ms':>8} {'opt ms':>8} {'opt share':>9} "
           f"{'sync ms':>8} {'sync +%':>8} {'vs None':>8}")
     for r in records:
-        print(f"{r['model']:<5} {r['framework']:<9} {r['config']:<20} {r['params']:>10} {r['batch']:>6} "
-              f"{1e3 * r['seconds_per_step']:>9.2f} {r['samples_per_s']:>10.0f} "
+        print(f"{r['model']:<7} {r['framework']:<9} {r['config']:<20} {r['params']:>10} {r['batch']:>6} "
+              f"{1e3 * r['seconds_per_step']:>9.2f} {r['run_spread_pct']:>6.0f}% {r['samples_per_s']:>10.0f} "
               f"{_fmt(r.get('ratio_vs_torch'), '.2f'):>8} {r['forward_ms']:>8.2f} {r['backward_ms']:>8.2f} "
               f"{r['optimizer_step_ms']:>8.2f} {100 * r['optimizer_step_share']:>8.1f}% "
               f"{_fmt(r.get('allreduce_grads_ms'), '.3f'):>8} {_fmt(r.get('sync_overhead_pct'), '.2f'):>8} "
               f"{_fmt(r.get('step_vs_none_pct'), '+.1f'):>8}")
     print("opt ms: trainer.step = allreduce_grads + update (mxlite) or optimizer.step (torch), synchronised "
           "medians; sync ms: allreduce_grads; sync +%: allreduce_grads / update; vs None: trainer.step against "
-          "the kvstore=None setup (%, between setups: includes run-to-run noise)")
+          "the kvstore=None setup (%, between setups: includes run-to-run noise); spread: (slowest - fastest run) "
+          "/ median run")
     seen = set()
     for r in records:
         if r["framework"] == "mxlite" and r["model"] not in seen:
@@ -382,8 +432,53 @@ def versions() -> dict[str, Any]:
     except ImportError:
         pass
     out["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARIABLES}
+    out["mxlite_threads"] = mx.get_num_threads()
     out["precision_env"] = {v: os.environ.get(v) for v in PRECISION_VARIABLES}
     return out
+
+
+def _separate_children(argv: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``--separate``: this benchmark once per library, each in a child process; their records and notes.
+
+    Each library's thread pools then run alone in their process: NumPy's OpenBLAS threads and PyTorch's
+    OpenMP threads both spin after each call and, sharing a process on a small machine, slow each other
+    down at the default thread counts. The children run one after the other (mxlite, then PyTorch).
+    """
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    script = os.path.abspath(__file__)
+    plain = [a for a in argv if a != "--separate"]
+    cut = [i for i, a in enumerate(plain) if a == "--json"]
+    if cut:
+        del plain[cut[0]:cut[0] + 2]
+    for library in ("mxlite", "torch"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "records.json")
+            done = subprocess.run([sys.executable, script, *plain, "--only", library, "--json", out],
+                                  capture_output=True, text=True, check=False)
+            if not os.path.isfile(out):
+                notes.append(f"{library} child failed: {done.stderr[-500:]}")
+                continue
+            with open(out) as f:
+                report = json.load(f)
+        records += report["records"]
+        notes += report["notes"]
+    return records, notes
+
+
+def apply_threads(count: int) -> None:
+    """``count`` > 0: mxlite (BLAS and host kernels) and PyTorch (if installed) both on ``count`` threads."""
+    if count <= 0:
+        return
+    mx.set_num_threads(count)
+    try:
+        import torch  # noqa: PLC0415 - optional
+    except ImportError:
+        return
+    torch.set_num_threads(count)
 
 
 def command_line(script: str, argv: list[str]) -> str:
@@ -399,6 +494,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1024, help="MLP batch")
     parser.add_argument("--image", type=int, default=32, help="CNN image side (a multiple of 4)")
     parser.add_argument("--cnn-batch", type=int, default=256, help="CNN batch")
+    parser.add_argument("--lm-vocab", type=int, default=2000, help="word LMs: vocabulary")
+    parser.add_argument("--lm-embed", type=int, default=128, help="word LMs: embedding width")
+    parser.add_argument("--lm-hidden", type=int, default=256, help="word LMs: recurrent units per layer")
+    parser.add_argument("--lm-layers", type=int, default=2, help="word LMs: recurrent layers")
+    parser.add_argument("--lm-length", type=int, default=35, help="word LMs: steps per sequence (bptt)")
+    parser.add_argument("--lm-batch", type=int, default=32, help="word LMs: sequences per batch")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
 
@@ -414,6 +515,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kvstores", default="none,device,nccl",
                         help="mxlite Trainer kvstores to run, from none, device, nccl ('nccl' on a GPU only)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--separate", action="store_true",
+                        help="run mxlite and PyTorch in two child processes (their thread pools apart)")
+    parser.add_argument("--only", choices=["mxlite", "torch"], help="run one library only")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for both libraries (mx.set_num_threads, torch.set_num_threads); 0: defaults")
     parser.add_argument("--json", help="write the records here")
     return parser
 
@@ -431,6 +537,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--image must be a positive multiple of 4 (two 2x2 poolings), got {args.image}")
     if min(args.steps, args.repeat, args.hidden, args.layers, args.input, args.batch, args.cnn_batch) <= 0:
         parser.error("--steps, --repeat, --hidden, --layers, --input, --batch and --cnn-batch must be positive")
+    if min(args.lm_vocab, args.lm_embed, args.lm_hidden, args.lm_layers, args.lm_length, args.lm_batch) <= 0:
+        parser.error("the --lm-* sizes must be positive")
+    if args.threads < 0:
+        parser.error(f"--threads must be 0 (the libraries' defaults) or a positive count, got {args.threads}")
+    apply_threads(args.threads)
     use_gpu = args.device == "gpu" or (args.device == "auto" and mx.num_gpus() > 0)
     device = mx.gpu(0) if use_gpu else mx.cpu(0)
     wanted = [k.strip() for k in args.kvstores.split(",") if k.strip()]
@@ -440,11 +551,14 @@ def main(argv: list[str] | None = None) -> int:
     have_torch = not args.no_torch and versions()["torch"] is not None
     notes = [] if have_torch else ["PyTorch skipped (--no-torch or not installed)"]
     records: list[dict[str, Any]] = []
+    if args.separate and have_torch and args.only is None:
+        records, notes = _separate_children(argv)
+        models = []  # measured by the children
     for model in models:
         makers: list[tuple[str, Callable[[], Setup]]] = [
             (f"mxlite {model} kvstore={kv}", lambda kv=kv, model=model: setup_mxlite(model, device, kv, args))
-            for kv in kvstores]
-        if have_torch:
+            for kv in kvstores if args.only in (None, "mxlite")]
+        if have_torch and args.only in (None, "torch"):
             makers.append((f"torch {model}", lambda model=model: setup_torch(model, device, args)))
         setups = []
         for name, make in makers:

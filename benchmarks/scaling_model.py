@@ -32,6 +32,19 @@ tensors, per tensor and bucketed), alternately for a few rounds; α and β are f
 and regime, and the benchmark's figures are predicted and compared (relative error per round;
 ``--bench-json`` compares with a report run apart instead).
 
+Memory (:func:`memory_table`): the largest model whose training state fits in one GPU's memory
+(``--gpu-gb``, default 80) with and without sharded optimizer states (ZeRO-1,
+``Trainer(shard_optimizer_states=True)``), for ``--memory-gpus`` (default 8 and 64) GPUs, Adam, in
+float32 and in float16 with float32 master weights. Per parameter and GPU: the weight and its
+gradient (each in the training dtype), plus the optimizer state (Adam's two float32 moments, and
+the float32 master weight for float16), all of it unsharded, 1/N of it sharded. What else a GPU
+holds is one figure, ``--activation-gb`` (default 16 GB: activations of the per-GPU batch, the
+CUDA context, cuBLAS workspaces, NCCL buffers and the memory pool's slack), independent of the
+model's size and of N; arenas are taken as exactly full (no spare capacity). Each sharded model's
+all-gather of its weights, on the critical path before the next forward unless overlapped, is
+timed as the all-gather half of the hierarchical all-reduce of the weights (the all-reduce of the
+gradients costs what it did).
+
 Prints a table; ``--json`` writes the table, the assumptions and the validation; the plot
 (efficiency vs P, log2 axis) goes to ``DIR/scaling_model.png`` (default: next to this script).
 """
@@ -174,6 +187,97 @@ def allreduce_cost(network: str, p: int, intra: Link = NVLINK, inter: Link = NET
     if network == "flat":
         return lambda n: ring_allreduce_time(n, p, inter)
     raise ValueError(f"unknown network {network!r}: use 'nvlink', 'hierarchical' or 'flat'")
+
+
+# -- memory: the largest model that fits, with and without sharded optimizer states -------------------
+GPU_MEMORY_BYTES = 80e9  # an H100 SXM or A100 80GB: 80 GB of HBM per GPU
+# Assumption: what a GPU holds besides the parameters, their gradients and the optimizer states (activations of
+# a per-GPU batch, CUDA context ~0.5 GB, cuBLAS workspaces, NCCL buffers, the pool's slack); one figure for every
+# model size and N. 16 GB is an activation budget of the order of a transformer layer stack at a moderate
+# micro-batch with activation checkpointing; change it with --activation-gb.
+ACTIVATION_BYTES = 16e9
+MEMORY_GPUS = (8, 64)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter of one way of training.
+
+    Args:
+        name: for tables.
+        weight_bytes: the weight, in the training dtype.
+        grad_bytes: its gradient (the same dtype; the arenas keep one of each per device).
+        state_bytes: the optimizer state: Adam's two float32 moments (8), plus a float32 master weight (4) when
+            the weights are float16 (``multi_precision``).
+    """
+
+    name: str
+    weight_bytes: int
+    grad_bytes: int
+    state_bytes: int
+
+
+PRECISIONS = (Precision("float32, Adam", 4, 4, 8), Precision("float16 + float32 master, Adam", 2, 2, 12))
+
+
+def bytes_per_parameter(precision: Precision, gpus: int, sharded: bool) -> float:
+    """Bytes one parameter costs each GPU: weight + gradient + the optimizer state (1/``gpus`` of it, sharded)."""
+    if gpus < 1:
+        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    return precision.weight_bytes + precision.grad_bytes + precision.state_bytes / (gpus if sharded else 1)
+
+
+def largest_model(precision: Precision, gpus: int, sharded: bool, gpu_bytes: float = GPU_MEMORY_BYTES,
+                  activation_bytes: float = ACTIVATION_BYTES) -> float:
+    """Parameters of the largest model whose training state fits beside ``activation_bytes`` in ``gpu_bytes``.
+
+    Raises:
+        ValueError: nothing is left for the parameters.
+    """
+    free = gpu_bytes - activation_bytes
+    if free <= 0:
+        raise ValueError(f"no memory left for parameters: {gpu_bytes:g} B per GPU, {activation_bytes:g} B of "
+                         "activations")
+    return free / bytes_per_parameter(precision, gpus, sharded)
+
+
+def allgather_time(nbytes: float, p: int, intra: Link = NVLINK, inter: Link = NETWORK_100G,
+                   gpus_per_node: int = GPUS_PER_NODE, nics_per_node: int = 1) -> float:
+    """Seconds to all-gather ``nbytes`` of weights over ``p`` GPUs: half the hierarchical all-reduce of them (a
+    ring all-reduce is a reduce-scatter and an all-gather of equal cost; γ, the summing, is 0 here)."""
+    return hierarchical_allreduce_time(nbytes, p, intra, inter, gpus_per_node, nics_per_node) / 2
+
+
+def memory_table(gpus: Sequence[int] = MEMORY_GPUS, gpu_bytes: float = GPU_MEMORY_BYTES,
+                 activation_bytes: float = ACTIVATION_BYTES, intra: Link = NVLINK, inter: Link = NETWORK_100G,
+                 gpus_per_node: int = GPUS_PER_NODE, nics_per_node: int = 1) -> list[dict[str, Any]]:
+    """Per GPU count and precision: the largest model unsharded and sharded (parameters), and the sharded one's
+    weight all-gather time (seconds per step, on the critical path unless overlapped)."""
+    rows = []
+    for p in gpus:
+        for precision in PRECISIONS:
+            plain = largest_model(precision, p, False, gpu_bytes, activation_bytes)
+            sharded = largest_model(precision, p, True, gpu_bytes, activation_bytes)
+            rows.append({"gpus": p, "precision": precision.name,
+                         "bytes_per_param": bytes_per_parameter(precision, p, False),
+                         "bytes_per_param_sharded": bytes_per_parameter(precision, p, True),
+                         "params": plain, "params_sharded": sharded, "gain": sharded / plain,
+                         "allgather_s": allgather_time(sharded * precision.weight_bytes, p, intra, inter,
+                                                       gpus_per_node, nics_per_node)})
+    return rows
+
+
+def print_memory_table(rows: list[dict[str, Any]], gpu_bytes: float, activation_bytes: float) -> None:
+    """The largest models, unsharded and sharded, as a text table."""
+    print(f"\nLargest model per {gpu_bytes / 1e9:g} GB GPU ({activation_bytes / 1e9:g} GB kept for activations and "
+          "the rest), Adam, data parallel:")
+    print(f"{'GPUs':>4} {'precision':31s} {'B/param':>7} {'sharded':>7} {'params':>8} {'sharded':>8} {'gain':>5} "
+          f"{'all-gather s':>12}")
+    for r in rows:
+        print(f"{r['gpus']:>4} {r['precision']:31s} {r['bytes_per_param']:7.2f} {r['bytes_per_param_sharded']:7.2f} "
+              f"{r['params'] / 1e9:7.2f}B {r['params_sharded'] / 1e9:7.2f}B {r['gain']:5.2f} {r['allgather_s']:12.3f}")
+    print("params: the largest model unsharded / with shard_optimizer_states; all-gather: the sharded model's "
+          "weights gathered after each update (hierarchical network), before the next forward")
 
 
 # -- gradient profiles -----------------------------------------------------------------------------
@@ -844,6 +948,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nvlink-gb-per-s", type=float, default=NVLINK.bytes_per_s / 1e9)
     parser.add_argument("--net-alpha-us", type=float, default=NETWORK_100G.alpha_s * 1e6)
     parser.add_argument("--net-gb-per-s", type=float, default=NETWORK_100G.bytes_per_s / 1e9)
+    parser.add_argument("--gpu-gb", type=float, default=GPU_MEMORY_BYTES / 1e9, help="memory per GPU (default 80)")
+    parser.add_argument("--activation-gb", type=float, default=ACTIVATION_BYTES / 1e9,
+                        help="memory per GPU kept for activations, workspaces and the rest (default 16)")
+    parser.add_argument("--memory-gpus", default=",".join(map(str, MEMORY_GPUS)),
+                        help="GPU counts of the largest-model table (default 8,64)")
     parser.add_argument("--json", metavar="PATH", help="write the tables, assumptions and validation here")
     parser.add_argument("--out", default=HERE, metavar="DIR", help="folder of scaling_model.png (default benchmarks/)")
     parser.add_argument("--no-plot", action="store_true")
@@ -897,6 +1006,11 @@ def main(argv: list[str] | None = None) -> int:
                                              args.nics_per_node)
         print_table(profile, tables[profile.name], bucket_bytes)
 
+    gpu_bytes, activation_bytes = args.gpu_gb * 1e9, args.activation_gb * 1e9
+    memory = memory_table([int(p) for p in args.memory_gpus.split(",")], gpu_bytes, activation_bytes, intra, inter,
+                          args.gpus_per_node, args.nics_per_node)
+    print_memory_table(memory, gpu_bytes, activation_bytes)
+
     report: dict[str, Any] = {
         "meta": {"python": platform.python_version(), "numpy": np.__version__, "date": time.strftime("%Y-%m-%d"),
                  "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -909,7 +1023,9 @@ def main(argv: list[str] | None = None) -> int:
                               "forward_s": p.forward_s, "backward_s": p.backward_s, "optimizer_s": p.optimizer_s,
                               "buckets": len(plan_bucket_indices([x.nbytes for x in p.layers], bucket_bytes))}
                      for p in profiles},
-        "tables": tables}
+        "tables": tables,
+        "memory": {"gpu_bytes": gpu_bytes, "activation_bytes": activation_bytes,
+                   "precisions": [vars(p) for p in PRECISIONS], "rows": memory}}
 
     if args.validate:
         bench_args = shlex.split(args.bench_args or "")

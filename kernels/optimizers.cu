@@ -9,7 +9,7 @@
 //   sgd_update       G = clip(rescale*g) + wd*w; mom = mu*mom - lr*G; w += mom   (no mom: w -= lr*G)
 //                    nesterov != 0 (NAG): w += mu*mom - lr*G with the new mom
 //   adam_update      m = b1*m + (1-b1)*G; v = b2*v + (1-b2)*G^2; w -= lr_t*m/(sqrt(v)+eps)
-//   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)
+//   adamw_update     as Adam on G = clip(rescale*g); w -= eta*(m/(sqrt(v)+eps) + wd*w)  (wd*w only if wd != 0)
 //   nadam_update     m, v as Adam; w -= (a*m + b*G)/(sqrt(v/c2)+eps), with the momentum schedule folded
 //                    into a = lr*mu_t/(1-S_t*mu_t+1), b = lr*(1-mu_t)/(1-S_t) and c2 = 1-b2^t by the host
 //   adabelief_update G = clip(rescale*g + wd*w); m as Adam; s = b2*s + (1-b2)*(G-m)^2 + eps;
@@ -42,6 +42,16 @@
 // is null means the rule runs without that state (e.g. SGD without momentum).
 //
 // Arithmetic, kept equal to the twins' operation by operation:
+// - R1, propagation: a term that a zero hyperparameter switches off is absent, not multiplied by
+//   zero. With wd == 0 (wd_mult folded in) the weight never enters the gradient (effective_grad),
+//   AdamW's and LAMB's decoupled decay or LARS's trust ratio (wd*||w||), so 0*inf = NaN never turns
+//   an infinite weight into NaN, and a NaN or infinite weight never reaches the states of a rule
+//   whose states do not read the weight (FTRL's z and LARS's ||w|| do, by definition). Written as a
+//   select on the uniform wd, so the host build still vectorises.
+// - R2, reductions: the serial host build (one thread per block) sums LAMB's and LARS's norms in a
+//   fixed order (sum_over_chunk, block_sum_into), which the twins reproduce
+//   (mxlite/optimizer/_fused.py: serial_norm): both CPU modes give the same bits for every rule.
+//   A GPU sums in thread order: its norms may differ in the last bit.
 // - Compiled with --fmad=false (mxlite/_kernels.py: _NVRTC_OPTIONS): NVRTC would otherwise
 //   contract a*b + c into one FMA (one rounding), where NumPy rounds the product and the sum
 //   separately. The twins and the rtol-1e-6 kernel-versus-twin tests then hold as written; an FMA
@@ -112,11 +122,11 @@ __device__ __forceinline__ float max_keep_nan(float a, float b) { return a != a 
 // min(a, b), NaN when either is NaN (np.minimum).
 __device__ __forceinline__ float min_keep_nan(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
 
-// G = clip(rescale * g, +-clip) + wd * w   (clip <= 0 disables clipping)
+// G = clip(rescale * g, +-clip) + wd * w   (clip <= 0 disables clipping; wd == 0: no wd*w term at all, R1)
 __device__ __forceinline__ float effective_grad(float g, float w, float rescale, float clip, float wd) {
     g *= rescale;
     if (clip > 0.0f) g = clamp_keep_nan(g, -clip, clip);
-    return g + wd * w;
+    return wd != 0.0f ? g + wd * w : g;  // a select: wd is uniform per chunk, the host build still vectorises
 }
 
 // -1, 0 or 1, and NaN for NaN (np.sign; np.sign(-0.0) is +0.0, as here).
@@ -307,7 +317,9 @@ __global__ void adamw_update(T *__restrict__ weight, const G *__restrict__ grad,
     for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {
         const float g = effective_grad(raw, w, rescale, clip, 0.0f);
         const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
-        w -= eta * (m / (sqrtf(v) + epsilon) + wd * w);  // w -= eta*(m/(sqrt(v)+eps) + wd*w)
+        float d = m / (sqrtf(v) + epsilon);              // w -= eta*(m/(sqrt(v)+eps) + wd*w)
+        if (wd != 0.0f) d = d + wd * w;                  //   (no wd*w term when wd == 0, R1)
+        w -= eta * d;
     });
 }
 
@@ -466,7 +478,8 @@ __global__ void lamb_phase1(const T *__restrict__ weight, const G *__restrict__ 
     sum_norms_into(&seg_sums[2 * c.seg], weight, master, c, [&](float w, long long i) {
         const float g = effective_grad(to_f32(grad[i + c.gshift]), w, rescale, clip, 0.0f);
         const auto [m, v] = adam_moments(mean, var, i, g, beta1, one_minus_beta1, beta2, one_minus_beta2);
-        const float u = (m / c1) / (sqrtf(v / c2) + epsilon) + wd * w;
+        float u = (m / c1) / (sqrtf(v / c2) + epsilon);
+        if (wd != 0.0f) u = u + wd * w;                            // u += wd*w (R1: absent when wd == 0)
         return SumPair{w * w, u * u};                              // ||w||^2, ||u||^2
     });
 }
@@ -486,7 +499,8 @@ __global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ me
     const float r2 = (float)sqrt(seg_sums[2 * c.seg + 1]);
     const float step = lr * ((r1 > 0.0f && r2 > 0.0f) ? r1 / r2 : 1.0f);
     for_each_weight(weight, master, c, [&](float &w, long long i) {
-        const float u = (mean[i] / c1) / (sqrtf(var[i] / c2) + epsilon) + wd * w;
+        float u = (mean[i] / c1) / (sqrtf(var[i] / c2) + epsilon);
+        if (wd != 0.0f) u = u + wd * w;
         w -= step * u;
     });
 }
@@ -515,7 +529,11 @@ __global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad, 
     if (seg_hp[HP * c.seg + 2] == 0.0f) {
         const float w_norm = (float)sqrt(seg_sums[2 * c.seg]);
         const float g_norm = (float)sqrt(seg_sums[2 * c.seg + 1]) * fabsf(rescale);
-        if (w_norm > 0.0f && g_norm > 0.0f) lr *= eta * w_norm / (g_norm + wd * w_norm + epsilon);
+        if (w_norm > 0.0f && g_norm > 0.0f) {
+            float d = g_norm;
+            if (wd != 0.0f) d = d + wd * w_norm;  // R1: no wd*||w|| term when wd == 0
+            lr *= eta * w_norm / (d + epsilon);
+        }
     }
     if (mom) {
         for_each_element(weight, grad, master, c, [&](float &w, float raw, long long i) {

@@ -10,6 +10,8 @@ Names follow Apache MXNet Gluon 2.x (``device``, not ``ctx``); ``mx.gluon.*`` gi
 objects under Gluon's spelling. See README.md and docs/design.md.
 """
 
+import sys as _sys
+
 from . import amp, autograd, checkpoint, datasets, gluon, io, kvstore, optimizer
 from . import initializer as init
 from .arrays import (
@@ -25,6 +27,7 @@ from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
 from .device.context import Context, current_context
+from .device.threads import get_num_threads, set_num_threads
 from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as mx.nn, mx.loss, ...
 from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
 from .gluon.trainer import Trainer
@@ -33,6 +36,14 @@ from .optimizer import lr_scheduler
 
 NDArray = Tensor  # MXNet's name for the array type
 kv = kvstore  # MXNet's mx.kv alias
+ndarray, numpy, numpy_extension = nd, np, npx  # MXNet's long names of mx.nd, mx.np, mx.npx
+
+# MXNet's module paths, importable as MXNet's are: `import mxlite.ndarray as nd`, `from mxlite.lr_scheduler
+# import FactorScheduler`, `from mxlite.util import use_np` give the modules above under MXNet's names.
+for _path, _module in {"ndarray": nd, "numpy": np, "numpy_extension": npx, "lr_scheduler": lr_scheduler,
+                       "util": util, "context": context, "metric": metric, "random": random}.items():
+    _sys.modules.setdefault(f"{__name__}.{_path}", _module)
+del _path, _module
 
 __version__ = "0.1.0"
 
@@ -40,7 +51,8 @@ __all__ = [
     "Device", "DeviceUnavailableError", "DataParallelExecutor", "NDArray", "Tensor", "Trainer",
     "amp", "arange", "array", "autograd", "checkpoint", "concat", "cpu", "current_device", "data", "datasets", "empty",
     "from_dlpack", "from_numpy", "full", "gluon", "gpu", "gpu_devices", "init", "io", "kv", "kvstore", "loss",
-    "lr_scheduler", "metric", "model_zoo", "nn", "rnn",
+    "lr_scheduler", "metric", "model_zoo", "ndarray", "nn", "numpy", "numpy_extension", "rnn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
+    "get_num_threads", "set_num_threads",
 ]

@@ -9,6 +9,10 @@ Layout of ``directory``:
   ``trainer-rank<r>.states`` (each rank's ``Trainer.save_states``: its compression residuals
   are its own), ``meta-rank<r>.json`` (format, step, world size, each rank's random streams)
   and ``manifest.json`` (the SHA-256 digest and size of every other file; written last);
+  with optimizer states sharded over the processes (``shard_optimizer_states``), the whole
+  states every rank gathers are kept once, in ``trainer-rank0.states``, and the other ranks'
+  metadata say so (``trainer_states_in``); each rank's load reads that file too, checked
+  against the manifest like its own;
 * ``latest``: the name of the newest complete checkpoint.
 
 Crash safety: a checkpoint is written into a staging folder of its own
@@ -61,6 +65,8 @@ from typing import Any
 import numpy as np
 
 from .autograd import random as _random
+from .device.staging import abandoned
+from .formats import _messages
 from .formats.archive import atomic_write, file_sha256, fsync_dir
 
 __all__ = ["save", "load", "latest_step"]
@@ -74,7 +80,7 @@ _LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _META_FILE = re.compile(r"^meta-rank(\d+)\.json$")
 _STAGING = re.compile(r"^\.tmp-step-\d{8,}(-[0-9a-f]+)?$")
-_FOREIGN_HOST_AGE = 24 * 3600.0  # seconds before another host's staging folder counts as abandoned
+_SHARED_STATES = "trainer-rank0.states"  # where sharded training's gathered optimizer states are kept (once)
 _UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, or an old mxlite's)
 
 
@@ -164,8 +170,9 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
     ~umask). On failure the staging folder is removed and nothing is published.
 
     Raises:
-        ValueError: a negative or non-int step, keep < 1, or (several processes) ranks given
-            another step, folder, keep or trainer (the message names the ranks).
+        ValueError: a negative or non-int step, keep < 1, a Trainer updating parameters that are
+            not ``net``'s (named), or (several processes) ranks given another step, folder, keep
+            or trainer (the message names the ranks).
         OSError: a file could not be written (the message names the rank with several processes).
     """
     comm = _world()
@@ -176,6 +183,7 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
             raise ValueError(f"checkpoint step must be a non-negative int, got {step!r}")
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep must be an int of at least 1 (or None), got {keep!r}")
+        _check_trainer_of(net, trainer, "checkpoint.save")
         return os.path.abspath(os.fspath(directory))
 
     folder = _agreed(comm, "checkpoint.save", arguments)[0]
@@ -205,11 +213,19 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
 
         def write_own() -> dict[str, Any]:
             names = [f"meta-rank{rank}.json"]
-            if trainer is not None:
-                names.insert(0, f"trainer-rank{rank}.states")
-                trainer.save_states(os.path.join(where, names[0]))
             meta = {"format": _FORMAT, "version": _VERSION, "step": step, "world_size": size, "rank": rank,
                     "trainer": trainer is not None, "random": _random.get_state()}
+            if trainer is not None:
+                names.insert(0, f"trainer-rank{rank}.states")
+                # Sharded optimizer states over several processes: every rank gathers the same whole states;
+                # rank 0's file keeps them, the others' their own residuals and counts (and say where the states are).
+                shared = trainer._states_shared_by_processes()
+                if shared and rank != 0:
+                    trainer._save_states(os.path.join(where, names[0]), with_states=False)
+                else:
+                    trainer.save_states(os.path.join(where, names[0]))
+                if shared:
+                    meta["trainer_states_in"] = _SHARED_STATES
             atomic_write(os.path.join(where, names[-1]), lambda f: f.write(json.dumps(meta).encode()))
             if rank == 0:
                 names.insert(0, "params.npz")
@@ -229,6 +245,24 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
             shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def _check_trainer_of(net: Any, trainer: Any, what: str) -> None:
+    """Every parameter ``trainer`` updates must be one of ``net``'s (the same objects; a subset is fine).
+
+    Raises:
+        ValueError: naming the Trainer's parameters that are not ``net``'s (their names and shapes).
+    """
+    if trainer is None:
+        return
+    mine = {id(p) for p in net.collect_params().values()}
+    foreign = [p for p in trainer._params if id(p) not in mine]
+    if foreign:
+        shown = ", ".join(f"{_messages.quote(p.label)} {tuple(p.shape) if p.shape is not None else '(unknown)'}"
+                          for p in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise ValueError(f"{what}: the Trainer updates parameters that are not net's: {shown}{more}; pass the "
+                         "Trainer created over net.collect_params() (or over some of them)")
 
 
 def _new_staging(folder: str, step: int) -> str:
@@ -300,18 +334,6 @@ def _lock(folder: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _pid_alive(pid: Any) -> bool:
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_abandoned_staging(folder: str) -> None:
     """Remove staging folders whose writer is dead; never a live writer's."""
     now = time.time()
@@ -332,8 +354,7 @@ def _remove_abandoned_staging(folder: str) -> None:
             if age > _UNMARKED_AGE or "-" not in name[len(".tmp-step-"):]:  # unmarked: an old mxlite's, or stale
                 shutil.rmtree(path, ignore_errors=True)
             continue
-        if (host == socket.gethostname() and not _pid_alive(pid)) or (
-                host != socket.gethostname() and age > _FOREIGN_HOST_AGE):
+        if abandoned(host == socket.gethostname(), pid, age):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -404,6 +425,7 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
             names a missing one (the message lists the complete checkpoints).
         ValueError: a damaged or foreign checkpoint (a file whose digest differs from the
             manifest, a damaged ``latest``), another number of processes (both numbers named), a
+            Trainer updating parameters that are not ``net``'s (named, before any file is read), a
             trainer given at load but not at save (or the reverse), or files that do not fit the
             model or trainer; the message names the file. With several processes, every rank raises the error of
             the first failing rank, naming it.
@@ -415,6 +437,7 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
     def check() -> int:
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise ValueError(f"checkpoint step must be a non-negative int or None, got {step!r}")
+        _check_trainer_of(net, trainer, "checkpoint.load")  # before any file is read
         folder_root = os.fspath(directory)
         if os.path.isdir(folder_root):
             with _lock(folder_root):
@@ -453,8 +476,14 @@ def load(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
         # Each file is read once: its readers parse the bytes that were hashed (the paths only name it).
         if trainer is not None:
             name = f"trainer-rank{rank}.states"
+            source = meta.get("trainer_states_in")
+            if source not in (None, _SHARED_STATES):
+                raise ValueError(f"checkpoint file {meta_path!r} names {source!r} as its trainer states; expected "
+                                 f"{_SHARED_STATES!r}")
+            shared = None if source is None or source == name else (
+                os.path.join(folder, source), _read_listed(folder, manifest, source))
             plan["trainer"] = trainer._read_states(os.path.join(folder, name),
-                                                   data=_read_listed(folder, manifest, name))
+                                                   data=_read_listed(folder, manifest, name), states_from=shared)
         plan["params"] = net._plan_load(os.path.join(folder, "params.npz"),  # checks, changes nothing
                                         data=_read_listed(folder, manifest, "params.npz"))
         plan["random"] = meta["random"]

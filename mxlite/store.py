@@ -39,6 +39,19 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _checked_shape(key: Any, shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints, each >= 0 (ValueError naming the key and the shape otherwise)."""
+    try:
+        dims = tuple(shape)
+        ok = all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and n >= 0 for n in dims)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"cannot place {key!r} in an arena: its shape {shape!r} must be integers >= 0 "
+                         "(a dimension still unknown, -1, must be known first)")
+    return tuple(int(n) for n in dims)
+
+
 class Slot:
     """One parameter's place in an arena: offsets, shape and the Tensors viewing it.
 
@@ -113,27 +126,30 @@ class Arena:
 
     # -- registration ---------------------------------------------------------------------
     def add(self, key: Any, shape: tuple[int, ...], with_grad: bool = True) -> Slot:
-        """Append a slot for a parameter of ``shape``; returns it with zeroed data/grad views."""
+        """Append a slot for a parameter of ``shape``; returns it with zeroed data/grad views.
+
+        Raises:
+            ValueError: ``shape`` is not a tuple of integers >= 0 (e.g. a dimension still unknown, -1);
+                the arena is left as it was (no slot, nothing counted).
+        """
         with self.device.use():
             return self._add(key, shape, with_grad)
 
     def _add(self, key: Any, shape: tuple[int, ...], with_grad: bool) -> Slot:
-        slot = Slot(key, tuple(int(n) for n in shape), with_grad)
+        slot = Slot(key, _checked_shape(key, shape), with_grad)
         need = self._used + slot.span
         need_grad = self._grad_used + (slot.span if with_grad else 0)
         # (the first slot allocates even when it is empty: every slot's views need a buffer)
         if self.data_buf is None or need > self._capacity or need_grad > self._grad_capacity:
             self._reallocate(max(need, 2 * self._capacity, _MIN_CAPACITY),
                              max(need_grad, 2 * self._grad_capacity, _MIN_CAPACITY))
-        slot.offset = self._used
-        self._used += slot.span
-        if with_grad:
-            self._grad_used += slot.span
-            slot.grad_offset = self._grad_capacity - self._grad_used
+        # The views first: only then is anything counted or listed (a failure leaves no phantom slot).
+        offset, grad_offset = self._used, (self._grad_capacity - need_grad if with_grad else None)
+        data = Tensor(self._view(self.data_buf, offset, slot), self.device)
+        grad = Tensor(self._view(self.grad_buf, grad_offset, slot), self.device) if with_grad else None
+        slot.offset, slot.grad_offset, slot.data, slot.grad = offset, grad_offset, data, grad
+        self._used, self._grad_used = need, need_grad
         self.slots.append(slot)
-        slot.data = Tensor(self._view(self.data_buf, slot.offset, slot), self.device)
-        if with_grad:
-            slot.grad = Tensor(self._view(self.grad_buf, slot.grad_offset, slot), self.device)
         return slot
 
     def remove(self, slot: Slot) -> None:

@@ -1,7 +1,7 @@
-"""Defects found by an adversarial pass (N1..N16 and the unclear errors), each as a failing test.
+"""Defects found by an adversarial pass (N1..N16 and the unclear errors), each as a test of its fix.
 
-Every test asserts the behaviour mxlite should have and is marked ``xfail(strict=True)`` until the
-fix lands (the fixer removes the marker; /work/notes/faults-plan.md holds the plan). Scenarios that
+Every test asserts the behaviour mxlite should have; each was written as a failing reproduction
+(marked ``xfail(strict=True)``) before its fix landed, and a new defect joins the same way. Scenarios that
 can hang or crash (a stuck worker, a SIGBUS, a hung rank) run in a child process of their own
 session with a hard time limit; on time-out the whole process group is killed, so nothing
 outlives a test. MPI cases run real ``mpiexec -n 2`` (tests/hardening_worker.py).
@@ -51,11 +51,6 @@ from tests.test_fused_chunks import _flat
 from tests.test_fused_rules import FUSED
 
 WORKER = os.path.join(ROOT, "tests", "hardening_worker.py")
-
-
-def xfail(defect: str):
-    """The marker every test here carries until its defect is fixed."""
-    return pytest.mark.xfail(strict=True, reason=defect)
 
 
 # -- running a scenario in a child process ------------------------------------------------------------------------
@@ -159,7 +154,6 @@ def _libraries_under(folder: str) -> list[str]:
     return found
 
 
-@xfail("N1: a truncated library in the kernel cache is loaded (SIGBUS) instead of being detected and rebuilt")
 def test_n1_a_truncated_kernel_library_is_rebuilt_instead_of_crashing(tmp_path):
     # Reproduces N1 on a tiny module: build it into a fresh cache, cut its library in half (a full
     # disk, an interrupted copy), then build again in a new process. Today the second process dies
@@ -180,7 +174,6 @@ def test_n1_a_truncated_kernel_library_is_rebuilt_instead_of_crashing(tmp_path):
     assert seen["builds"] >= 1  # it was rebuilt, not loaded
 
 
-@xfail("N1: MXLITE_CPU_KERNELS=auto dies of SIGBUS on a truncated optimizers.cu library instead of rebuilding")
 def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     # Reproduces N1 as a user meets it: the default mode, the fused Adam update of a CPU Trainer, the
     # cached optimizers.cu library truncated. Today the process dies of SIGBUS (status -7) before
@@ -223,7 +216,6 @@ def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     np.testing.assert_allclose(weights, 0.4, rtol=1e-6)  # Adam's first step moves every weight by lr
 
 
-@xfail("N16: a kernel build killed midway leaves its staging folder (up to 35 MB) in the cache for ever")
 def test_n16_a_killed_kernel_build_leaves_nothing_behind(tmp_path):
     # Reproduces N16: a build is SIGKILLed (with its g++) while it writes into its staging folder
     # ('.build-*', a tempfile folder); the next build in the same cache succeeds but never removes
@@ -263,7 +255,6 @@ exec g++ "$@"
 """
 
 
-@xfail("unclear: a compiler that writes nothing is blamed on the cache folder, and the broken build stays cached")
 def test_unclear_a_compiler_that_writes_nothing_is_named_and_not_cached(tmp_path):
     # Reproduces "compiler problems are blamed on the cache folder and a broken build stays cached":
     # a compiler that exits 0 without output. Today: HostCudaError "cannot build tiny.cu in the host
@@ -633,7 +624,6 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(a), np.float32(np.nan), a).astype(np.float32).view(np.uint32)
 
 
-@xfail("N8: with wd = 0 the kernels compute 0*inf (NaN) where the twins keep the infinity: the CPU modes disagree")
 def test_n8_both_cpu_modes_follow_one_rule_for_infinite_and_nan_weights(monkeypatch):
     # Reproduces N8: weights [inf, -inf, NaN, finite...], ordinary gradients, wd = 0, two fused
     # updates per rule, compiled kernels against the NumPy twins. Today the kernels add wd*w = 0*inf
@@ -685,7 +675,6 @@ def _lamb_run(mode: str, dtype, multi_precision: bool, monkeypatch) -> list[np.n
     return out
 
 
-@xfail("N9: LAMB sums its norms in another order in the kernel than in the twin: the CPU modes keep other masters")
 @pytest.mark.parametrize("dtype, multi_precision", [(np.float16, True), (np.float32, False)],
                          ids=["float16-master", "float32"])
 def test_n9_lamb_gives_the_same_bits_in_both_cpu_modes(dtype, multi_precision, monkeypatch):
@@ -711,7 +700,6 @@ def _dense(units: int, devices=None):
     return net
 
 
-@xfail("N11: checkpoint.save accepts a Trainer built for another model")
 def test_n11_saving_with_another_models_trainer_is_refused(tmp_path):
     # Reproduces N11: the trainer of model b is saved with model a. The checkpoint is published, and
     # even loads back into (a, a's trainer) when no step was taken (the state check compares names
@@ -722,6 +710,25 @@ def test_n11_saving_with_another_models_trainer_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"(?i)trainer"):
         mx.checkpoint.save(str(tmp_path), a, trainer_b, step=1)
     assert not [n for n in os.listdir(tmp_path) if not n.startswith(".")]
+
+
+def test_n11_loading_with_another_models_trainer_is_refused_naming_the_parameters(tmp_path):
+    # N11 at load: a checkpoint of (a, a's trainer) loaded with b's trainer. Expected: ValueError naming
+    # b's parameters, before any file is read; a's weights unchanged. A Trainer over a subset of the
+    # model's parameters (fine-tuning) is fine.
+    a, b = _dense(3), _dense(5)
+    trainer_a = mx.Trainer(a.collect_params(), "adam", {"learning_rate": 0.1})
+    mx.checkpoint.save(str(tmp_path), a, trainer_a, step=1)
+    before = a.weight.data().asnumpy().copy()
+    trainer_b = mx.Trainer(b.collect_params(), "adam", {"learning_rate": 0.1})
+    says = r"checkpoint.load: the Trainer updates parameters that are not net's"
+    with pytest.raises(ValueError, match=says) as caught:
+        mx.checkpoint.load(str(tmp_path), a, trainer_b)
+    assert "'weight' (5, 4)" in str(caught.value) and "'bias' (5,)" in str(caught.value)
+    np.testing.assert_array_equal(a.weight.data().asnumpy(), before)
+    subset = mx.Trainer({"weight": a.weight}, "adam", {"learning_rate": 0.1})
+    mx.checkpoint.save(str(tmp_path / "subset"), a, subset, step=1)
+    assert mx.checkpoint.load(str(tmp_path / "subset"), a, subset) == 1
 
 
 def _two_device_states(tmp_path) -> tuple[dict, dict, dict]:
@@ -739,7 +746,6 @@ def _two_device_states(tmp_path) -> tuple[dict, dict, dict]:
     return unpack_states(path.read_bytes())
 
 
-@xfail("N12: hand-made trainer states (counts only for mirror 7, float16 states) are accepted")
 @pytest.mark.parametrize("edit", ["counts_for_mirror_7_only", "float16_states"])
 def test_n12_hand_made_trainer_states_are_refused_naming_the_problem(tmp_path, edit):
     # Reproduces N12 on a 2-device Adam Trainer's file: (a) its update counts moved to mirror 7 only

@@ -510,6 +510,12 @@ def test_inline_ptx_is_ieee_and_unknown_ptx_is_a_build_error() -> None:
         HostModule(bad, name="bad_ptx.cu").compile()
 
 
+def _cached_libraries(cache: os.PathLike) -> list[str]:
+    """The module libraries of a build cache: one ``<digest>/module.so`` per entry (support folders aside)."""
+    return [name for name in os.listdir(cache)
+            if not name.startswith(("support-", ".")) and os.path.isfile(os.path.join(cache, name, "module.so"))]
+
+
 def test_build_cache_is_reused_and_compile_errors_name_the_file(tmp_path: os.PathLike,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MXLITE_HOSTCUDA_CACHE", str(tmp_path))
@@ -518,7 +524,7 @@ def test_build_cache_is_reused_and_compile_errors_name_the_file(tmp_path: os.Pat
     HostModule(source, name="cached.cu").get_function("k")
     built = hostcuda.build_count()
     assert built > before  # the module (and, in a fresh cache, the shared header and runtime)
-    assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 1
+    assert len(_cached_libraries(tmp_path)) == 1
     monkeypatch.setattr(hostcuda.build, "_libraries", {})  # a fresh process: only the disk cache is left
     kernel = HostModule(source, name="cached.cu").get_function("k")
     assert hostcuda.build_count() == built  # no g++ run
@@ -687,8 +693,7 @@ def test_serial_and_fiber_builds_are_cached_apart(tmp_path: os.PathLike, monkeyp
     source = SERIAL + f"\n// {uuid.uuid4()}\n"
     HostModule(source, name="a.cu", serial=True).compile()
     HostModule(source, name="a.cu").compile()
-    libraries = [f for f in os.listdir(tmp_path) if f.endswith(".so")]
-    assert len(libraries) == 2
+    assert len(_cached_libraries(tmp_path)) == 2
 
 
 WIDE = np.dtype([("a", "<f8"), ("b", "<f8"), ("c", "<f8")])
@@ -834,4 +839,4 @@ def test_serial_cache_key_follows_what_march_native_means(tmp_path: os.PathLike,
                    "-march= znver3\n-mavx512f [disabled]"):
         monkeypatch.setattr(hostcuda.build, "_native_target", lambda cxx, t=target: t)
         HostModule(source, name="a.cu", serial=True).compile()
-    assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 2
+    assert len(_cached_libraries(tmp_path)) == 2

@@ -163,3 +163,59 @@ def test_optimizer_aggregate_num_options(agg):
         out.append(weight.asnumpy())
     np.testing.assert_array_equal(out[0], out[1])
     assert mx.optimizer.SGD(**agg).aggregate_num == agg["aggregate_num"]
+
+
+def test_optimizer_compare_draws_with_ctx():
+    """Mirrors ``compare_optimizer`` of MXNet's test_utils (every test of test_optimizer.py): weights and
+    gradients drawn with ``mx.random.uniform(shape=, ctx=, dtype=)`` and copied with ``copyto``, states made by
+    ``create_state_multi_precision`` and updated by ``update_multi_precision`` as lists."""
+    mx.random.seed(7)
+    w2 = mx.random.uniform(shape=(3, 4), ctx=mx.cpu(0), dtype=np.float16)
+    assert w2.dtype == np.float16 and w2.device == mx.cpu(0)
+    g2 = mx.random.uniform(shape=(3, 4), ctx=mx.cpu(0), dtype=np.float16)
+    w1, g1 = w2.copyto(mx.cpu(0)), g2.copyto(mx.cpu(0))
+    before = w2.asnumpy()
+    opts = [mx.optimizer.SGD(momentum=0.9, multi_precision=True, use_fused_step=f) for f in (False, True)]
+    results = []
+    for opt, w, g in zip(opts, (w1, w2), (g1, g2)):
+        state = opt.create_state_multi_precision(0, w)
+        opt.update_multi_precision([0], [w], [g], [state])
+        results.append(w.asnumpy())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], before - 0.1 * g1.asnumpy(), rtol=2e-3)  # SGD lr 0.1, first step
+    with pytest.raises(ValueError, match="give the device once"):
+        mx.random.normal(shape=(2,), ctx=mx.cpu(0), device=mx.cpu(1))
+    assert mx.random.randint(0, 5, shape=(3,), ctx=mx.cpu(1)).device == mx.cpu(1)
+
+
+def test_optimizer_refuses_a_row_sparse_weight():
+    """MXNet's ``test_std_sparse_sgd`` with ``w_stype='row_sparse'``: mxlite's weights are dense, and a row-sparse
+    weight is refused (it was updated only in part, silently) rather than given a partial update."""
+    weight = row_sparse_array((np.ones((2, 3), np.float32), [0, 2]), shape=(4, 3))
+    opt = mx.optimizer.SGD(learning_rate=0.1)
+    with pytest.raises(TypeError, match="row_sparse; mxlite updates dense weights only"):
+        opt.update([0], [weight], [weight], [None])
+    with pytest.raises(TypeError, match="row_sparse"):
+        opt.create_state_multi_precision(0, weight)
+
+
+def test_mxnet_module_paths():
+    """The import lines of MXNet's test files: ``import mxnet.ndarray as nd``, ``from mxnet.ndarray import
+    zeros_like``, ``import mxnet.lr_scheduler as lr_scheduler``, ``from mxnet.util import is_np_array``,
+    ``from mxnet.autograd import *`` (whose names include ``NDArray``), ``from mxnet import context``."""
+    import mxlite.lr_scheduler as lr_scheduler  # noqa: PLC0415
+    import mxlite.ndarray as nd  # noqa: PLC0415
+    import mxlite.numpy as mnp  # noqa: PLC0415
+    import mxlite.numpy_extension as npx  # noqa: PLC0415
+    from mxlite.ndarray import zeros_like  # noqa: PLC0415
+    from mxlite.util import is_np_array  # noqa: PLC0415
+
+    from mxlite.autograd import NDArray  # noqa: PLC0415
+
+    assert nd is mx.nd and mnp is mx.np and npx is mx.npx and mx.ndarray is mx.nd
+    assert lr_scheduler.FactorScheduler is mx.lr_scheduler.FactorScheduler
+    assert isinstance(zeros_like(nd.ones((2,))), NDArray) and is_np_array()
+    assert mx.context.Context("cpu_shared", 0) == mx.cpu(0) == mx.Context("cpu_pinned", 0)
+    x = nd.uniform(shape=(4, 5))  # 1.x's flat sampler names (test_autograd.py)
+    assert x.shape == (4, 5) and type(x) is type(nd.ones((1,)))
+    assert nd.normal(shape=(2,)).shape == (2,) and nd.random_uniform(shape=(3,)).shape == (3,)

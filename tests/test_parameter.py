@@ -223,6 +223,21 @@ def test_arena_growth_keeps_values_and_repoints_views():
     np.testing.assert_array_equal(arena.data[slot.offset + slot.size: slot.offset + slot.span], 0)
 
 
+@pytest.mark.parametrize("shape", [(3, -1), (3, 1.5), (True, 2), None, "ab"])
+def test_a_bad_shape_adds_no_slot_to_the_arena(shape):
+    # N7 step 3: the shape is checked and the views are made before a slot is listed or counted, so a
+    # failure leaves no phantom slot (which would shift every later parameter's offsets).
+    store = ParameterStore()
+    arena = store.arena(mx.cpu(0), np.float32)
+    first = arena.add("first", (5,))
+    state = (arena.used, arena.grad_used, list(arena.slots))
+    with pytest.raises(ValueError, match=r"cannot place 'bad' in an arena: its shape .* must be integers >= 0"):
+        arena.add("bad", shape)
+    assert (arena.used, arena.grad_used, list(arena.slots)) == state
+    second = arena.add("second", (4,))
+    assert second.offset == first.span and arena.used == first.span + second.span
+
+
 # -- values and gradients -------------------------------------------------------------------------
 def test_set_data_writes_every_mirror():
     p = Parameter("weight", shape=(2, 2))

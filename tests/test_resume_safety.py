@@ -349,6 +349,19 @@ HAND_MADE = [
      r"'factor' of FactorScheduler is nan"),
     ("scheduler-count<0", lambda states, opt: opt["lr_scheduler"]["state"].__setitem__("count", -2),
      r"'count' of FactorScheduler is -2"),
+    # counts that would restart or skip a bias correction on resume (N12)
+    ("counts-mirror-3-only", lambda states, opt: opt["update_counts"][0].__setitem__(0, 3),
+     r"mirrors \[3\] but not for mirror 0"),
+    ("counts-mirrors-0-2", lambda states, opt: opt["update_counts"].append([2, opt["update_counts"][0][1]]),
+     r"mirrors \[0, 2\]; a Trainer's state file holds mirrors 0\.\.k-1"),
+    ("counts-mirror-twice", lambda states, opt: opt["update_counts"].append(list(opt["update_counts"][0])),
+     r"given twice for mirror 0"),
+    ("counts-index-twice", lambda states, opt: opt["update_counts"][0][1].append(list(opt["update_counts"][0][1][0])),
+     r"mirror 0 are given twice for index 0"),
+    ("counts-index-9", lambda states, opt: opt["update_counts"][0][1].append([9, 3]),
+     r"indices \[9\], which are not parameter indices of this Trainer"),
+    ("float16", _cast(np.float16), r"'0\.bias' holds float16 values; this Trainer keeps float32 states"),
+    ("float64", _cast(np.float64), r"'0\.bias' holds float64 values; this Trainer keeps float32 states"),
 ]
 
 
@@ -373,3 +386,57 @@ def test_hand_made_states_with_values_the_constructors_refuse_are_refused_before
     trainer2.save_states(tmp_path / "after.states")
     assert (tmp_path / "after.states").read_bytes() == (tmp_path / "before.states").read_bytes()
     trainer2.load_states(tmp_path / "good.states")  # the untouched file still loads
+
+
+def _deflated_states(path, member_elements):
+    """A states file whose '0.bias' state array is replaced by a deflated zero array of ``member_elements``
+    float32 values (about 64 KB of file per 64 MiB declared), every other member kept."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "0/0.npy":
+                buf = io.BytesIO()
+                np.save(buf, np.zeros(member_elements, np.float32))
+                data = buf.getvalue()
+            target.writestr(info.filename, data)
+    return out.getvalue()
+
+
+def test_a_states_file_inflating_past_the_models_size_is_refused_from_its_headers(tmp_path):
+    # The trainer-state counterpart of N6: a small file declaring 64 MiB of state for a bias of a few
+    # elements. The headers are read first and the arrays bounded by the Trainer's parameter sizes, so
+    # the refusal names the bytes before anything is inflated (peak memory grows by far less than 64 MiB).
+    import tracemalloc
+
+    net = _net(ONE)
+    trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
+    _train(net, trainer, ONE, range(1))
+    trainer.save_states(tmp_path / "good.states")
+    (tmp_path / "big.states").write_bytes(_deflated_states(tmp_path / "good.states", 1 << 24))
+    assert (tmp_path / "big.states").stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"big\.states.*state arrays declare \d+ bytes, more than the \d+ bytes"):
+            trainer.load_states(tmp_path / "big.states")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"the refusal allocated {peak >> 20} MiB first"
+    trainer.load_states(tmp_path / "good.states")  # the untouched file still loads
+
+
+def test_unpack_states_reads_only_the_arrays_its_manifest_names_and_bounds_them(tmp_path):
+    net = _net(ONE)
+    trainer = mx.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01})
+    _train(net, trainer, ONE, range(1))
+    trainer.save_states(tmp_path / "good.states")
+    data = (tmp_path / "good.states").read_bytes()
+    states, _, _ = unpack_states(data)
+    need = sum(a.nbytes for v in states.values() for a in (v if isinstance(v, tuple) else (v,)))
+    assert unpack_states(data, limit=need)[0].keys() == states.keys()
+    with pytest.raises(ValueError, match=rf"state arrays declare {need} bytes, more than the {need - 1} bytes"):
+        unpack_states(data, limit=need - 1)

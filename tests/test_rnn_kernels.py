@@ -300,7 +300,7 @@ def _run(fused, mode, arrays, num_layers, dirs, clip=None, device=None):
         if fused:
             out, finals = _fused_sequence(mode, x, states, weights, num_layers, dirs, clip)
         else:
-            out, finals = _steps.rnn_sequence(mode, x, states, weights, num_layers, dirs == 2, clip=clip)
+            out, finals = _steps.rnn_sequence(mode, x, states, weights, num_layers, dirs == 2, clip=clip, fused=False)
         loss = _loss(out, finals)
     loss.backward()
     results = [out.asnumpy()] + [f.asnumpy() for f in finals]

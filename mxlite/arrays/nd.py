@@ -214,8 +214,12 @@ def clip(data: Any, a_min: float | None, a_max: float | None) -> Tensor:
 
 
 def where(condition: Any, x: Any, y: Any) -> Tensor:
-    """Elementwise ``x if condition else y`` (no gradient to ``condition``)."""
+    """Elementwise ``x if condition else y`` (no gradient to ``condition``), as MXNet 1.x's ``where``: a 1-D
+    ``condition`` as long as the first axis of ``x`` and ``y`` (of two or more axes) picks whole rows; otherwise
+    the three broadcast (``mx.np.where`` always broadcasts, as NumPy)."""
     condition, x, y = tensors(condition, x, y)
+    if condition.ndim == 1 and x.ndim > 1 and x.shape == y.shape and condition.shape[0] == x.shape[0]:
+        condition = _ops.reshape(condition, condition.shape + (1,) * (x.ndim - 1))
     return _ops.where(condition, x, y)
 
 
@@ -1363,6 +1367,10 @@ contrib = SimpleNamespace(div_sqrt_dim=div_sqrt_dim, arange_like=arange_like, Bi
 # MXNet 1.x's flat names of the linear-algebra operators (linalg_gemm2, linalg_potrf, ...)
 for _name in _linalg.ND_LINALG:
     globals()["linalg_" + _name] = getattr(_linalg, _name)
+# MXNet 1.x's flat names of the samplers: mx.nd.uniform(shape=(2, 3)) is mx.nd.random.uniform(shape=(2, 3))
+uniform = random_uniform = _uniform
+normal = random_normal = _normal
+random_randint = _randint
 
 
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__ and n not in (

@@ -157,8 +157,16 @@ for _name in ("exp", "log", "sqrt", "square", "tanh", "abs", "negative", "sin", 
               "reciprocal", "cbrt", "sign", "floor", "ceil", "trunc", "fix", "rint", "logical_not", "isnan", "isinf",
               "isfinite", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "mod", "equal",
               "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-              "logical_xor", "hypot", "arctan2", "true_divide", "where", "clip"):
+              "logical_xor", "hypot", "arctan2", "true_divide", "clip"):
     globals()[_name] = getattr(_ndi, _name)
+
+
+def where(condition: Any, x: Any, y: Any) -> Tensor:
+    """Elementwise ``x if condition else y``, the three broadcast as NumPy does (no gradient to ``condition``)."""
+    condition, x, y = tensors(condition, x, y)
+    return _ops.where(condition, x, y)
+
+
 absolute = abs  # noqa: F821 - bound in the loop above
 remainder = mod  # noqa: F821
 fmod = mod  # noqa: F821
@@ -318,6 +326,81 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
         return _ops.split(a, int(indices_or_sections), axis)
     bounds = [0, *[int(i) for i in indices_or_sections], a.shape[axis]]
     return [_ops.slice_axis(a, axis, b, e) for b, e in zip(bounds[:-1], bounds[1:])]
+
+
+def array_split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
+    """As :func:`split`, but an int need not divide the axis: the first ``length % n`` sections get one more."""
+    a = tensor(ary)
+    if not isinstance(indices_or_sections, (int, _onp.integer)):
+        return split(a, indices_or_sections, axis)
+    n = int(indices_or_sections)
+    if n <= 0:
+        raise ValueError(f"array_split: the number of sections must be > 0, got {n}")
+    size, extra = divmod(a.shape[axis], n)
+    bounds = _onp.cumsum([0] + [size + 1] * extra + [size] * (n - extra))
+    return [_ops.slice_axis(a, axis, int(b), int(e)) for b, e in zip(bounds[:-1], bounds[1:])]
+
+
+def _split_along(name: str, axis: int, min_ndim: int) -> Any:
+    def fn(ary: Any, indices_or_sections: Any) -> list[Tensor]:
+        a = tensor(ary)
+        if a.ndim < min_ndim:
+            raise ValueError(f"{name} needs an array of at least {min_ndim} dimensions, got shape {a.shape}")
+        return split(a, indices_or_sections, axis if a.ndim > 1 else 0)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"NumPy's ``{name}``: :func:`split` along axis {axis}" + (" (axis 0 of a 1-D array)." if
+                                                                            min_ndim == 1 else ".")
+    return fn
+
+
+hsplit = _split_along("hsplit", 1, 1)
+vsplit = _split_along("vsplit", 0, 2)
+dsplit = _split_along("dsplit", 2, 3)
+
+
+def _at_least(ndim: int) -> Any:
+    def padded(shape: tuple[int, ...]) -> tuple[int, ...]:
+        # NumPy's placement of a short array's axes: () -> (1, ...); (N,) -> (1, N) or (1, N, 1); (M, N) -> (M, N, 1)
+        if ndim == 3 and len(shape) in (1, 2):
+            return (1, *shape, 1) if len(shape) == 1 else (*shape, 1)
+        return (1,) * (ndim - len(shape)) + shape
+
+    def fn(*arys: Any) -> Any:
+        out = [_ops.reshape(a, padded(a.shape)) if a.ndim < ndim else a for a in tensors(*arys)]
+        return out[0] if len(out) == 1 else out
+
+    fn.__name__ = fn.__qualname__ = f"atleast_{ndim}d"
+    fn.__doc__ = f"NumPy's ``atleast_{ndim}d``: each array viewed with at least {ndim} dimensions."
+    return fn
+
+
+atleast_1d, atleast_2d, atleast_3d = _at_least(1), _at_least(2), _at_least(3)
+
+
+def hstack(tup: Sequence[Any]) -> Tensor:
+    """Join along axis 1 (axis 0 for 1-D arrays)."""
+    arrays = [atleast_1d(a) for a in tup]
+    return _ops.concat(arrays, axis=0 if arrays and arrays[0].ndim == 1 else 1)
+
+
+def vstack(tup: Sequence[Any]) -> Tensor:
+    """Join along axis 0, 1-D arrays taken as rows."""
+    return _ops.concat([atleast_2d(a) for a in tup], axis=0)
+
+
+row_stack = vstack
+
+
+def dstack(tup: Sequence[Any]) -> Tensor:
+    """Join along axis 2, arrays viewed as at least 3-D."""
+    return _ops.concat([atleast_3d(a) for a in tup], axis=2)
+
+
+def column_stack(tup: Sequence[Any]) -> Tensor:
+    """Join along axis 1, 1-D arrays taken as columns."""
+    arrays = [tensor(a) for a in tup]
+    return _ops.concat([_ops.reshape(a, (-1, 1)) if a.ndim < 2 else a for a in arrays], axis=1)
 
 
 def take(a: Any, indices: Any, axis: int | None = None, mode: str = "clip", out: Any = None) -> Tensor:

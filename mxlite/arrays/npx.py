@@ -190,3 +190,17 @@ def is_np_array() -> bool:
 def is_np_shape() -> bool:
     """Always True: zero-size and scalar shapes are valid."""
     return True
+
+
+# MXNet 2.x's npx operators that are mx.nd's operators under snake_case names, with the same arguments
+# (npx.slice(x, begin, end, step), npx.convolution(x, weight, bias, kernel=..., num_filter=...), ...); their
+# results keep NumPy's face
+_SAME_AS_ND = {"slice": "slice", "slice_like": "slice_like", "reshape_like": "reshape_like",
+               "broadcast_like": "broadcast_like", "arange_like": "arange_like", "gather_nd": "gather_nd",
+               "shape_array": "shape_array", "smooth_l1": "smooth_l1", "softsign": "softsign", "erf": "erf",
+               "add_n": "add_n", "sequence_last": "SequenceLast", "sequence_reverse": "SequenceReverse",
+               "convolution": "Convolution", "deconvolution": "Deconvolution", "pooling": "Pooling",
+               "batch_norm": "BatchNorm", "instance_norm": "InstanceNorm", "group_norm": "GroupNorm", "pad": "pad",
+               "norm": "norm", "cast": "cast"}
+globals().update({name: getattr(_ndi, nd_name) for name, nd_name in _SAME_AS_ND.items()})
+__all__ += list(_SAME_AS_ND)

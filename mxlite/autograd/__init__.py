@@ -27,8 +27,11 @@ from .function import Function, get_symbol, mark_variables
 from .higher_order import grad
 from .tensor import Tensor, backward
 
+NDArray = Tensor  # mx.autograd.NDArray, as MXNet's autograd module exposes its array type
+
 __all__ = [
     "Function",
+    "NDArray",
     "Tensor",
     "backward",
     "get_symbol",

@@ -114,11 +114,14 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
                              "on it before recording")
     heads, head_grads = _check_heads("grad", heads, head_grads)
     retain = create_graph if retain_graph is None else retain_graph
-    results, taken = _grad_pass(heads, head_grads, variables, retain or create_graph, create_graph,
+    # A face view made while recording (x.as_nd_ndarray()) is the same variable as its source, as MXNet's
+    # shallow copy shares the autograd entry: its gradient is the source's.
+    sources = [_face_source(v) for v in variables]
+    results, taken = _grad_pass(heads, head_grads, sources, retain or create_graph, create_graph,
                                       train_mode)
     out: list[Tensor] = []
-    for v in variables:
-        g = results.get(id(v))
+    for v, source in zip(variables, sources):
+        g = results.get(id(source))
         if g is None:
             with v._device.use():
                 g = Tensor(v._device.xp.zeros_like(v._data), v._device)
@@ -131,9 +134,28 @@ def grad(heads: Tensor | Sequence[Tensor], variables: Tensor | Sequence[Tensor],
                 copy = g.base is not None or id(g) in taken
                 taken.add(id(g))
                 g = Tensor(g.astype(v.dtype, copy=copy), v._device)
+        if create_graph and isinstance(g, Tensor) and g._node is None:
+            g = _zero_derivative(g, v)
         out.append(g)
     return out
 
+
+def _face_source(v: Tensor) -> Tensor:
+    """The tensor a recorded face view (``as_nd_ndarray``/``as_np_ndarray``) was made from; else ``v``."""
+    while v._node is not None and v._node.op in ("as_nd_ndarray", "as_np_ndarray"):
+        v = v._node.parents[0]
+    return v
+
+
+def _zero_derivative(g: Tensor, v: Tensor) -> Tensor:
+    """``g`` (a gradient that depends on no recorded value: ``relu``'s, a constant's) as a recorded result of
+    ``v`` whose own derivative is zero, as MXNet records every gradient computed under ``create_graph``: a
+    second ``grad`` of it gives zeros instead of refusing a head that is not in a graph. A new tensor (the
+    head gradient passed in may be ``g`` itself)."""
+    with v._device.use():
+        out = Tensor(g._data.copy(), g._device)
+    out._node = _Node("_zero_derivative", (v,), lambda og: [None])
+    return out
 
 def _grad_pass(heads: list[Tensor], head_grads: list[Any], variables: list[Tensor], retain: bool,
                create_graph: bool, train_mode: bool) -> tuple[dict[int, Any], set[int]]:
@@ -722,6 +744,8 @@ def _linear_rule(op: Callable) -> Rule:
     return rule
 
 
+_RULES["_zero_derivative"] = lambda step, g: [None]  # see _zero_derivative
+_RULES["as_nd_ndarray"] = _RULES["as_np_ndarray"] = lambda step, g: [g]  # a face view: the identity
 _RULES["avg_pool"] = _linear_rule(nn_ops.avg_pool)
 _RULES["avg_pool2d"] = _linear_rule(nn_ops.avg_pool2d)
 

@@ -55,24 +55,31 @@ def _run(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
         raise TypeError(f"{name}: expected at least one Tensor argument, got {[_describe(a) for a in args]}")
     dev = tensors[0]._device
     for t in tensors[1:]:
-        if t._device != dev:
+        if t._device is not dev and t._device != dev:
             raise ValueError(
                 f"{name}: inputs live on different devices ({', '.join(_describe(x) for x in tensors)}); "
                 "move them with .to(device) first"
             )
     try:
+        if dev.is_current():  # nothing to make current: skip the context (a third of an op's cost on a CPU)
+            return fn(*args, **kwargs)
         with dev.use():
             return fn(*args, **kwargs)
     except (ValueError, TypeError, IndexError) as exc:
-        if getattr(exc, "_mx_named", False):
-            raise
-        msg = f"{name}: {exc} (inputs: {', '.join(_describe(t) for t in tensors)})"
-        try:
-            new = type(exc)(msg)
-        except Exception:  # an exception type whose constructor takes other arguments
-            new = ValueError(msg)
-        new._mx_named = True  # type: ignore[attr-defined]
-        raise new from exc
+        raise _named_error(name, exc, tensors) from exc
+
+
+def _named_error(name: str, exc: Exception, tensors: list[Tensor]) -> Exception:
+    """``exc`` again, its message naming the op and its inputs (once: an error named inside is passed on)."""
+    if getattr(exc, "_mx_named", False):
+        return exc
+    msg = f"{name}: {exc} (inputs: {', '.join(_describe(t) for t in tensors)})"
+    try:
+        new = type(exc)(msg)
+    except Exception:  # an exception type whose constructor takes other arguments
+        new = ValueError(msg)
+    new._mx_named = True  # type: ignore[attr-defined]
+    return new
 
 
 def _op(name: str) -> Callable:
@@ -85,7 +92,14 @@ def _op(name: str) -> Callable:
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            out = _run(name, fn, args, kwargs)
+            x = args[0] if len(args) == 1 and not kwargs else None
+            if x is not None and isinstance(x, Tensor) and x._device.device_type == "cpu":
+                try:  # the common case, inlined: one tensor on a CPU device (nothing to check or enter)
+                    out = fn(x)
+                except (ValueError, TypeError, IndexError) as exc:
+                    raise _named_error(name, exc, [x]) from exc
+            else:
+                out = _run(name, fn, args, kwargs)
             node = getattr(out, "_node", None)  # None unless recorded (or a tuple of results)
             if node is not None and node.call is None and node.op == name:
                 node.call = (fn, args, kwargs)
@@ -141,10 +155,20 @@ def _binary_operands(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 # -- arithmetic ------------------------------------------------------------------------------
 def _binary(name: str, a: Any, b: Any, fwd: Callable, bwd: Callable) -> Tensor:
     """Run a broadcasting binary op; ``bwd(g, x, y, out)`` gives both input gradients."""
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise TypeError(f"{name}: expected at least one Tensor argument, got {type(a).__name__}, {type(b).__name__}")
-    a, b = _binary_operands(a, b)
-    return _run(name, _binary_core, (name, a, b, fwd, bwd), {})
+    if not isinstance(a, Tensor):
+        if not isinstance(b, Tensor):
+            raise TypeError(f"{name}: expected at least one Tensor argument, got {type(a).__name__}, "
+                            f"{type(b).__name__}")
+        a = as_tensor(a, b)
+    elif not isinstance(b, Tensor):
+        b = as_tensor(b, a)
+    dev = a._device
+    if b._device is not dev and b._device != dev or dev.device_type != "cpu":
+        return _run(name, _binary_core, (name, a, b, fwd, bwd), {})  # checks devices, enters the GPU's
+    try:  # the common case, inlined: two tensors on one CPU device
+        return _binary_core(name, a, b, fwd, bwd)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise _named_error(name, exc, [a, b]) from exc
 
 
 def _binary_core(name: str, a: Tensor, b: Tensor, fwd: Callable, bwd: Callable) -> Tensor:

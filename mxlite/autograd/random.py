@@ -158,16 +158,27 @@ def _draw(dev: Device, gen: Any, method: str, a: float, b: float, shape: tuple[i
     return data if data.dtype == dtype else data.astype(dtype)
 
 
+def _device_or_ctx(device: Device | str | None, ctx: Device | str | None, where: str) -> Device:
+    """``device``, or MXNet's ``ctx=`` spelling of it (``mx.random.uniform(shape=(2, 3), ctx=mx.cpu())``)."""
+    if ctx is not None:
+        if device is not None:
+            raise ValueError(f"{where}: give the device once: device={device!r} and ctx={ctx!r}")
+        device = ctx
+    return as_device(device)
+
+
 def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (), dtype: Any = None,
-           device: Device | str | None = None) -> Tensor:
+           device: Device | str | None = None, ctx: Device | str | None = None) -> Tensor:
     """Samples of N(loc, scale²) on ``device`` (float32 by default; see :func:`_draw` for the GPU's dtypes).
 
+    ``ctx`` is MXNet's name for ``device``.
+
     Raises:
-        ValueError: negative ``scale``.
+        ValueError: negative ``scale``, or both ``device`` and ``ctx`` given.
     """
     if scale < 0:
         raise ValueError(f"normal: scale must be >= 0, got {scale}")
-    dev = as_device(device)
+    dev = _device_or_ctx(device, ctx, "normal")
     dtype = np.dtype(dtype or np.float32)
     gen = _generator(dev)
     with dev.use():
@@ -176,15 +187,17 @@ def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (), dtype: Any = N
 
 
 def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None,
-            device: Device | str | None = None) -> Tensor:
+            device: Device | str | None = None, ctx: Device | str | None = None) -> Tensor:
     """Samples of U[low, high) on ``device`` (float32 by default; see :func:`_draw` for the GPU's dtypes).
 
+    ``ctx`` is MXNet's name for ``device``.
+
     Raises:
-        ValueError: ``high < low``.
+        ValueError: ``high < low``, or both ``device`` and ``ctx`` given.
     """
     if high < low:
         raise ValueError(f"uniform: high ({high}) must be >= low ({low})")
-    dev = as_device(device)
+    dev = _device_or_ctx(device, ctx, "uniform")
     dtype = np.dtype(dtype or np.float32)
     gen = _generator(dev)
     with dev.use():
@@ -192,11 +205,12 @@ def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = N
     return Tensor(data, dev)
 
 
-def randint(low: int, high: int, shape: Any = (), dtype: Any = None, device: Device | str | None = None) -> Tensor:
-    """Integers uniform in ``[low, high)`` on ``device`` (int32 by default)."""
+def randint(low: int, high: int, shape: Any = (), dtype: Any = None, device: Device | str | None = None,
+            ctx: Device | str | None = None) -> Tensor:
+    """Integers uniform in ``[low, high)`` on ``device`` (int32 by default; ``ctx`` is MXNet's name for ``device``)."""
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be > low ({low})")
-    dev = as_device(device)
+    dev = _device_or_ctx(device, ctx, "randint")
     gen = _generator(dev)
     dtype = np.dtype(dtype or np.int32)
     with dev.use():

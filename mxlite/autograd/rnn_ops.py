@@ -8,7 +8,7 @@ the whole layer-direction is one autograd node, whose backward runs the loop in 
 kernel and one GEMM per step) and then forms ``dW_i``, ``db_i``, ``dW_h``, ``db_h`` and ``dx`` as
 whole-sequence GEMMs and sums.
 
-Where it runs: on a GPU the kernels go through CuPy and the GEMMs through ``cupy.matmul`` (cuBLAS):
+Where it runs: on a GPU the kernels go through CuPy and the GEMMs through ``mxlite.device.blas`` (cuBLAS):
 no host synchronisation and no host-to-device copy inside the loops (scalars travel as launch
 arguments). On a CPU device the serial host build of the same kernels runs when
 :func:`mxlite.device.kernels.cpu_kernels_enabled` allows it, else the NumPy twins below
@@ -32,6 +32,7 @@ are kept, ``(T+1, N, H)``), not a small GEMM per step.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
@@ -42,6 +43,7 @@ import numpy as np
 
 from ..device import blas
 from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.threads import blas_threads_limited
 from . import _state
 from .ops import _op
 from .tensor import Tensor, _result, grad_out
@@ -297,6 +299,7 @@ class _Cells:
         self.math = np.float64 if name == "float64" else np.float32
         self.compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
         self.threads = threads
+        self._functions: dict[str, Any] = {}  # kernel name -> launchable, looked up once per call of the op
 
     def __call__(self, kernel: str, buffers: Sequence[Any], ints: Sequence[int], reals: Sequence[float] = ()) -> None:
         """``kernel<T>(*buffers, *ints as int32, *reals in the math dtype)``; a None buffer is a null pointer."""
@@ -307,12 +310,15 @@ class _Cells:
             return
         if rows == 0:
             return  # a grid of 0 blocks is a CUDA error
-        function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+        function = self._functions.get(kernel)
+        if function is None:
+            function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+            self._functions[kernel] = function
         threads = self.threads
         if threads is None:
             threads = min(_MAX_THREADS, max(32, -(-hidden // 32) * 32)) if self.device.is_gpu else 1
-        args = (*(b if b is not None else _NULL for b in buffers), *(np.int32(i) for i in ints),
-                *(self.math(r) for r in reals))
+        args = (*[_NULL if b is None else b for b in buffers], *[np.int32(i) for i in ints],
+                *[self.math(r) for r in reals])
         function((min(rows, _MAX_BLOCKS),), (threads,), args)
 
 
@@ -352,6 +358,21 @@ class _Spares:
 
 
 _SPARES = _Spares()
+
+
+# The per-step GEMMs (h @ W_h^T forward, d(gates) @ W_h backward: N rows by a few hundred columns, about
+# 0.2 ms each at N=32, H=256) run with NumPy's BLAS on this many threads (None: the BLAS's own count).
+# OpenBLAS splits even these statically over all its threads, whose wake-ups cost more than they save,
+# and waits for the slowest: on the 2-core VM beside a busy neighbour one such product took 1.3 ms on
+# two threads against 0.2 ms on one (benchmarks/bench_busy.py, docs/design.md "CPU threads").
+STEP_GEMM_THREADS: int | None = 1
+
+
+def _step_gemms(xp: Any) -> Any:
+    """The context the time loops run in: the BLAS limited to STEP_GEMM_THREADS on a CPU device."""
+    if xp is not np or STEP_GEMM_THREADS is None:
+        return contextlib.nullcontext()
+    return blas_threads_limited(STEP_GEMM_THREADS)
 
 
 # -- the op ---------------------------------------------------------------------------------------------------
@@ -558,20 +579,21 @@ class _Layer:
             # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
             # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
             w_t = xp.ascontiguousarray(h2h_weight.T)
-            for s in range(T):
-                t, prev, nxt = self._slots(s)
-                blas.matmul(self.hs[prev], w_t, out=hg)
-                y_t = None if y is None else y[t]
-                saved_t = None if self.saved is None else self.saved[t]
-                common = (proj[t], hg, *biases, self.hs[prev])
-                if lstm:
-                    self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
-                                                self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-                elif self.mode == "gru":
-                    self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
-                else:
-                    self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
-                               (s, N, H, int(self.mode == "rnn_relu")))
+            with _step_gemms(xp):
+                for s in range(T):
+                    t, prev, nxt = self._slots(s)
+                    blas.matmul(self.hs[prev], w_t, out=hg)
+                    y_t = None if y is None else y[t]
+                    saved_t = None if self.saved is None else self.saved[t]
+                    common = (proj[t], hg, *biases, self.hs[prev])
+                    if lstm:
+                        self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
+                                                    self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+                    elif self.mode == "gru":
+                        self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
+                    else:
+                        self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
+                                   (s, N, H, int(self.mode == "rnn_relu")))
             if y is not None:
                 outputs = self._time_order(y)
             else:
@@ -604,18 +626,19 @@ class _Layer:
         d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
         dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else d_gates
         w = h2h_weight._data
-        for s in range(T - 1, -1, -1):
-            t, prev, nxt = self._slots(s)
-            if lstm:
-                self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
-                                             self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-            elif gru:
-                self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
-                                            dh_gates[t], self.lengths), (s, N, H))
-            else:
-                self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
-                           (s, N, H, int(self.mode == "rnn_relu")))
-            blas.matmul(dh_gates[t], w, out=rec)
+        with _step_gemms(xp):
+            for s in range(T - 1, -1, -1):
+                t, prev, nxt = self._slots(s)
+                if lstm:
+                    self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
+                                                 self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+                elif gru:
+                    self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
+                                                dh_gates[t], self.lengths), (s, N, H))
+                else:
+                    self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
+                               (s, N, H, int(self.mode == "rnn_relu")))
+                blas.matmul(dh_gates[t], w, out=rec)
         d_states = [rec + carry] + ([dc] if lstm else [])
         # Whole-sequence GEMMs and sums: the weights' and biases' gradients, and the input's.
         d2 = d_gates.reshape(T * N, gh)
@@ -628,9 +651,22 @@ class _Layer:
         out += [g if s._requires_grad() else None for s, g in zip(self.states, d_states)]
         for weight, rows, cols in ((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev)):
             out.append(blas.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
+        summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
         for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
-            if bias is not None:
-                out.append(rows.sum(axis=0, out=grad_out(bias, self.dtype)) if bias._requires_grad() else None)
+            if bias is None:
+                continue
+            if not bias._requires_grad():
+                out.append(None)
+            elif summed is not None and not gru:
+                target = grad_out(bias, self.dtype)
+                if target is None:
+                    out.append(summed.copy())
+                else:
+                    target[...] = summed
+                    out.append(target)
+            else:
+                summed = rows.sum(axis=0, out=grad_out(bias, self.dtype))
+                out.append(summed)
         _SPARES.give(d_gates, *((dh_gates,) if gru else ()))  # nothing returned is a view of them
         # parents: x, states, i2h_weight, h2h_weight, then the biases present
         return out

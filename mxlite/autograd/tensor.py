@@ -606,8 +606,11 @@ def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor,
             cls = NDTensor
             break
     out = cls(data, device)
-    if _state.is_recording() and any(p._requires_grad() for p in parents):
-        out._node = _Node(op, parents, backward_fn)
+    if _state._FLAGS.recording:  # the flag itself: this runs once per op
+        for p in parents:
+            if p._node is not None or p._grad_req != "null":  # p._requires_grad(), inlined
+                out._node = _Node(op, parents, backward_fn)
+                break
     return out
 
 
@@ -654,11 +657,12 @@ def backward(
         if t._node is None:
             continue
         for p in t._node.parents:
-            if not p._requires_grad():
+            if p._node is None and p._grad_req == "null":  # p._requires_grad(), inlined
                 continue
-            pending[id(p)] = pending.get(id(p), 0) + 1
-            if id(p) not in nodes:
-                nodes[id(p)] = p
+            key = id(p)
+            pending[key] = pending.get(key, 0) + 1
+            if key not in nodes:
+                nodes[key] = p
                 stack.append(p)
 
     # Leaves that get exactly one gradient in this pass and overwrite a dense buffer: the op producing
@@ -712,34 +716,48 @@ def _head_grad(h: Tensor, hg: Any) -> Array:
 
 def _run_pass(ready: list[Tensor], grads: dict[int, Array], pending: dict[int, int], train_mode: bool,
               retain_graph: bool) -> None:
-    """Process tensors in dependency order from ``ready`` (see :func:`backward`)."""
+    """Process tensors in dependency order from ``ready`` (see :func:`backward`).
+
+    Work on a GPU tensor runs inside its device's context; a CPU device has none to enter, and skipping
+    the ``with`` there is a good part of the engine's time per node.
+    """
     with _state._scope(False, train_mode):
         while ready:
             t = ready.pop()
             g = grads.pop(id(t), None)
             node = t._node
-            if node is None:
-                with t._device.use():
+            dev = t._device
+            on_gpu = dev.device_type != "cpu"
+            if node is None or t._grad_req != "null":  # a leaf, or a recorded result given a buffer by attach_grad
+                if on_gpu:
+                    with dev.use():
+                        _write_leaf_grad(t, g)
+                else:
                     _write_leaf_grad(t, g)
-                continue
-            if t._grad_req != "null":  # a recorded result given a buffer by attach_grad: keep a copy
-                with t._device.use():
-                    _write_leaf_grad(t, g)
-            if g is not None:
-                with t._device.use():
+                if node is None:
+                    continue
+            if g is None:
+                parent_grads = [None] * len(node.parents)
+            elif on_gpu:
+                with dev.use():
                     parent_grads = node.backward(g)
             else:
-                parent_grads = [None] * len(node.parents)
+                parent_grads = node.backward(g)
             if not retain_graph:
                 t._node = None
             for p, pg in zip(node.parents, parent_grads):
-                if not p._requires_grad():
+                if p._node is None and p._grad_req == "null":  # p._requires_grad(), inlined
                     continue
+                key = id(p)
                 if pg is not None:
-                    with p._device.use():
+                    if p._device.device_type != "cpu":
+                        with p._device.use():
+                            _accumulate(grads, p, pg)
+                    else:
                         _accumulate(grads, p, pg)
-                pending[id(p)] -= 1
-                if pending[id(p)] == 0:
+                left = pending[key] - 1
+                pending[key] = left
+                if left == 0:
                     ready.append(p)
 
 

@@ -54,6 +54,9 @@ def info() -> None:
     from mxlite.device.kernels import cpu_kernels_status  # noqa: PLC0415
 
     print(f"CPU optimizer update: {cpu_kernels_status()}")
+    from mxlite.device.threads import threads_status  # noqa: PLC0415
+
+    print(f"CPU threads: {threads_status()}")
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 

@@ -63,6 +63,27 @@ result also equals ``allreduce``'s of the same input bit for bit (MPI: with two 
 
 Warning: ``reduce_scatter`` reads every shard of every buffer; do not write any of them until
 its Work has been waited for.
+
+Owned pieces
+------------
+Sharded optimizer states (``Trainer(shard_optimizer_states=True)``) cut each arena by its *data*
+layout, while gradients lie in the reverse order: the elements a device owns are, in a gradient
+bucket, a few contiguous *pieces* whose owners need not come in shard order. Two more calls take
+such a list of pieces, ``[(start, end, owner), ...]`` (disjoint ranges of the flat buffers; ``owner``
+a shard number as above: ``rank * len(devices) + local device``):
+
+* ``reduce_to_owners(buffers, pieces)``: the owner's buffer holds, on each of its pieces, the sum
+  over all devices and processes of that range; the rest of every buffer is unspecified (the Local
+  and MPI carriers and NCCL leave it untouched). Same sum order as ``allreduce`` on every carrier
+  (NCCL: one ``reduce`` per piece, whose order real NCCL does not document), so the owner's pieces
+  hold ``allreduce``'s bits on Local, MPI with two processes and the emulated NCCL;
+* ``gather_from_owners(buffers, pieces)``: every buffer receives every piece from its owner
+  (copies: bits unchanged).
+
+Together they are an all-reduce of the pieces, and move its bytes: a reduce-scatter and an
+all-gather whose shards are the pieces (on NCCL, one ``reduce`` and one ``broadcast`` per piece in
+one group: NCCL's ring moves ``(n - 1) / n`` of a piece's bytes per rank for each, as for
+``reduceScatter`` and ``allGather``).
 """
 
 from __future__ import annotations
@@ -198,6 +219,32 @@ class Communicator:
         first = self.rank * len(self.devices)
         return self.shards(length)[first:first + len(self.devices)]
 
+    def reduce_to_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Each piece's owner gets the sum of that piece over every device and process.
+
+        See "Owned pieces" in the module docstring.
+
+        Args:
+            buffers: one flat (1-D) array per local device, same length and dtype everywhere.
+            pieces: ``[(start, end, owner), ...]``, disjoint ranges of the buffers, every process
+                passing the same list; ``owner`` in ``[0, contributions)``.
+
+        Returns:
+            the :class:`Work` to wait for before the owners read their pieces.
+
+        Raises:
+            ValueError: buffers as :meth:`reduce_scatter` rejects them, or a piece outside the buffer
+                or with an owner out of range (named).
+        """
+        raise NotImplementedError
+
+    def gather_from_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Every buffer receives every piece from its owner's buffer (nothing is added).
+
+        Arguments and errors as :meth:`reduce_to_owners`. Returns the :class:`Work` to wait for.
+        """
+        raise NotImplementedError
+
     def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:
         raise NotImplementedError
 
@@ -241,6 +288,20 @@ class Communicator:
         if buffers[0].ndim != 1:
             raise ValueError(f"{what}: buffers must be flat (1-D), got shape {tuple(buffers[0].shape)}; pass "
                              "a flat view (reshape(-1)) of each device's buffer")
+
+    def _check_pieces(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]], what: str) -> list[
+            tuple[int, int, int]]:
+        """:meth:`_check_flat`, and every piece inside the buffers with an owner in range; the non-empty pieces."""
+        self._check_flat(buffers, what)
+        length, owners = buffers[0].size, self.contributions
+        kept = []
+        for start, end, owner in pieces:
+            if not (0 <= start <= end <= length) or not 0 <= owner < owners:
+                raise ValueError(f"{what}: piece ({start}, {end}, owner {owner}) does not lie in a buffer of {length} "
+                                 f"elements with an owner in 0..{owners - 1}")
+            if start < end:
+                kept.append((int(start), int(end), int(owner)))
+        return kept
 
     def _local_sum(self, buffers: Sequence[Any], home: int = 0, start: int = 0, end: int | None = None) -> Any:
         """The sum over local buffers of ``[start:end]``, in device order, on device ``home`` (a new array)."""

@@ -32,6 +32,19 @@ size agreed by one small NCCL all-reduce per step; fp16/bf16 by a half-precision
 all-reduce into a wire buffer that the fused update reads directly (:mod:`mxlite.comm.narrow`),
 so the gradient buffer keeps this device's own gradient until :meth:`GradientSync.materialize`
 writes the sum into it for readers other than the fused update.
+
+Sharded optimizer states (ZeRO-1, ``shard=``): every device (of every process) owns one contiguous,
+balanced slice of each arena's *data* layout (:class:`ShardLayout`: ``shard_bounds`` over the data
+range of the synced parameters), because the fused update indexes weights and states alike: a
+shard's states are then laid out like ``data[lo:hi]``. Gradients lie in the reverse order, so in a
+bucket the elements a device owns form a few contiguous *pieces* (a parameter cut by a shard
+boundary gives a piece to each owner); each bucket is reduced onto the owners of its pieces
+(:meth:`~mxlite.comm.base.Communicator.reduce_to_owners`, from the same ready-hooks as an
+all-reduce: the same overlap with backward) and, after the update, :meth:`GradientSync.gather_weights`
+all-gathers every arena's updated shards (``allgather_shards`` over ``data[lo:hi]``). The two move
+the bytes of the all-reduce they replace. Why not shard the gradient layout: a parameter cut by a
+boundary would then need states outside the update's slice of the data buffer, or a copy of the
+shard's weights in gradient order (a permutation per step).
 """
 
 from __future__ import annotations
@@ -43,10 +56,12 @@ from typing import Any
 
 import numpy as np
 
+from ..device.copy import as_host
+from ..store import ALIGN
 from . import narrow
-from .base import DONE, Communicator, Work
+from .base import DONE, Communicator, Work, shard_bounds
 
-__all__ = ["Bucket", "GradientSync", "plan_buckets", "DEFAULT_BUCKET_BYTES"]
+__all__ = ["Bucket", "GradientSync", "ShardLayout", "plan_buckets", "DEFAULT_BUCKET_BYTES"]
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # as PyTorch DDP: large enough to amortise latency, small enough to overlap
 
@@ -64,6 +79,7 @@ class Bucket:
     reduced: bool = False  # reduced during backward, not yet consumed by allreduce_grads
     rewritten: set[int] = field(default_factory=set)  # leaves written again after the early reduction
     grad_bufs: list[Any] = field(default_factory=list)  # per mirror, the gradient buffer the slices index
+    pieces: list[tuple[int, int, int]] | None = None  # sharded: (start, end, owner shard), bucket-relative
 
     @property
     def nbytes(self) -> int:
@@ -76,6 +92,34 @@ class Bucket:
     def buffers(self) -> list[Any]:
         """The bucket's slice of every mirror's gradient buffer (views)."""
         return [a.grad_buf[s:e] for a, s, e in zip(self.arenas, self.start, self.end)]
+
+
+@dataclass
+class ShardLayout:
+    """How the mirrors of one arena are sharded (sharded optimizer states; see the module docstring).
+
+    Attributes:
+        arenas: the arena of every local mirror, in device order.
+        lo, hi: the data range of the synced parameters (aligned slot starts; ``hi`` includes the last
+            slot's padding).
+        bounds: every shard's ``(start, end)`` in the data buffer, in shard order (process rank, then
+            local device): ``shard_bounds(hi - lo, contributions)`` shifted by ``lo``.
+        first: the shard number of this process's first device.
+    """
+
+    arenas: list[Any]
+    lo: int
+    hi: int
+    bounds: list[tuple[int, int]]
+    first: int
+
+    def shard(self, mirror: int) -> tuple[int, int]:
+        """The data range the ``mirror``-th local device owns."""
+        return self.bounds[self.first + mirror]
+
+    def views(self) -> list[Any]:
+        """``data[lo:hi]`` of every mirror (the all-gather's buffers)."""
+        return [a.data_buf[self.lo:self.hi] for a in self.arenas]
 
 
 def plan_buckets(params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BYTES) -> list[Bucket]:
@@ -121,11 +165,20 @@ class GradientSync:
         params: the parameters to keep in sync (initialised, dense gradients).
         threshold_bytes: the bucket size bound.
         overlap: reduce each bucket from backward's ready-hooks as soon as it is complete.
+        codec: a compression codec, or None.
+        shard: shard the arenas whose dtype this callable accepts (or every arena: True): each bucket is
+            reduced onto the owners of its pieces only (see the module docstring).
+
+    Raises:
+        ValueError: sharding arenas whose device mirrors hold the parameters at different places.
     """
 
     def __init__(self, comm: Communicator, params: Sequence[Any], threshold_bytes: int = DEFAULT_BUCKET_BYTES,
-                 overlap: bool = True, codec: Any = None) -> None:
+                 overlap: bool = True, codec: Any = None, shard: Any = False) -> None:
         self.comm = comm
+        self._shard = shard if callable(shard) else (lambda dtype, on=bool(shard): on)
+        self.layouts: list[ShardLayout] = []  # the sharded arenas' layouts (plan order)
+        self._layout_of: dict[int, ShardLayout] = {}  # id(arena) of any mirror -> its layout
         self.params = list(params)
         self.threshold_bytes = threshold_bytes
         self.overlap = overlap
@@ -158,6 +211,7 @@ class GradientSync:
         """(Re)cut the buckets for the arenas' current layout and hook any new leaves."""
         self.buckets = plan_buckets(self.params, self.threshold_bytes)
         self._bucket_of = {leaf: b for b in self.buckets for leaf in b.leaves}
+        self._plan_shards()
         if self.codec is not None and self.codec.needs_residual:
             self._replan_residuals()
         if not self.overlap:
@@ -271,6 +325,91 @@ class GradientSync:
             return
         narrow.materialize_all({a for b in self.buckets for a in b.arenas})
 
+    # -- sharded optimizer states -------------------------------------------------------------
+    def _plan_shards(self) -> None:
+        """The :class:`ShardLayout` of every sharded arena, and each of its buckets' owned pieces."""
+        self.layouts, self._layout_of = [], {}
+        families: dict[int, list[Any]] = {}
+        for p in self.params:
+            slots = p.arena_slots()
+            if p.grad_req == "null" or slots[0][1].grad_offset is None or not self._shard(slots[0][0].dtype):
+                continue
+            families.setdefault(id(slots[0][0]), []).append(p)
+        for members in families.values():
+            arenas = [a for a, _ in members[0].arena_slots()]
+            for p in members:
+                places = {(s.offset, a.grad_offset_in_region(s)) for a, s in p.arena_slots()}
+                if len(places) > 1:
+                    raise ValueError(f"sharded optimizer states need every device's arena to hold parameter "
+                                     f"{p.label!r} at the same place; its mirrors on {p.list_device()} lie at "
+                                     f"{sorted(places)} (a parameter initialised on only some of the devices "
+                                     "shifts the others): initialise every parameter on the same devices")
+            slots = [p.arena_slots()[0][1] for p in members]
+            lo, hi = min(s.offset for s in slots), max(s.offset + s.span for s in slots)
+            bounds = [(lo + a, lo + b) for a, b in shard_bounds(hi - lo, self.comm.contributions)]
+            layout = ShardLayout(arenas, lo, hi, bounds, self.comm.rank * len(self.comm.devices))
+            self.layouts.append(layout)
+            self._layout_of.update((id(a), layout) for a in arenas)
+        for bucket in self.buckets:
+            layout = self._layout_of.get(id(bucket.arenas[0]))
+            bucket.pieces = None if layout is None else _owned_pieces(bucket, layout)
+
+    def layout(self, arena: Any) -> ShardLayout | None:
+        """The :class:`ShardLayout` of the sharded arena ``arena`` (any mirror), or None (not sharded here)."""
+        if self._stale_plan():
+            self.plan()
+        return self._layout_of.get(id(arena))
+
+    def gather_weights(self) -> None:
+        """After a sharded update: every mirror gets every shard's updated weights (one all-gather per arena).
+
+        ``allgather_shards`` over ``data[lo:hi]`` of every mirror, whose shards are the
+        :class:`ShardLayout`'s, when they are all equally long (on NCCL one in-place ``allGather``);
+        otherwise ``gather_from_owners`` with the shards as pieces (on NCCL one in-place ``broadcast``
+        per shard: the same ring bytes, without the padded copy of the weights that an uneven
+        ``allGather`` stages through). Waited for (on a GPU the caller's stream waits, the host does not).
+        """
+        if self._stale_plan():
+            self.plan()
+        works = []
+        for layout in self.layouts:
+            if (layout.hi - layout.lo) % (self.comm.contributions * ALIGN) == 0:
+                works.append(self.comm.allgather_shards(layout.views()))
+            else:
+                works.append(self.comm.gather_from_owners(layout.views(), [
+                    (start - layout.lo, end - layout.lo, owner) for owner, (start, end) in enumerate(layout.bounds)]))
+        for work in works:
+            work.wait()
+
+    def gather_grads(self) -> None:
+        """After a sharded reduction: every mirror gets the summed gradients of every piece (for readers of whole
+        gradients: ``Trainer.allreduce_grads()`` called by the user, finiteness errors naming a parameter)."""
+        self.materialize()
+        works = [self.comm.gather_from_owners(b.buffers(), b.pieces) for b in self.buckets if b.pieces is not None]
+        for work in works:
+            work.wait()
+
+    def sharded_grads_finite(self) -> bool:
+        """Whether every summed gradient piece of every owner, on every device and process, is free of inf and NaN.
+
+        Each device checks its own pieces (after :meth:`allreduce_grads`, and :meth:`materialize` on a
+        narrow wire); the flags are added by one small all-reduce and read once by the host, so every
+        rank decides alike.
+        """
+        flags = []
+        for j, device in enumerate(self.comm.devices):
+            me = self.comm.rank * len(self.comm.devices) + j
+            with device.use():
+                xp = device.xp
+                checks = [xp.isfinite(b.arenas[j].grad_buf[b.start[j] + s:b.start[j] + e]).all()
+                          for b in self.buckets if b.pieces is not None for s, e, owner in b.pieces if owner == me]
+                bad = xp.zeros(1, np.float32)
+                if checks:
+                    bad += (~xp.stack(checks)).sum()
+                flags.append(bad)
+        self.comm.allreduce(flags).wait()
+        return float(as_host(flags[0])[0]) == 0.0
+
     def take_residuals(self, other: GradientSync) -> None:
         """Carry another plan's compression residuals over (a plan rebuilt for the same parameters)."""
         if self.codec is None or not self.codec.needs_residual or other.codec is None:
@@ -288,7 +427,20 @@ class GradientSync:
         """Sum the bucket over every mirror and process: an all-reduce, or the codec's exchange."""
         buffers = bucket.buffers()
         if self.codec is None:
+            if bucket.pieces is not None:  # sharded: each owner gets the sum of its pieces
+                return self.comm.reduce_to_owners(buffers, bucket.pieces)
             return self.comm.allreduce(buffers)
+        if self._narrow and bucket.pieces is not None:
+            # cut bucket -> cast with the 1/N pre-scale into the wire -> NCCL half reduce of each piece onto its owner
+            wires = [narrow.wire_buffer(a, self.codec.wire_dtype) for a in bucket.arenas]
+            work = narrow.reduce_to_owners_to_wire(buffers, [w.wire[s:e] for w, s, e in zip(wires, bucket.start,
+                                                                                           bucket.end)],
+                                                   self.codec.wire_dtype, self.comm, bucket.pieces,
+                                                   self.codec.params.get("clip"))
+            members = frozenset(id(p) for p in bucket.params)
+            for w, s, e in zip(wires, bucket.start, bucket.end):
+                w.mark(s, e, members, self.comm.contributions)
+            return work
         if self._narrow:
             # cut bucket -> cast with the 1/N pre-scale into the wire -> NCCL half all-reduce -> the update reads it
             wires = [narrow.wire_buffer(a, self.codec.wire_dtype) for a in bucket.arenas]
@@ -341,3 +493,25 @@ class GradientSync:
         arena, slot = param.arena_slots()[mirror]
         buf, offsets = self._residuals[id(arena)]
         return buf[offsets[id(param)]:offsets[id(param)] + slot.span]
+
+
+def _owned_pieces(bucket: Bucket, layout: ShardLayout) -> list[tuple[int, int, int]]:
+    """The bucket's ``(start, end, owner)`` pieces, bucket-relative, in gradient order; adjacent pieces of one owner
+    are joined. A parameter's slot (padding included) maps to the gradient slot element by element."""
+    base = bucket.start[0]
+    pieces: list[tuple[int, int, int]] = []
+    for p in bucket.params:
+        slot = p.arena_slots()[0][1]
+        for owner, (first, last) in enumerate(layout.bounds):
+            a, b = max(slot.offset, first), min(slot.offset + slot.span, last)
+            if a < b:
+                pieces.append((slot.grad_offset + a - slot.offset - base, slot.grad_offset + b - slot.offset - base,
+                               owner))
+    pieces.sort()
+    joined: list[tuple[int, int, int]] = []
+    for start, end, owner in pieces:
+        if joined and joined[-1][2] == owner and joined[-1][1] == start:
+            joined[-1] = (joined[-1][0], end, owner)
+        else:
+            joined.append((start, end, owner))
+    return joined

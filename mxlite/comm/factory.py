@@ -26,9 +26,10 @@ def create(kind: str, devices: Sequence[Device]) -> Communicator:
     * 'local', 'device', 'nccl': one process. GPUs use NCCL when CuPy has it ('local' and
       'device' too: reducing on the devices is what makes them fast), else peer copies; CPU
       devices reduce with NumPy.
-    * 'dist_*': every process started by the MPI launcher, one device per process for GPUs.
-      GPU buffers travel over NCCL (unique id broadcast over MPI) when available, else through
-      the host over MPI; CPU buffers over MPI.
+    * 'dist_*': every process started by the MPI launcher. One GPU per process: its buffers
+      travel over NCCL (unique id broadcast over MPI) when available; several GPUs per process
+      (mxlite's NCCL carrier runs one per process), or no NCCL: through the host over MPI; CPU
+      buffers over MPI.
 
     For 'dist_*' the ranks first agree on their devices (one small MPI all-gather, under
     ``MXLITE_COLLECTIVE_TIMEOUT``): every rank must have the same kind and number of devices and
@@ -45,7 +46,7 @@ def create(kind: str, devices: Sequence[Device]) -> Communicator:
         mpi = mpi_module()
         world = mpi.COMM_WORLD
         faults.install()  # a rank that fails ends the job instead of hanging the others
-        nccl = gpus and nccl_available()
+        nccl = gpus and len(devices) == 1 and nccl_available()
         _agree_on_devices(kind, devices, "nccl" if nccl else "mpi", world)
         if nccl:
             return NcclCommunicator(devices, mpi_comm=world)

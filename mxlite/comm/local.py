@@ -66,6 +66,30 @@ class LocalCommunicator(Communicator):
                                                       self.devices[k], device, copy=False)
         return DONE
 
+    def reduce_to_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Each piece is summed on its owner, in device order (``allreduce``'s order and bits); the rest of
+        every buffer is left as it was. See :meth:`Communicator.reduce_to_owners`."""
+        pieces = self._check_pieces(buffers, pieces, "reduce_to_owners")
+        if len(buffers) == 1:
+            return DONE
+        for start, end, owner in pieces:
+            total = self._local_sum(buffers, owner, start, end)
+            with self.devices[owner].use():
+                buffers[owner][start:end] = total
+        return DONE
+
+    def gather_from_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Copy each piece from its owner into every other buffer (peer copies on GPUs); see
+        :meth:`Communicator.gather_from_owners`."""
+        pieces = self._check_pieces(buffers, pieces, "gather_from_owners")
+        for j, (device, buf) in enumerate(zip(self.devices, buffers)):
+            with device.use():
+                for start, end, owner in pieces:
+                    if owner != j:
+                        buf[start:end] = copy_between(_part(buffers[owner], self.devices[owner], start, end),
+                                                      self.devices[owner], device, copy=False)
+        return DONE
+
     def broadcast(self, buffers: Sequence[Any], root: int = 0) -> None:
         """Copy the first buffer into the others (``root`` must be 0: there is one process)."""
         if root != 0:

@@ -164,6 +164,75 @@ class MpiCommunicator(Communicator):
                     buf[...] = out if isinstance(buf, np.ndarray) else device.xp.asarray(out)
         return DONE
 
+    def reduce_to_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Each piece's owner gets the sum of that piece over every device and process.
+
+        Buffer flow: the local buffers are summed on the first device in device order (as
+        ``allreduce``), the sum goes to the host (float16 as float32), the pieces are laid out by
+        owning process (each process's pieces in piece order), ``MPI_Reduce_scatter`` hands every
+        process the sums of its own pieces, and each is written into its owner's buffer. The rest of
+        every buffer is left untouched. See :meth:`Communicator.reduce_to_owners`.
+        """
+        pieces = self._check_pieces(buffers, pieces, "reduce_to_owners")
+        self._debug_check("reduce_to_owners", buffers)
+        total = self._local_sum(buffers) if len(buffers) > 1 else buffers[0]
+        host = as_host(total)
+        wire = host.astype(np.float32) if host.dtype == np.float16 else np.ascontiguousarray(host)
+        by_rank = self._pieces_by_rank(pieces)
+        counts = [sum(end - start for start, end, _ in mine) for mine in by_rank]
+        send = np.concatenate([wire[start:end] for mine in by_rank for start, end, _ in mine] or [wire[:0]])
+        mine = np.empty(counts[self.rank], wire.dtype)
+        if self._timeout is None:
+            self.comm.Reduce_scatter(send, mine, counts, op=self._mpi.SUM)
+        else:
+            self._wait(self.comm.Ireduce_scatter(send, mine, counts, op=self._mpi.SUM), "reduce_to_owners")
+        result = mine if mine.dtype == host.dtype else mine.astype(host.dtype)
+        at = 0
+        for start, end, owner in by_rank[self.rank]:
+            device, buf = self.devices[owner % len(self.devices)], buffers[owner % len(self.devices)]
+            piece, at = result[at:at + end - start], at + end - start
+            with device.use():
+                buf[start:end] = piece if isinstance(buf, np.ndarray) else device.xp.asarray(piece)
+        return DONE
+
+    def gather_from_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Every buffer of every process receives every piece from its owner (``MPI_Allgatherv``).
+
+        The pieces travel in the buffers' own dtype (float16 as its 16-bit patterns), each process
+        sending its own pieces in piece order. See :meth:`Communicator.gather_from_owners`.
+        """
+        pieces = self._check_pieces(buffers, pieces, "gather_from_owners")
+        self._debug_check("gather_from_owners", buffers)
+        local = len(self.devices)
+        by_rank = self._pieces_by_rank(pieces)
+        counts = [sum(end - start for start, end, _ in mine) for mine in by_rank]
+        dtype = np.dtype(buffers[0].dtype)
+        own = [as_host(_part(buffers[owner % local], self.devices[owner % local], start, end))
+               for start, end, owner in by_rank[self.rank]]
+        send = np.ascontiguousarray(np.concatenate(own) if own else np.empty(0, dtype))
+        out = np.empty(sum(counts), dtype)
+        displs = [sum(counts[:r]) for r in range(self.size)]
+        wire_send, wire_out = (send.view(np.uint16), out.view(np.uint16)) if dtype == np.float16 else (send, out)
+        target = [wire_out, counts, displs, None]
+        if self._timeout is None:
+            self.comm.Allgatherv(wire_send, target)
+        else:
+            self._wait(self.comm.Iallgatherv(wire_send, target), "gather_from_owners")
+        for r, mine in enumerate(by_rank):
+            at = displs[r]
+            for start, end, owner in mine:
+                piece, at = out[at:at + end - start], at + end - start
+                for j, (device, buf) in enumerate(zip(self.devices, buffers)):
+                    if self.rank * local + j != owner:  # every local buffer but the owner's
+                        with device.use():
+                            buf[start:end] = piece if isinstance(buf, np.ndarray) else device.xp.asarray(piece)
+        return DONE
+
+    def _pieces_by_rank(self, pieces: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+        """The pieces each process's devices own, in rank order (each in piece order)."""
+        local = len(self.devices)
+        return [[p for p in pieces if p[2] // local == r] for r in range(self.size)]
+
     def _process_ranges(self, bounds: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """The contiguous range of every process's shards (its devices' shards, joined), in rank order."""
         local = len(self.devices)

@@ -22,7 +22,9 @@ the wire dtype, sum: device ``k``'s shard ``k`` of the slice (:meth:`Communicato
 ``sum(g) / N``, added in the same order as step 3 would (NCCL's order; rank order in the
 emulation, where the shard's bits equal the all-reduce's), so the precision below holds as it
 is; the rest of its wire slice is unspecified. Same bytes on the wire as step 3 takes for its
-first half; the all-gather of the updated weights is the second.
+first half; the all-gather of the updated weights is the second. The Trainer's sharded states cut
+the buckets into owned *pieces* instead (:func:`reduce_to_owners_to_wire`: one NCCL ``reduce`` per
+piece onto its owner, in the wire dtype), with the same precision and bytes.
 
 The gradient buffer itself still holds this device's own (unsummed) gradient. Anything else
 that reads gradients after the sum (``Trainer.allreduce_grads()`` called by the user, the AMP
@@ -54,7 +56,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NarrowGradient", "narrow_gradient", "wire_buffer", "materialize_all", "reduce_scatter_to_wire"]
+__all__ = ["NarrowGradient", "narrow_gradient", "wire_buffer", "materialize_all", "reduce_scatter_to_wire",
+           "reduce_to_owners_to_wire"]
 
 # arena -> its NarrowGradient per mirror arena object (each mirror has its own Arena)
 _BY_ARENA: weakref.WeakKeyDictionary[Any, NarrowGradient] = weakref.WeakKeyDictionary()
@@ -192,4 +195,27 @@ def reduce_scatter_to_wire(grads: Sequence[Any], wires: Sequence[Any], wire_dtyp
         with device.use(), stream:
             to_wire(grad, wire_dtype, scale, clip, out=wire)  # cast and pre-scale: the whole slice
     comm.reduce_scatter_on_device(list(wires), wire_dtype, "sum")  # NCCL half sum, own shard only
+    return comm.end()
+
+
+def reduce_to_owners_to_wire(grads: Sequence[Any], wires: Sequence[Any], wire_dtype: str, comm: Any,
+                             pieces: Sequence[tuple[int, int, int]], clip: float | None = None) -> Any:
+    """Sharded narrow wire over owned pieces: each piece of its owner's wire becomes ``sum of half(clip(g) / N)``.
+
+    As :func:`reduce_scatter_to_wire`, with the pieces of :meth:`Communicator.reduce_to_owners`
+    (``[(start, end, owner shard)]``) instead of equal shards: per GPU one ``to_wire`` launch (the
+    whole slice, with the 1/N pre-scale), then one NCCL ``reduce`` per piece onto its owner, in the
+    wire dtype. The gradients are only read; the rest of each wire slice is unspecified.
+
+    Returns:
+        the work to wait for before the owners read their pieces of the wires.
+    """
+    from .compression.kernels import to_wire  # noqa: PLC0415 - kernels import the device layer
+
+    scale = np.float32(1.0 / comm.contributions)
+    comm.begin()
+    for device, stream, grad, wire in zip(comm.devices, comm.streams, grads, wires):
+        with device.use(), stream:
+            to_wire(grad, wire_dtype, scale, clip, out=wire)  # cast and pre-scale: the whole slice
+    comm.reduce_to_owners_on_device(list(wires), pieces, wire_dtype)  # NCCL half sums, onto each piece's owner
     return comm.end()

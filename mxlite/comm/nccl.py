@@ -328,6 +328,64 @@ class NcclCommunicator(Communicator):
         if staged is not buffers:
             self._unstage(buffers, staged, bounds, chunk, own_only=not gather)
 
+    def reduce_to_owners_on_device(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]],
+                                   dtype: str | None = None) -> None:
+        """Enqueue, after :meth:`begin`, the sum of every piece onto its owner: one NCCL ``reduce`` per piece.
+
+        In place (the owner's receive buffer is its own piece), all pieces in one group, on the
+        communication streams; the rest of every buffer is left untouched. ``dtype``: the NCCL type
+        name (default the arrays'), 'bfloat16' for uint16 bit patterns. See
+        :meth:`Communicator.reduce_to_owners`.
+        """
+        self._pieces_on_device("reduce_to_owners", buffers, pieces, dtype, reduce=True)
+
+    def gather_from_owners_on_device(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]],
+                                     dtype: str | None = None) -> None:
+        """Enqueue, after :meth:`begin`, one NCCL ``broadcast`` per piece from its owner, in place, in one group."""
+        self._pieces_on_device("gather_from_owners", buffers, pieces, dtype, reduce=False)
+
+    def _pieces_on_device(self, what: str, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]],
+                          dtype: str | None, reduce: bool) -> None:
+        pieces = self._check_pieces(buffers, pieces, what)
+        if not buffers[0].flags.c_contiguous:
+            raise ValueError(f"{what}: NCCL needs contiguous buffers, got a strided view of {buffers[0].size} elements")
+        self._debug_check(f"{what} ({dtype or buffers[0].dtype})", buffers)
+        code = self._dtype(buffers[0]) if dtype is None else self._dtype_named(dtype)
+        if not pieces:
+            return
+        nccl = self._nccl
+        nccl.groupStart()
+        try:
+            for comm, buf, stream in zip(self._comms, buffers, self._streams):
+                for start, end, owner in pieces:
+                    ptr = buf.data.ptr + start * buf.itemsize
+                    if reduce:
+                        comm.reduce(ptr, ptr, end - start, code, nccl.NCCL_SUM, owner, stream.ptr)
+                    else:
+                        comm.bcast(ptr, end - start, code, owner, stream.ptr)
+        finally:
+            nccl.groupEnd()
+
+    def reduce_to_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Each piece's owner gets its sum over every GPU of every process; asynchronous (see :class:`NcclWork`).
+
+        One NCCL ``reduce`` per piece, rooted at its owner, in one group on the communication streams
+        (:meth:`reduce_to_owners_on_device`). See :meth:`Communicator.reduce_to_owners`.
+        """
+        self._check_pieces(buffers, pieces, "reduce_to_owners")
+        self._dtype(buffers[0])  # before anything is enqueued
+        self.begin()
+        self.reduce_to_owners_on_device(buffers, pieces)
+        return self.end()
+
+    def gather_from_owners(self, buffers: Sequence[Any], pieces: Sequence[tuple[int, int, int]]) -> Work:
+        """Every GPU receives every piece from its owner; asynchronous (one NCCL ``broadcast`` per piece)."""
+        self._check_pieces(buffers, pieces, "gather_from_owners")
+        self._dtype(buffers[0])
+        self.begin()
+        self.gather_from_owners_on_device(buffers, pieces)
+        return self.end()
+
     def _check_shardable(self, buffers: Sequence[Any], what: str) -> None:
         """Flat and contiguous: NCCL addresses the shards by pointer arithmetic."""
         self._check_flat(buffers, what)

@@ -102,6 +102,9 @@ def num_gpus() -> int:
 class Device:
     """A place where arrays live: ``Device('cpu', 0)`` or ``Device('gpu', 1)``.
 
+    MXNet's host-memory kinds ``'cpu_pinned'`` and ``'cpu_shared'`` give the CPU device of that id (mxlite's
+    host arrays are plain NumPy arrays; a DataLoader's worker processes send their batches through a pipe).
+
     Devices compare and hash by ``(device_type, device_id)``; ``repr`` is ``cpu(0)`` /
     ``gpu(1)`` as in MXNet. Use :func:`cpu` and :func:`gpu` to build them.
 
@@ -115,6 +118,8 @@ class Device:
     def __init__(self, device_type: str | Device, device_id: int = 0) -> None:
         if isinstance(device_type, Device):
             device_type, device_id = device_type.device_type, device_type.device_id
+        if device_type in ("cpu_pinned", "cpu_shared"):
+            device_type = "cpu"  # MXNet's page-locked and shared host memory: mxlite's host arrays are NumPy's
         if device_type not in ("cpu", "gpu"):
             raise ValueError(f"device_type must be 'cpu' or 'gpu', got {device_type!r}")
         if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
@@ -169,6 +174,11 @@ class Device:
         if self.device_type == "cpu":
             return _NULL_CONTEXT
         return self.xp.cuda.Device(self.device_id)
+
+    def is_current(self) -> bool:
+        """Whether work issued now already runs here: always for a CPU device; for a GPU, when it is CUDA's
+        current device (one runtime query, cheaper than entering :meth:`use`, which ops skip when this holds)."""
+        return self.device_type == "cpu" or self.xp.cuda.runtime.getDevice() == self.device_id
 
     # -- current device -------------------------------------------------------------------
     def __enter__(self) -> Device:

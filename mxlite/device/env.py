@@ -13,9 +13,10 @@ MXLITE_DEBUG_COLLECTIVES   :func:`flag`                1/true/yes/on, 0/false/no
 MXLITE_COLLECTIVE_TIMEOUT  :func:`seconds`             a number of seconds > 0; ``inf``: no limit
 MXLITE_EMULATE_GPUS        :func:`integer`             0 (off) to 16
 MXLITE_CPU_KERNELS         :func:`choice`              auto, compiled, numpy (any case)
+MXLITE_HOSTCUDA_CACHE      :func:`text`                a folder (default ``~/.cache/mxlite/hostcuda``)
+MXLITE_HOSTCUDA_CXX        :func:`text`                a C++ compiler on PATH, or its path (default g++)
+MXLITE_HOSTCUDA_SEED       :func:`integer` (base 0)    an integer from -2^63 to 2^64-1 (``0x5eed``: hex)
 ========================== =========================== ==================================================
-
-(The host build's ``MXLITE_HOSTCUDA_CACHE``, ``_CXX`` and ``_SEED`` are read by :mod:`._hostcuda`.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import os
 from collections.abc import Sequence
 
-__all__ = ["flag", "seconds", "integer", "choice", "raw"]
+__all__ = ["flag", "seconds", "integer", "choice", "text", "raw"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -69,8 +70,10 @@ def seconds(name: str) -> float | None:
     return None if math.isinf(value) else value
 
 
-def integer(name: str, low: int, high: int, default: int, meaning: str = "") -> int:
+def integer(name: str, low: int, high: int, default: int, meaning: str = "", base: int = 10) -> int:
     """An integer from ``low`` to ``high`` (``default`` when unset or empty); ``meaning`` ends the error message.
+
+    ``base`` is :func:`int`'s: 10, or 0 for Python's literals (``0x5eed``, ``0o17``, ``0b101``, ``1_000``).
 
     Raises:
         ValueError: not an integer in range, e.g. "MXLITE_EMULATE_GPUS must be an integer from 0 (off) to 16
@@ -80,7 +83,7 @@ def integer(name: str, low: int, high: int, default: int, meaning: str = "") -> 
     if not text:
         return default
     try:
-        value = int(text)
+        value = int(text, base)
     except ValueError:
         value = low - 1
     if not low <= value <= high:
@@ -100,3 +103,12 @@ def choice(name: str, choices: Sequence[str], default: str) -> str:
     if text not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
     return text
+
+
+def text(name: str, default: str) -> str:
+    """A free value (a folder, a program): the value without surrounding spaces, ``default`` when unset or empty.
+
+    What the value names is checked where it is used (a compiler not on PATH, a folder that cannot
+    be written), with an error naming the variable.
+    """
+    return raw(name) or default

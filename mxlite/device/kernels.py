@@ -6,7 +6,9 @@ reads the text and compiles it with NVRTC, naming every template instantiation i
 (``name_expressions``) so that mangled names resolve.
 
 CPU devices run the same source compiled by g++ with one thread per block (the serial build of
-:mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed. That needs
+:mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed; a launch
+spreads its blocks over up to :func:`mxlite.device.threads.get_num_threads` threads, with the same
+bits whatever the count. That needs
 g++ and CUDA's half-precision headers (the ``cpu`` extra); :func:`cpu_kernels_enabled` decides,
 from ``MXLITE_CPU_KERNELS``, whether a CPU device uses it or the kernels' NumPy twins.
 
@@ -24,7 +26,7 @@ import os
 import warnings
 from typing import Any
 
-from . import env
+from . import env, threads
 from .devices import Device
 
 __all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
@@ -78,6 +80,7 @@ def _function(filename: str, name_expression: str, device_id: int, all_names: tu
 def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
     from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
 
+    threads._apply_to_host_kernels()  # launches spread over mx.get_num_threads() threads
     return _hostcuda.HostModule(kernel_source(filename), _NVRTC_OPTIONS, name_expressions, name=filename,
                                 serial=True)
 
@@ -99,6 +102,7 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
     if name_expression not in all_names:
         raise ValueError(f"{name_expression!r} is not among the compiled names {all_names}")
     if not device.is_gpu:
+        threads.adapt_to_load()  # a CPU step's regular beat: the BLAS follows the cores other processes leave
         return _host_module(filename, all_names).get_function(name_expression)
     return _function(filename, name_expression, device.device_id, all_names)
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..device.copy import as_host  # re-exported: device-to-host reads live in the device layer
+from ..device.staging import fsync_dir  # re-exported: the host build cache makes its writes durable too
 from . import _messages, mxnet_params
 
 __all__ = ["atomic_write", "fsync_dir", "current_umask", "file_sha256", "save_arrays", "load_arrays", "as_host",
@@ -80,18 +81,6 @@ def file_sha256(path: str | os.PathLike) -> tuple[str, int]:
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
-
-
-def fsync_dir(folder: str | os.PathLike) -> None:
-    """fsync a folder, so that renames and new entries in it survive a crash (best effort)."""
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
 
 
 def save_arrays(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:

@@ -16,9 +16,13 @@ from typing import Any
 import numpy as np
 
 from ..amp import LossScaler
+from ..comm.mpi import MpiCommunicator
+from ..device import cpu
 from ..device.copy import as_host
 from ..formats.archive import atomic_write
 from ..optimizer import states_archive
+from ..optimizer._arena import fused_rule
+from ..optimizer._fused import to_structure
 from ..optimizer.optimizer import MultiPrecisionState
 from .parameter import Parameter
 
@@ -27,6 +31,9 @@ __all__ = ["TrainerStates", "copy_state"]
 
 class TrainerStates:
     """``save_states``/``load_states`` of the Trainer (a base class: the attributes are the Trainer's)."""
+
+    _gathered: dict[int, Any] = {}  # sharded states gathered for the save in progress (index -> whole state)
+    _host_mpi: Any = None  # MPI over the processes, for gathering sharded states on the host
 
     # -- saving and loading optimizer states ----------------------------------------------
     def save_states(self, fname: str | os.PathLike) -> None:
@@ -40,13 +47,26 @@ class TrainerStates:
         ``update_on_kvstore`` the store writes it (:meth:`KVStore.save_optimizer_states`). It is
         written to a temporary file, fsynced and renamed, so a crash during the save leaves the
         previous file intact.
+
+        Sharded states (``shard_optimizer_states``) are gathered first: each parameter's whole state,
+        from the slices of every device and process, in the same per-parameter layout, so the file
+        loads onto any number of devices and processes, sharded or not. This is a collective: with
+        several processes every rank must call it. It costs one host copy of every state on every
+        rank (12 bytes per parameter for Adam with master weights) and, across processes, an
+        all-gather of the states over MPI ((P - 1)/P of them per rank); the devices allocate nothing.
         """
+        self._save_states(fname, with_states=True)
+
+    def _save_states(self, fname: str | os.PathLike, with_states: bool) -> None:
+        """:meth:`save_states`; ``with_states`` False writes no parameter state (``mx.checkpoint`` then keeps the
+        gathered states of sharded training once, in rank 0's file): the file says so and loads only with them."""
         self._init_kvstore()
         if self._update_on_kvstore:
             self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
             return
+        self._gathered = self._gather_all_sharded()
         states: dict[Any, Any] = {}
-        for index, param in enumerate(self._params):
+        for index, param in enumerate(self._params) if with_states else ():
             state = self._saved_state(index, param)
             if state is not None:
                 states[index] = state
@@ -54,6 +74,9 @@ class TrainerStates:
                   "compression": self._codec.params if self._codec is not None else None,
                   "loss_scaler": self._amp_loss_scaler.state_dict() if self._amp_loss_scaler is not None else None,
                   "partial_turn": self._partial_turn}
+        if not with_states:
+            fields["states_elsewhere"] = True
+        self._gathered = {}
         data = states_archive.pack(states, self._optimizer.state_dict(), self._residuals(), states_archive.TRAINER,
                                    fields)
         atomic_write(fname, lambda f: f.write(data))
@@ -73,7 +96,8 @@ class TrainerStates:
         """
         self._apply_states(self._read_states(fname))
 
-    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None) -> tuple[str, Any]:
+    def _read_states(self, fname: str | os.PathLike, *, data: bytes | None = None,
+                     states_from: tuple[str, bytes] | None = None) -> tuple[str, Any]:
         """Read and check a :meth:`save_states` file without changing anything (ValueError names the file).
 
         Args:
@@ -81,6 +105,9 @@ class TrainerStates:
             data: the file's bytes, already read (and verified) by the caller (``mx.checkpoint.load``):
                 these are parsed, so what :meth:`_apply_states` installs is what the caller checked.
                 None reads ``fname`` (once).
+            states_from: ``(name, bytes)`` of another rank's file holding the parameter states, for a file
+                written without them (``mx.checkpoint`` of sharded training keeps them in rank 0's file
+                only); its states are checked as the file's own would be.
 
         Returns what :meth:`_apply_states` takes: everything parsed and checked, so applying reads
         no file (also with ``update_on_kvstore``, where the store's own parse is kept).
@@ -102,12 +129,22 @@ class TrainerStates:
             with open(fname, "rb") as f:
                 data = f.read()
         try:
-            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER)
+            states, optimizer_state, residuals, extra = states_archive.unpack(data, states_archive.TRAINER,
+                                                                              self._states_limit())
             if optimizer_state is None or "trainer_params" not in extra:
                 raise ValueError("it is not a Trainer.save_states file (no optimizer or parameter section)")
+            if extra.get("states_elsewhere"):
+                if states_from is None:
+                    raise ValueError("it holds no parameter states (a checkpoint of sharded training keeps them in "
+                                     "trainer-rank0.states): load the checkpoint with mx.checkpoint.load")
+                states, _, _, source = states_archive.unpack(states_from[1], states_archive.TRAINER)
+                if source.get("trainer_params") != extra["trainer_params"] or source.get("states_elsewhere"):
+                    raise ValueError(f"{states_from[0]!r}, which should hold its parameter states, was saved for "
+                                     "other parameters (or holds none)")
             self._optimizer.check_state_dict(optimizer_state)  # the optimizer first: its class shapes the states
             self._check_residuals(residuals, extra.get("compression"))
             self._check_saved_params(extra["trainer_params"], states)
+            self._check_saved_counts(optimizer_state)  # after the parameters: other parameters say more
             scaler_state = extra.get("loss_scaler")
             if scaler_state is not None and self._amp_loss_scaler is not None:
                 LossScaler().load_state_dict(scaler_state)  # validates
@@ -188,11 +225,72 @@ class TrainerStates:
             return self._loaded[index]
         if (index, 0) in self._states:
             return self._states[(index, 0)]
+        if index in self._gathered:
+            return self._gathered[index]
         if not param.is_initialized or param.grad_req == "null":
             return None
         arena, slot = param.arena_slots()[0]
         updater = self._arena_updaters.get((id(arena), 0))
-        return updater.get_state(slot) if updater is not None else None
+        if updater is None or updater.shard is not None:  # a sharded one's were gathered (or it holds none)
+            return None
+        return updater.get_state(slot)
+
+    # -- sharded states (shard_optimizer_states) ------------------------------------------------------
+    def _gather_all_sharded(self) -> dict[int, Any]:
+        """Whole per-parameter states of every sharded arena (a collective: every rank, same order)."""
+        gathered: dict[int, Any] = {}
+        for _, sync in self._syncs.values():
+            for layout in sync.layouts if sync is not None else []:
+                updaters = [self._arena_updaters.get((id(a), m)) for m, a in enumerate(layout.arenas)]
+                if all(u is None for u in updaters):
+                    continue  # never updated on any device: no state yet
+                if any(u is None for u in updaters):
+                    raise RuntimeError("sharded optimizer states: some device mirrors of an arena have no state "
+                                       "while others do; update every mirror together")
+                gathered.update(self._gather_sharded(sync.comm, updaters))
+        return gathered
+
+    def _gather_sharded(self, comm: Any, updaters: list[Any]) -> dict[int, Any]:
+        """``{optimizer index: whole state}`` of the parameters one sharded arena holds state for.
+
+        ``updaters``: the arena's sharded updaters of this process's mirrors, in device order; their
+        slices are consecutive, and so are the processes' (rank order). Each state buffer is copied to
+        the host, joined over the local mirrors and all-gathered over the processes (MPI, on the host),
+        then cut into parameters at the offsets the states were laid out for.
+        """
+        parts = [u.shard_states() for u in updaters]
+        host = self._host_comm(comm)
+        local = np.array([updaters[0].shard[0], updaters[-1].shard[1]], np.int64)
+        start = int(local[0]) if host is None else int(host.allgather(local)[0][0])
+        full = {}
+        for name in parts[0]:
+            mine = np.concatenate([p[name] for p in parts])
+            full[name] = mine if host is None else np.concatenate(host.allgather(mine))
+        first = updaters[0]
+        gathered = {}
+        for index, param in enumerate(self._params):
+            offset = first.offset(param)
+            if id(param) not in first.holding or offset is None:
+                continue
+            at, size = offset - start, int(np.prod(param.shape, dtype=np.int64))
+            arrays = {name: full[name][at:at + size].reshape(param.shape).copy() for name in full}
+            master = arrays.pop("master", None)
+            gathered[index] = to_structure(first.state_names, arrays, master)
+        return gathered
+
+    def _states_shared_by_processes(self) -> bool:
+        """Whether sharded states span several processes, so that every rank gathers (and saves) the same states."""
+        return any(sync is not None and sync.layouts and comm.size > 1 for comm, sync in self._syncs.values())
+
+    def _host_comm(self, comm: Any) -> Any:
+        """A communicator over this job's processes for host arrays (MPI), or None with one process."""
+        if comm.size == 1:
+            return None
+        if isinstance(comm, MpiCommunicator):
+            return comm
+        if self._host_mpi is None:
+            self._host_mpi = MpiCommunicator([cpu(0)])
+        return self._host_mpi
 
     def _check_store_states(self, parsed: tuple[Any, Any, Any]) -> None:
         """States and residuals of a store file (``update_on_kvstore``) against this Trainer's parameters.
@@ -218,6 +316,41 @@ class TrainerStates:
                     raise ValueError(f"the {what} of parameter {param.label!r} has shape {tuple(leaf.shape)}, "
                                      f"the parameter has shape {tuple(param.shape)}")
 
+    def _states_limit(self) -> int | None:
+        """The most bytes a states file of this Trainer can hold in arrays (None: a shape is still unknown).
+
+        Per parameter at most 8 state arrays (master weights included) of its size in float32 or its own
+        wider dtype, and one compression residual per device mirror; plus 1 MiB. A file declaring more
+        is refused from its headers, before its arrays are inflated.
+        """
+        if not all(p._shape_known() for p in self._params):
+            return None
+        mirrors = max((len(p.list_device()) for p in self._params if p.is_initialized), default=1)
+        size = sum(int(np.prod(p.shape)) * max(4, np.dtype(p.dtype).itemsize) for p in self._params)
+        return size * (8 + mirrors) + (1 << 20)
+
+    def _check_saved_counts(self, optimizer_state: dict[str, Any]) -> None:
+        """The update counts of a (checked) optimizer state against this Trainer: mirrors 0..k-1, its indices.
+
+        A Trainer numbers its device mirrors 0, 1, ... and its parameters 0..n-1; a file saved on k
+        devices holds the mirrors 0..k-1 (resuming on other devices is allowed: new mirrors start
+        from mirror 0's counts). Counts for another mirror or index would restart (or skip) a bias
+        correction or schedule on resume.
+
+        Raises:
+            ValueError: naming the mirrors or indices.
+        """
+        counts = {int(slot): [i for i, _ in table] for slot, table in optimizer_state["update_counts"]}
+        if counts and sorted(counts) != list(range(len(counts))):
+            raise ValueError(f"update counts are given for mirrors {sorted(counts)}; a Trainer's state file holds "
+                             f"mirrors 0..k-1 (one per device it was saved on)")
+        for slot, indices in counts.items():
+            foreign = [i for i in indices if isinstance(i, bool) or not isinstance(i, int)
+                       or not 0 <= i < len(self._params)]
+            if foreign:
+                raise ValueError(f"update counts of mirror {slot} are given for indices {foreign[:5]}, which are not "
+                                 f"parameter indices of this Trainer (0..{len(self._params) - 1})")
+
     def _check_saved_params(self, saved: Any, states: dict[Any, Any]) -> None:
         names = [p.label for p in self._params]
         try:
@@ -230,6 +363,10 @@ class TrainerStates:
             unexpected = [n for n in saved_names if n not in names]
             raise ValueError(f"it was saved for other parameters: missing {missing}, unexpected {unexpected}"
                              + ("" if missing or unexpected else " (same names, another order)"))
+        for param, saved_shape in zip(self._params, saved_shapes):
+            if param._shape_known() and saved_shape is not None and saved_shape != tuple(param.shape):
+                raise ValueError(f"parameter {param.label!r} has shape {saved_shape} in the file and "
+                                 f"{tuple(param.shape)} in this Trainer")
         for index, state in states.items():
             if not isinstance(index, int) or not 0 <= index < len(self._params):
                 raise ValueError(f"state index {index!r} is not a parameter index")
@@ -246,10 +383,26 @@ class TrainerStates:
                 if not np.all(np.isfinite(np.asarray(leaf, dtype=np.float32))):
                     raise ValueError(f"the state of parameter {param.label!r} holds inf or NaN")
             if shape is not None:
-                problem = _structure_difference(self._template_state(index, param, shape), state)
+                template = self._template_state(index, param, shape)
+                problem = _structure_difference(template, state)
                 if problem:
                     raise ValueError(f"the state of parameter {param.label!r} does not have the structure "
                                      f"{type(self._optimizer).__name__} creates: {problem}")
+                self._check_state_dtypes(param, template, state)
+
+    def _check_state_dtypes(self, param: Parameter, template: Any, state: Any) -> None:
+        """Each leaf of a loaded state must have the dtype this Trainer keeps there (ValueError naming both).
+
+        The fused update keeps float32 states (and float32 master weights); the per-parameter path the
+        dtypes ``create_state`` gives. float16 states where float32 are kept would lose precision silently.
+        """
+        fused = param.grad_stype == "default" and fused_rule(self._optimizer, param.dtype) is not None
+        for leaf, kept in zip(states_archive.state_arrays(state), states_archive.state_arrays(template)):
+            allowed = {np.dtype(kept.dtype).name} | ({"float32"} if fused else set())
+            got = np.dtype(leaf.dtype).name
+            if got not in allowed:
+                raise ValueError(f"the state of parameter {param.label!r} holds {got} values; this Trainer keeps "
+                                 f"{' or '.join(sorted(allowed))} states there")
 
     def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
         """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""

@@ -27,7 +27,15 @@ from ..device import current_device
 from ..formats.archive import describe_arrays, load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
 from ._graphs import BlockGraphs
-from .parameter import Parameter, ParameterDict, _device_list, apply_load, plan_from_arrays, plan_load
+from .parameter import (
+    DeferredInitializationError,
+    Parameter,
+    ParameterDict,
+    _device_list,
+    apply_load,
+    plan_from_arrays,
+    plan_load,
+)
 
 __all__ = ["Block", "HybridBlock", "Sequential", "HybridSequential"]
 
@@ -239,7 +247,19 @@ class Block:
                 param._path = name
             if pattern is None or pattern.match(name):
                 out[name] = param
+        for name, view in self._iter_param_aliases(""):
+            if pattern is None or pattern.match(name):
+                out._aliases[name] = view
         return out
+
+    def _iter_param_aliases(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        """Views a block offers by name besides its parameters (``_param_aliases``: an RNN layer's 'rnn_param')."""
+        aliases = getattr(self, "_param_aliases", None)
+        if aliases is not None:
+            for name, view in aliases().items():
+                yield prefix + name, view
+        for name, child in self._children.items():
+            yield from child._iter_param_aliases(prefix + name + ".")
 
     def _check_container_with_block(self) -> None:
         """Warn about Blocks kept in a plain list, tuple or dict attribute (as MXNet 2.x does).
@@ -483,7 +503,15 @@ class Block:
         for hook in list(self._forward_pre_hooks.values()):
             hook(self, args)
         graphs = self.__dict__.get("_graphs")  # hybridize(static_alloc=True, static_shape=True): CUDA graphs
-        out = self.forward(*args, **kwargs) if graphs is None else graphs(args, kwargs)
+        try:
+            out = self.forward(*args, **kwargs) if graphs is None else graphs(args, kwargs)
+        except DeferredInitializationError:
+            # MXNet 2.x: a block that uses its deferred parameters directly defines infer_shape(*args) to set
+            # their shapes from the inputs; the forward then runs again (its parameters initialise on first use)
+            if getattr(self, "infer_shape", None) is None:
+                raise
+            self.infer_shape(*args, **kwargs)
+            out = self.forward(*args, **kwargs)
         if any(a.__class__ is NDTensor for a in args):
             out = _nd_face(out)  # mx.nd in, mx.nd out, as in MXNet 1.x (also through Embedding's index input)
         for hook in list(self._forward_hooks.values()):

@@ -483,7 +483,9 @@ class ParameterDict(dict):
     """Parameters by name, with Gluon 1.x's ``ParameterDict`` methods (what ``collect_params()`` returns).
 
     A ``dict`` (name -> :class:`Parameter`) that also initialises, moves, zeroes, saves and loads
-    all of its parameters at once, and creates parameters with :meth:`get`.
+    all of its parameters at once, and creates parameters with :meth:`get`. ``collect_params()`` also resolves
+    MXNet 2.x's fused ``'rnn_param'`` of each recurrent layer by name (``params['lstm0.rnn_param']``), a view
+    of the per-gate parameters it lists (:class:`~mxlite.gluon.rnn.rnn_layer.FusedRNNParam`).
     """
 
     def __init__(self, *args: Any, prefix: str = "", shared: ParameterDict | None = None, **kwargs: Any) -> None:
@@ -491,6 +493,17 @@ class ParameterDict(dict):
         self._prefix = prefix
         self._shared = shared
         self._owner: Any = None  # the Block whose own parameters this holds (Block.params)
+        # Views reachable by name but not listed (an RNN layer's fused 'rnn_param', MXNet 2.x's layout of the
+        # weights this dict lists one by one): so iterating, saving or training sees every weight once
+        self._aliases: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return super().__getitem__(name)
+        except KeyError:
+            if name in self._aliases:
+                return self._aliases[name]
+            raise
 
     @property
     def prefix(self) -> str:

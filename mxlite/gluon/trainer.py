@@ -22,6 +22,10 @@ Behaviour:
 * ``save_states``/``load_states`` write and read the optimizer (hyperparameters, update counts,
   scheduler position), every parameter's state and the compression residuals in a safe
   ``.npz`` format; a run resumed from them continues bit for bit.
+* ``shard_optimizer_states=True`` (ZeRO-1) keeps each optimizer state on one device only: every
+  device of every process owns a slice of each arena, gets the gradient sum of that slice (a
+  reduction of each bucket onto its owners, during backward as the all-reduce was), updates it, and
+  an all-gather restores every mirror's weights. See docs/sharding.md.
 
 The kvstore (Gluon's rules, see :meth:`Trainer._init_kvstore`): a store is used when there are
 several devices or a 'dist_*' type. By default (mxlite) the store only sums gradients, through
@@ -97,20 +101,38 @@ class Trainer(TrainerStates):
             divided by the local batch, so a learning rate tuned in MXNet works unchanged. True:
             the mean over workers (as Horovod and PyTorch DDP), so the same learning rate fits
             1 or N workers. No effect with a single process.
+        shard_optimizer_states: (mxlite; ZeRO stage 1, as PyTorch's ZeroRedundancyOptimizer) keep
+            each parameter's optimizer state (moments, master weights) on one device only instead of on
+            every device and process: each of the N devices (processes x local devices) owns a
+            contiguous 1/N of every arena (the flat buffer of a dtype's parameters), receives the
+            gradient sum of that slice only, updates it, and the updated weights are all-gathered into
+            every mirror before ``step`` returns. Optimizer memory per device falls to 1/N; the bytes
+            on the wire are those of the all-reduce it replaces; the all-gather runs after the update
+            (before the next forward). Results equal the unsharded Trainer's (bit for bit for
+            elementwise rules; LAMB and LARS add their per-parameter norms over the shards, so they
+            agree to float32 rounding). Needs a store that sums over several devices or processes
+            ('device', 'nccl', 'dist_*') and a rule with a fused update (every built-in rule on
+            float32/float16 weights; float64 weights and row-sparse gradients keep full states);
+            ``save_states`` gathers the states (every rank must call it) into the usual
+            per-parameter file, which loads onto any number of devices, sharded or not. Not with
+            ``update_on_kvstore``, ``partial_sync`` or the '2bit'/'topk'/'threshold' codecs ('fp16'
+            and 'bf16' work). See docs/sharding.md.
 
     Raises:
         ValueError: empty params, a non-Parameter entry, optimizer_params with an instance,
             an unknown kvstore name, bad compression_params, ``update_on_kvstore=True`` with a
             store that cannot run an optimizer ('nccl'), ``update_on_kvstore=False`` with
-            row-sparse gradients on a 'dist_*' store, or ``partial_sync`` with
-            ``update_on_kvstore``.
+            row-sparse gradients on a 'dist_*' store, ``partial_sync`` with
+            ``update_on_kvstore``, or ``shard_optimizer_states`` with an optimizer without a fused
+            update, ``update_on_kvstore``, ``partial_sync`` or an error-feedback codec.
     """
 
     def __init__(self, params: Mapping[str, Parameter] | Iterable[Parameter], optimizer: Any,
                  optimizer_params: dict[str, Any] | None = None, kvstore: Any = "device",
                  compression_params: dict[str, Any] | None = None, update_on_kvstore: bool | None = None, *,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, partial_sync: bool = False,
-                 check_finite: bool = False, average_over_workers: bool = False) -> None:
+                 check_finite: bool = False, average_over_workers: bool = False,
+                 shard_optimizer_states: bool = False) -> None:
         if isinstance(params, Mapping):
             param_list = [params[k] for k in sorted(params)]
         elif isinstance(params, (list, tuple)):
@@ -164,6 +186,9 @@ class Trainer(TrainerStates):
         else:
             self._optimizer = _opt.create(optimizer, param_dict=param_dict, **optimizer_params)  # validates
         self._scale = float(self._optimizer.rescale_grad)
+        self._shard_states = bool(shard_optimizer_states)
+        if self._shard_states:
+            self._check_shardable(update_on_kvstore)
         self._states: dict[tuple[int, int], Any] = {}  # (param index, mirror number) -> state
         self._arena_updaters: dict[tuple[int, int], ArenaUpdater] = {}  # (id(arena), mirror) -> fused state
         self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
@@ -280,6 +305,9 @@ class Trainer(TrainerStates):
         if self._partial_sync and update:
             raise ValueError("partial_sync updates every mirror locally; it cannot be combined with "
                              "update_on_kvstore")
+        if self._shard_states and update:
+            raise ValueError("shard_optimizer_states updates every device's slice locally; it cannot be combined "
+                             "with update_on_kvstore (row-sparse gradients on a 'dist_*' store update there)")
         if self._partial_sync and any(p.grad_stype == "row_sparse" for p in self._params if p.grad_req != "null"):
             raise ValueError("partial_sync averages dense parameters bucket by bucket; row-sparse gradients "
                              "(sparse_grad=True) are not supported with it")
@@ -348,6 +376,8 @@ class Trainer(TrainerStates):
         for _, sync in self._syncs.values():
             if sync is not None:
                 sync.materialize()  # the caller reads the gradient buffers: a narrow wire's sums go there
+                if sync.layouts:
+                    sync.gather_grads()  # sharded: each owner holds its sums; the caller reads every gradient
 
     def _allreduce_grads(self) -> None:
         self._check_devices_unchanged()
@@ -356,7 +386,12 @@ class Trainer(TrainerStates):
         for _, sync in self._syncs.values():
             if sync is not None:
                 sync.allreduce_grads()
-        for sync, joined in self._ensure_sync():
+        before = {devices: sync for devices, (_, sync) in self._syncs.items()}
+        rebuilt = self._ensure_sync()
+        for devices, old in before.items():
+            if old is not None and old.layouts and self._syncs[devices][1] is not old:
+                old.gather_grads()  # its owners summed under the old slices; the new plan's owners need the sums
+        for sync, joined in rebuilt:
             if joined is None:
                 sync.allreduce_grads()  # a first plan: nothing was reduced during backward
             else:
@@ -401,7 +436,8 @@ class Trainer(TrainerStates):
             comm = old_comm if old_comm is not None else self._communicator(list(devices))
             self._start_in_sync(comm, new)
             needed = (comm.size > 1 or len(devices) > 1) and not self._update_on_kvstore and bool(dense)
-            sync = GradientSync(comm, dense, self._bucket_bytes, self._overlap, self._codec) if needed else None
+            shard = (lambda dtype: fused_rule(self._optimizer, dtype) is not None) if self._shard_states else False
+            sync = GradientSync(comm, dense, self._bucket_bytes, self._overlap, self._codec, shard) if needed else None
             if sync is not None and old_sync is not None:
                 sync.take_residuals(old_sync)
             self._syncs[devices] = (comm, sync)
@@ -543,13 +579,14 @@ class Trainer(TrainerStates):
         opt = self._optimizer
         todo = self._fresh_params(ignore_stale_grad)
         fused = [p.grad_stype == "default" and fused_rule(opt, p.dtype) is not None for _, p in todo]
+        sharded_syncs = [sync for _, sync in self._syncs.values() if sync is not None and sync.layouts]
         if self._check_finite or self._amp_loss_scaler is not None or not all(fused):
             for _, sync in self._syncs.values():  # these read the gradient buffers, not a narrow wire
                 if sync is not None:
                     sync.materialize()
         if self._check_finite and self._amp_loss_scaler is None:
-            _raise_if_not_finite([p for _, p in todo])
-        if self._amp_loss_scaler is not None and self._amp_loss_scaler.has_overflow([p for _, p in todo]):
+            self._raise_if_not_finite([p for _, p in todo], sharded_syncs)
+        if self._amp_loss_scaler is not None and self._overflow([p for _, p in todo], sharded_syncs):
             for param in self._params:
                 param._mark_stale()  # the step is skipped: nothing is written
             return
@@ -561,11 +598,17 @@ class Trainer(TrainerStates):
             else:
                 self._update_per_parameter(index, param)
             param._mark_stale()
-        # One fused update per (arena, mirror): every parameter of the arena in one launch.
+        if sharded_syncs:
+            self._reshard_if_moved(sharded_syncs)
+        # One fused update per (arena, mirror): every parameter of the arena in one launch. Sharded, every
+        # mirror updates its own slice, and the mirrors of one arena are driven together (norm sums).
+        together: dict[int, tuple[Communicator, list[Any]]] = {}
         for key, (arena, entries) in groups.items():
+            sync, layout = self._shard_layout(arena)
+            shard = layout.shard(key[1]) if layout is not None else None
             updater = self._arena_updaters.get(key)
             if updater is None:
-                updater = self._arena_updaters[key] = ArenaUpdater(opt, arena, key[1])
+                updater = self._arena_updaters[key] = ArenaUpdater(opt, arena, key[1], shard)
             for index, slot in entries:
                 if index in self._loaded and (index, key[1]) not in self._applied:
                     updater.set_state(slot, *from_structure(updater.state_names, self._loaded[index]))
@@ -573,8 +616,87 @@ class Trainer(TrainerStates):
             # On a GPU the bucket sums may still sit in the arena's half-precision wire (fp16/bf16
             # codecs): the comm layer says whether it holds all of them, the update then reads it.
             narrow = narrow_gradient(arena, {id(s.key) for _, s in entries}) if arena.device.is_gpu else None
-            updater.step(entries, narrow)
+            if layout is None:
+                updater.step(entries, narrow)
+            else:
+                together.setdefault(id(layout), (sync.comm, []))[1].append(updater.steps(entries, narrow))
+        for comm, steps in together.values():
+            _drive_shards(comm, steps)
         opt.set_current_mirror(0)
+        for sync in sharded_syncs:
+            sync.gather_weights()  # every mirror gets every shard's updated weights
+
+    def _check_shardable(self, update_on_kvstore: bool | None) -> None:
+        """ValueError when ``shard_optimizer_states`` cannot work with the other arguments."""
+        if update_on_kvstore:
+            raise ValueError("shard_optimizer_states updates every device's slice locally; it cannot be combined "
+                             "with update_on_kvstore=True")
+        if self._partial_sync:
+            raise ValueError("shard_optimizer_states cannot be combined with partial_sync (each mirror would need "
+                             "every state to update with its own gradient)")
+        if self._codec is not None and not self._codec.narrow_wire and self._codec.needs_residual:
+            raise ValueError(f"shard_optimizer_states cannot be combined with {self._codec.params.get('type')!r} "
+                             "compression (its exchange sums every gradient on every device); use no compression or "
+                             "the 'fp16'/'bf16' wire")
+        opt = self._optimizer
+        if all(fused_rule(opt, dtype) is None for dtype in (np.float32, np.float16)):
+            raise ValueError(f"shard_optimizer_states needs an optimizer with a fused update; "
+                             f"{type(opt).__name__} has none (every built-in rule but SGLD, DCASGD, FTML, LANS and "
+                             "subclasses has one): train it without sharding")
+
+    def _shard_layout(self, arena: Any) -> tuple[Any, Any]:
+        """``(sync, ShardLayout)`` of the gradient sync that shards ``arena``, or ``(None, None)``."""
+        for _, sync in self._syncs.values():
+            layout = sync.layout(arena) if sync is not None and sync.layouts else None
+            if layout is not None:
+                return sync, layout
+        return None, None
+
+    def _sharded(self, param: Parameter) -> bool:
+        return param.is_initialized and self._shard_layout(param.arena_slots()[0][0])[1] is not None
+
+    def _reshard_if_moved(self, sharded_syncs: list[GradientSync]) -> None:
+        """When a sharded arena's slices moved (an arena grew, a parameter joined or left), gather the old
+        slices' states into whole per-parameter states, which the new updaters take (as from a file)."""
+        for sync in sharded_syncs:
+            for layout in list(sync.layouts):
+                olds = [self._arena_updaters.get((id(a), m)) for m, a in enumerate(layout.arenas)]
+                if all(u is None or u.fits(layout.shard(m), a.slots)
+                       for m, (u, a) in enumerate(zip(olds, layout.arenas))):
+                    continue
+                if any(u is None for u in olds):
+                    raise RuntimeError("sharded optimizer states: some device mirrors of an arena have no state "
+                                       "while others do; update every mirror together")
+                gathered = self._gather_sharded(sync.comm, olds)
+                for m, a in enumerate(layout.arenas):
+                    del self._arena_updaters[(id(a), m)]
+                for index, state in gathered.items():
+                    self._loaded[index] = state
+                    self._applied -= {(index, m) for m in range(len(layout.arenas))}
+
+    def _raise_if_not_finite(self, params: list[Parameter], sharded_syncs: list[GradientSync]) -> None:
+        """``check_finite``: FloatingPointError naming the first parameter whose summed gradient holds inf or NaN.
+
+        Sharded arenas are checked on their owners first (every rank agrees); only when that finds inf or
+        NaN are their gradients gathered, to name the parameter.
+        """
+        if sharded_syncs and not all([sync.sharded_grads_finite() for sync in sharded_syncs]):
+            for sync in sharded_syncs:
+                sync.gather_grads()
+            _raise_if_not_finite(params)
+        _raise_if_not_finite([p for p in params if not sharded_syncs or not self._sharded(p)])
+
+    def _overflow(self, params: list[Parameter], sharded_syncs: list[GradientSync]) -> bool:
+        """AMP: whether any summed gradient holds inf/NaN (sharded arenas decided by their owners, agreed by all);
+        updates the loss scale."""
+        scaler = self._amp_loss_scaler
+        if not sharded_syncs:
+            return scaler.has_overflow(params)
+        overflow = not all([sync.sharded_grads_finite() for sync in sharded_syncs])
+        others = [p for p in params if p.grad_req != "null" and not self._sharded(p)]
+        overflow = overflow or not all_gradients_finite(others)
+        scaler.update(overflow)
+        return overflow
 
     def _update_per_parameter(self, index: int, param: Parameter) -> None:
         """The optimizer's own rule on each mirror (rules or dtypes without a fused kernel)."""
@@ -601,6 +723,23 @@ class Trainer(TrainerStates):
             raise TypeError(f"batch_size must be a positive number, got {type(batch_size).__name__} {batch_size!r}")
         if not batch_size > 0 or not math.isfinite(batch_size):  # `not > 0` also rejects NaN
             raise ValueError(f"batch_size must be a positive number, got {batch_size!r}")
+
+
+def _drive_shards(comm: Communicator, steps: list[Any]) -> None:
+    """Run the sharded updates of one arena's mirrors together (:meth:`ArenaUpdater.steps`).
+
+    A rule with per-parameter norms yields each shard's table of partial sums between its launches:
+    the tables of every device and process are added by one small all-reduce (float64) before every
+    shard goes on, so each sees its parameters' whole norms.
+    """
+    while True:
+        tables = [next(step, None) for step in steps]
+        if all(table is None for table in tables):
+            return
+        if any(table is None for table in tables):
+            raise RuntimeError("the shards of one arena disagree on their launches (a sharded update must run "
+                               "the same rule on every device)")
+        comm.allreduce(tables).wait()
 
 
 def _sum_row_sparse_into_all(param: Parameter) -> None:

@@ -22,8 +22,10 @@ from ..device import Device, as_device
 from ..device.context import pick_devices
 from ..device.copy import as_host
 from .data.download import check_sha1, download
+from .rnn.rnn_layer import fused_layout, split_fused
 
 __all__ = ["DataParallelExecutor", "check_sha1", "clip_global_norm", "download", "slice_sizes", "split_and_load",
+           "split_rnn_params",
            "split_data"]
 
 
@@ -252,3 +254,34 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
                 values = a.array
                 values *= values.dtype.type(scale)
     return norm
+
+
+def split_rnn_params(param: Any, mode: str, num_layers: int, input_size: int, hidden_size: int,
+                     bidirectional: bool = False, projection_size: int | None = None) -> dict[str, Any]:
+    """MXNet 2.x's fused recurrent-layer vector (``layer.rnn_param``) split into its weights and biases by name.
+
+    ``{'l0_i2h_weight': (gates * hidden_size, input_size), 'l0_h2h_weight': ..., 'r0_...' (bidirectional),
+    'l0_i2h_bias': ..., ...}``: slices of ``param`` (a 1-D Tensor or NumPy array), in MXNet's packing (see
+    :func:`~mxlite.gluon.rnn.rnn_layer.fused_layout`); the names are those of mxlite's layer parameters.
+
+    Args:
+        param: the flat vector. mode: 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.
+        num_layers, input_size, hidden_size, bidirectional: the layer's configuration.
+        projection_size: MXNet's LSTMP; not supported.
+
+    Raises:
+        ValueError: an unknown ``mode``, or a ``param`` whose length is not the configuration's.
+        NotImplementedError: ``projection_size`` given.
+    """
+    if projection_size:
+        raise NotImplementedError("split_rnn_params: projection_size (LSTMP) is not supported by mxlite")
+    modes = ("rnn_relu", "rnn_tanh", "lstm", "gru")
+    if mode not in modes:
+        raise ValueError(f"split_rnn_params: mode must be one of {modes}, got {mode!r}")
+    layout = fused_layout(mode, num_layers, input_size, hidden_size, bidirectional)
+    total = sum(int(np.prod(shape)) for _, shape in layout)
+    if tuple(param.shape) != (total,):
+        raise ValueError(f"split_rnn_params: a {mode} layer with num_layers={num_layers}, input_size={input_size}, "
+                         f"hidden_size={hidden_size}, bidirectional={bidirectional} packs {total} values, got a "
+                         f"param of shape {tuple(param.shape)}")
+    return split_fused(param, layout)

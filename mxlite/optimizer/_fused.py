@@ -33,7 +33,8 @@ LARS's ``step`` take norms over the whole parameter and keep whole segments.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -42,13 +43,14 @@ import numpy as np
 
 from ..device import Device
 from ..device.kernels import cpu_kernels_enabled, get_kernel
-from .optimizer import MultiPrecisionState, Optimizer
+from .optimizer import MultiPrecisionState, Optimizer, _xp
 
 __all__ = ["CHUNK", "FUSED_DTYPES", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin", "FusedRule",
            "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_grad", "chunk_views", "clip_arg",
            "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad", "from_structure",
            "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel", "one_minus", "plain",
-           "register_fused", "rescale_arg", "scratch", "step_segments", "to_structure", "weights32", "zeros_f32"]
+           "register_fused", "rescale_arg", "scratch", "serial_norm", "step_segments", "to_structure", "weights32",
+           "zeros_f32"]
 
 # Elements per block: on a GPU 256 threads x 256 elements, amortising the table reads; in the host
 # build (one thread per block) a chunk is one vectorised loop. Measured there with
@@ -62,6 +64,38 @@ CHUNK = 65536
 # overhead dominates), 43 ms at 64K, 37 ms at 256K, 52 ms unchunked; on 300 tensors of at most a
 # few 100K elements (already cache-sized) 256K matches the unchunked twin.
 TWIN_CHUNK = 1 << 18
+_LANES = 8  # partial sums per norm in a kernel's thread (kernels/optimizers.cu: kPartials)
+
+
+def serial_norm(x: Any) -> Any:
+    """The L2 norm of ``x`` summed in the order of the serial kernel build (R2: both CPU modes, the same bits).
+
+    For a NumPy float32 array: per chunk of :data:`CHUNK` elements from the start, each square
+    (float32) is added to one of 8 float32 lanes in turn (element ``i`` of the chunk into lane
+    ``i % 8``, in order), the lanes are folded pairwise (``a[k] += a[k+4]``, ``a[k] += a[k+2]``,
+    ``a[0] += a[1]``), each chunk's total is added in chunk order to a float64 sum starting at 0,
+    and the result is ``float32(sqrt(sum))``: ``sum_over_chunk`` and ``block_sum_into`` of
+    ``kernels/optimizers.cu`` with one thread per block, which is how CPU devices run LAMB and LARS.
+    Any other array (float64, CuPy) gets ``xp.linalg.norm``: a GPU sums in thread order, and
+    float64 runs are not bit-matched to the kernels.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return _xp(x).linalg.norm(x)
+    squares = np.multiply(x.reshape(-1), x.reshape(-1))
+    total = 0.0
+    for lo in range(0, squares.size, CHUNK):
+        chunk = squares[lo:lo + CHUNK]
+        whole = chunk.size - chunk.size % _LANES
+        lanes = np.zeros(_LANES, np.float32)
+        if whole:  # accumulate is sequential by definition (a sum may be pairwise)
+            lanes += np.add.accumulate(chunk[:whole].reshape(-1, _LANES), axis=0)[-1]
+        lanes[:chunk.size - whole] += chunk[whole:]
+        for width in (4, 2, 1):
+            lanes[:width] += lanes[width:2 * width]
+        total += float(lanes[0])
+    return np.float32(math.sqrt(total))
+
+
 THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
@@ -98,8 +132,10 @@ class FusedRule:
             learning rate, the weight decay and up to two rule values), computed with the same optimizer
             methods ``step`` uses, after the update count has been incremented.
         launch: ``launch(run, opt, weight, grad, states, master)``: the kernel launches of one update (one, or
-            two for rules with per-parameter norms); ``grad`` may be a narrow wire's half-precision sum, so
-            every launch passes ``rescale_grad`` through :func:`rescale_arg`.
+            two for rules with per-parameter norms, which complete their sums between them with ``yield
+            from run.complete_sums(sums)`` in a generator that ``run.phases`` runs at once, or returns
+            when the update is sharded); ``grad`` may be a narrow wire's half-precision sum, so every launch
+            passes ``rescale_grad`` through :func:`rescale_arg`.
         kernels: the kernels of ``kernels/optimizers.cu`` the launches use.
         kernels_without_grad: those of them that read no gradient (compiled for the weights' type only).
         twin: a hand-tuned NumPy twin of the whole update, ``twin(opt, plan, weight, grad, states, master,
@@ -210,13 +246,22 @@ class Segment:
 
 @dataclass
 class ArenaPlan:
-    """The chunk table of a set of segments; device copies are made once per device."""
+    """The chunk table of a set of segments; device copies are made once per device.
+
+    ``owners`` (sharded optimizer states): per segment, the position of its parameter in a table of
+    ``params`` whole parameters that every shard of the update shares; a segment is then the part of
+    that parameter inside this shard (a parameter straddling two shards is updated in pieces by their
+    owners), and rules with per-parameter norms complete their partial sums over the shards
+    (:meth:`Launcher.complete_sums`). None: every segment is a whole parameter.
+    """
 
     segments: Sequence[Segment]
+    owners: Sequence[int] | None = None
+    params: int = 0
     chunk_seg: np.ndarray = field(init=False)
     chunk_start: np.ndarray = field(init=False)
     chunk_end: np.ndarray = field(init=False)
-    _on_device: dict[Device, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
+    _on_device: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     _scratch: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -233,6 +278,15 @@ class ArenaPlan:
     def grad_shift(self) -> np.ndarray:
         """Per segment, ``grad_offset - offset``: where a weight's gradient sits."""
         return np.asarray([s.grad_offset - s.offset for s in self.segments], dtype=np.int64)
+
+    def owner_table(self, device: Device) -> Any:
+        """:attr:`owners` as an int64 array on ``device``, copied once."""
+        key = ("owners", device)
+        found = self._on_device.get(key)
+        if found is None:
+            with device.use():
+                found = self._on_device[key] = device.xp.asarray(np.asarray(self.owners, dtype=np.int64))
+        return found
 
     def tables(self, device: Device) -> tuple[Any, ...]:
         """(chunk_seg, chunk_start, chunk_end, grad_shift) on ``device``, copied once."""
@@ -297,6 +351,41 @@ class Launcher:
         with self.device.use():
             return self.device.xp.zeros((len(self.plan.segments), 2), np.float64)
 
+    def phases(self, launches: Iterator[Any]) -> Iterator[Any] | None:
+        """Run a rule's launches that complete norm sums between them (a generator, see :meth:`complete_sums`).
+
+        Unsharded they run now and None is returned, so a launch function is an ordinary call; for a
+        sharded plan the generator is returned unstarted, for the caller to drive together with the
+        other shards' (:meth:`mxlite.optimizer._arena.ArenaUpdater.steps`).
+        """
+        if self.plan.owners is not None:
+            return launches
+        for _ in launches:
+            raise RuntimeError("an unsharded update has no partial sums to complete")
+        return None
+
+    def complete_sums(self, sums: Any) -> Iterator[Any]:
+        """Complete per-parameter norm sums over the shards of a sharded update (a generator).
+
+        Rules with per-parameter norms call ``yield from run.complete_sums(sums)`` between the launch
+        that sums and the launch that reads the sums, inside a generator run by :meth:`phases`.
+        Unsharded (the plan's segments are whole parameters) it yields nothing. Sharded
+        (:attr:`ArenaPlan.owners`), this shard's partial sums are laid out in a zeroed ``(params, 2)``
+        float64 table, by parameter; the table is yielded, and the caller (who drives every shard's
+        update) sums the tables of all shards in place (one small all-reduce) before resuming; then
+        every segment reads its whole parameter's sums.
+        """
+        plan = self.plan
+        if plan.owners is None:
+            return
+        where = plan.owner_table(self.device)
+        with self.device.use():
+            table = self.device.xp.zeros((plan.params, 2), np.float64)
+            table[where] = sums  # at most one segment of a parameter per shard: no index repeats
+        yield table
+        with self.device.use():
+            sums[...] = table[where]
+
     def __call__(self, kernel: str, buffers: Sequence[Any], scalars: Sequence[float], sums: Any = None) -> None:
         """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
         types = self.type_name if kernel in _kernels_without_grad() or self.grad_type_name == self.type_name else (
@@ -335,6 +424,23 @@ def rescale_arg(run: Any, opt: Optimizer) -> float:
     """
     scale = getattr(run, "grad_scale", 1.0)
     return opt.rescale_grad if scale == 1.0 else float(run.rescale(opt.rescale_grad))
+
+
+def phases(run: Any, launches: Iterator[Any]) -> Iterator[Any] | None:
+    """``run.phases(launches)`` (:meth:`Launcher.phases`); a launcher without it (a test's stand-in) runs them now."""
+    method = getattr(run, "phases", None)
+    if method is not None:
+        return method(launches)
+    for _ in launches:
+        raise RuntimeError("an unsharded update has no partial sums to complete")
+    return None
+
+
+def complete_sums(run: Any, sums: Any) -> Iterator[Any]:
+    """``yield from run.complete_sums(sums)`` (:meth:`Launcher.complete_sums`); nothing for a launcher without it."""
+    method = getattr(run, "complete_sums", None)
+    if method is not None:
+        yield from method(sums)
 
 
 def lr_wd_row(opt: Optimizer, index: Any, count: int) -> Row:

@@ -5,7 +5,8 @@
     v  = β2·v + (1 − β2)·G²
     η  = lr · sqrt(1 − β2^t) / (1 − β1^t)     (correct_bias=True)
     η  = lr                                   (correct_bias=False)
-    w  = w − η · (m / (sqrt(v) + ε) + wd · w)            (w on the right: before this step)
+    w  = w − η · (m / (sqrt(v) + ε) + wd · w)            (w on the right: before this step;
+                                                          wd = 0: the term is absent, not 0·w)
 
 Symbols: ``g`` the raw gradient, ``w`` the weight, ``t`` this parameter's update count,
 ``lr`` = the scheduler's (or ``learning_rate``) value times ``lr_mult``, ``wd`` =
@@ -76,7 +77,10 @@ class AdamW(Optimizer):
         m += (1.0 - self.beta1) * g
         v *= self.beta2                                       # v = β2·v + (1−β2)·G²
         v += (1.0 - self.beta2) * g * g
-        weight -= eta * (m / (xp.sqrt(v) + self.epsilon) + wd * weight)  # w −= η·(m/(√v+ε) + wd·w)
+        d = m / (xp.sqrt(v) + self.epsilon)                   # w −= η·(m/(√v+ε) + wd·w)
+        if wd:                                                #   (wd = 0: no wd·w term at all)
+            d += wd * weight
+        weight -= eta * d
 
 
 # -- the fused update (adamw_update in kernels/optimizers.cu) --------------------
@@ -110,8 +114,9 @@ def _adamw_chunk(opt: Any, p: tuple, w: np.ndarray, g: np.ndarray, state: Any, b
     np.sqrt(v, out=tmp)                                                  # w -= eta*(m/(sqrt(v) + eps) + wd*w)
     tmp += F32(eps)
     np.divide(m, tmp, out=step)
-    np.multiply(w, F32(wd), out=tmp)                                      #   (wd*w even for wd = 0, as step)
-    step += tmp
+    if wd:                                                               #   (wd = 0: no wd*w term, as step)
+        np.multiply(w, F32(wd), out=tmp)
+        step += tmp
     step *= F32(eta)
     w -= step
 

@@ -28,8 +28,10 @@ Where mxlite differs:
   paper and optax's ``lamb``; ε is outside the root of the *bias-corrected* v̂ (MXNet).
 * Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
 
-No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation. The
-norms stay on the device (0-d arrays), so a CuPy step does not synchronise.
+With ``wd = 0`` the ``wd·w`` term is absent (not ``0·w``: an infinite weight would give NaN).
+The norms of a NumPy float32 weight are summed in the order of the serial kernel build
+(:func:`mxlite.optimizer._fused.serial_norm`), so both CPU modes give the same bits; on CuPy they
+stay on the device (0-d arrays), so a CuPy step does not synchronise.
 
 Kernel: ``lamb_phase1<T>`` and ``lamb_phase2<T>``
 (norms, then the update) in ``kernels/optimizers.cu``, fused over an arena by the
@@ -38,9 +40,21 @@ Trainer; the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from ._fused import FusedRule, Launcher, Row, betas_eps, clip_arg, register_fused, rescale_arg
+from ._fused import (
+    FusedRule,
+    Launcher,
+    Row,
+    betas_eps,
+    clip_arg,
+    complete_sums,
+    phases,
+    register_fused,
+    rescale_arg,
+    serial_norm,
+)
 from .adam import _check_betas_epsilon
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -98,12 +112,12 @@ class LAMB(Optimizer):
         u = (m / c1) / (xp.sqrt(v / c2) + self.epsilon)         # u = m̂/(√v̂ + ε)
         if wd:
             u += wd * weight                                    # u += wd·w
-        r1 = xp.linalg.norm(weight)                             # r1 = ‖w‖
+        r1 = serial_norm(weight)                                # r1 = ‖w‖ (the serial kernel's order)
         if self.lower_bound is not None:
             r1 = xp.maximum(r1, self.lower_bound)               # r1 = max(r1, lower_bound)
         if self.upper_bound is not None:
             r1 = xp.minimum(r1, self.upper_bound)               # r1 = min(r1, upper_bound)
-        r2 = xp.linalg.norm(u)                                  # r2 = ‖u‖
+        r2 = serial_norm(u)                                     # r2 = ‖u‖
         ok = (r1 > 0) & (r2 > 0)
         ratio = xp.where(ok, r1 / xp.where(ok, r2, 1), 1)       # r = r1/r2, or 1 if either is 0
         weight -= (lr * ratio).astype(weight.dtype) * u         # w −= lr·r·u
@@ -116,10 +130,15 @@ def _lamb_row(opt: LAMB, index: Any, count: int) -> Row:
     return (opt._get_lr(index), opt._get_wd(index), c1, c2)
 
 
-def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> None:
+def _lamb_launch(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any] | None:
+    return phases(run, _lamb_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
+
+
+def _lamb_phases(run: Launcher, opt: LAMB, weight, grad, st, master) -> Iterator[Any]:
     sums = run.sums()
     run("lamb_phase1", (weight, grad, st["m"], st["v"], master),
         (rescale_arg(run, opt), clip_arg(opt), *betas_eps(opt)), sums)
+    yield from complete_sums(run, sums)  # sharded states: ‖w‖², ‖u‖² summed over the shards of each parameter
     lower = -1.0 if opt.lower_bound is None else opt.lower_bound  # the kernel reads < 0 as "no bound"
     upper = -1.0 if opt.upper_bound is None else opt.upper_bound
     run("lamb_phase2", (weight, st["m"], st["v"], master), (opt.epsilon, lower, upper), sums)

@@ -89,8 +89,11 @@ class LANS(Optimizer):
         if self.upper_bound is not None:
             r1 = xp.minimum(r1, self.upper_bound)
         denom = xp.sqrt(v / (1.0 - self.beta2**count)) + self.epsilon
-        u_m = m / (1.0 - self.beta1**count) / denom + wd * weight   # u_m = m̂/(√v̂ + ε) + wd·w
-        u_g = g + wd * weight                                  # u_g = ĝ + wd·w
+        u_m = m / (1.0 - self.beta1**count) / denom            # u_m = m̂/(√v̂ + ε) + wd·w
+        u_g = g                                                # u_g = ĝ + wd·w
+        if wd:                                                 #   (wd = 0: no wd·w term at all)
+            u_m = u_m + wd * weight
+            u_g = g + wd * weight
         lr_m = lr * self._ratio(xp, r1, xp.linalg.norm(u_m))
         lr_g = lr * self._ratio(xp, r1, xp.linalg.norm(u_g))
         weight -= (self.beta1 * lr_m) * u_m                    # w −= β1·lr·r_m·u_m

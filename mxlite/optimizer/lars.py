@@ -31,8 +31,10 @@ Where mxlite differs:
   would see only the present rows). ``aggregate_num`` does not change the result.
 * Bad hyperparameters raise ``ValueError`` at construction (MXNet does not check them).
 
-No fused kernel in ``kernels/`` yet: this NumPy/CuPy twin is the only implementation. The
-norms stay on the device (0-d arrays), so a CuPy step does not synchronise.
+With ``wd = 0`` both ``wd`` terms are absent (not ``0·w``, ``0·‖w‖``: an infinite weight would
+give NaN). The norms of a NumPy float32 weight are summed in the order of the serial kernel build
+(:func:`mxlite.optimizer._fused.serial_norm`), so both CPU modes give the same bits; on CuPy they
+stay on the device (0-d arrays), so a CuPy step does not synchronise.
 
 Kernel: ``lars_norms<T>`` and ``lars_update<T>``
 (norms, then the update) in ``kernels/optimizers.cu``, fused over an arena by the
@@ -41,9 +43,21 @@ Trainer; the ``step`` below is the NumPy twin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from ._fused import FusedRule, Launcher, Row, clip_arg, momentum_state, register_fused, rescale_arg
+from ._fused import (
+    FusedRule,
+    Launcher,
+    Row,
+    clip_arg,
+    complete_sums,
+    momentum_state,
+    phases,
+    register_fused,
+    rescale_arg,
+    serial_norm,
+)
 from .optimizer import Optimizer, _check_momentum, _check_real, _xp, register
 
 __all__ = ["LARS"]
@@ -100,10 +114,11 @@ class LARS(Optimizer):
         xp = _xp(weight)
         lr, wd = self._get_lr(index), self._get_wd(index)
         if not self._excluded(index):
-            w_norm = xp.linalg.norm(weight)                                # ‖w‖
-            g_norm = xp.linalg.norm(grad) * abs(self.rescale_grad)         # ‖rescale·g‖
+            w_norm = serial_norm(weight)                                   # ‖w‖ (the serial kernel's order)
+            g_norm = serial_norm(grad) * abs(self.rescale_grad)            # ‖rescale·g‖
             ok = (w_norm > 0) & (g_norm > 0)
-            denom = xp.where(ok, g_norm + wd * w_norm + self.epsilon, 1)  # (1 where λ is unused: no 0/0)
+            denom = g_norm + wd * w_norm if wd else g_norm                 # (wd = 0: no wd·‖w‖ term at all)
+            denom = xp.where(ok, denom + self.epsilon, 1)                  # (1 where λ is unused: no 0/0)
             trust = self.eta * w_norm / denom                              # λ = η‖w‖/(‖g‖ + wd‖w‖ + ε)
             lr = (lr * xp.where(ok, trust, 1)).astype(weight.dtype)       # lr·λ, λ = 1 if a norm is 0
         g = self._effective_grad(xp, grad, weight, wd)                     # G = clip(rescale·g) + wd·w
@@ -120,9 +135,14 @@ def _lars_row(opt: LARS, index: Any, count: int) -> Row:
     return (opt._get_lr(index), opt._get_wd(index), 1.0 if opt._excluded(index) else 0.0)
 
 
-def _lars_launch(run: Launcher, opt: LARS, weight, grad, st, master) -> None:
+def _lars_launch(run: Launcher, opt: LARS, weight, grad, st, master) -> Iterator[Any] | None:
+    return phases(run, _lars_phases(run, opt, weight, grad, st, master))  # at once, unless sharded
+
+
+def _lars_phases(run: Launcher, opt: LARS, weight, grad, st, master) -> Iterator[Any]:
     sums = run.sums()
     run("lars_norms", (weight, grad, master), (), sums)
+    yield from complete_sums(run, sums)  # sharded states: ‖w‖², ‖g‖² summed over the shards of each parameter
     run("lars_update", (weight, grad, st.get("mom"), master),
         (rescale_arg(run, opt), clip_arg(opt), opt.momentum, opt.eta, opt.epsilon), sums)
 

@@ -381,6 +381,7 @@ class Optimizer:
         return self.create_state(index, weight)
 
     def _new_state(self, hook: Any, index: Any, weight: Any) -> Any:
+        _check_dense_weight(self, index, weight)
         if isinstance(weight, Tensor):
             with weight.device.use():
                 return _wrap_state(self._new_state(hook, index, weight.array), weight.device)
@@ -405,9 +406,14 @@ class Optimizer:
         :class:`MultiPrecisionState` routes the step through the float32 master; a
         :class:`~mxlite.autograd.sparse.RowSparseTensor` gradient updates only its rows when the rule
         has ``lazy_update=True`` and is densified otherwise.
+
+        Raises:
+            TypeError: a row-sparse weight (MXNet's sparse weights; mxlite's are dense).
         """
         if not isinstance(indices, (list, tuple)):
             indices, weights, grads, states = [indices], [weights], [grads], [states]
+        for index, weight in zip(indices, weights):
+            _check_dense_weight(self, index, weight)
         for index, weight, grad, state in zip(indices, weights, grads, states):
             count = self._update_count(index)
             if isinstance(weight, Tensor):
@@ -503,10 +509,11 @@ class Optimizer:
             kind, hyper = state["type"], dict(state["hyperparameters"])
             lr_mult = {_key(k): float(v) for k, v in state["lr_mult"]}
             wd_mult = {_key(k): float(v) for k, v in state["wd_mult"]}
-            counts = {int(slot): {_key(i): int(c) for i, c in table} for slot, table in state["update_counts"]}
+            tables = [(int(slot), [(_key(i), int(c)) for i, c in table]) for slot, table in state["update_counts"]]
             saved_sched = state["lr_scheduler"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed optimizer state: {type(exc).__name__}: {exc}") from exc
+        counts = _count_tables(tables)
         if kind != type(self).__name__:
             raise ValueError(f"optimizer state is for {kind!r}, cannot load it into {type(self).__name__}; "
                              f"build a {kind} optimizer before loading")
@@ -561,6 +568,9 @@ class Optimizer:
         for slot, table in counts.items():
             if slot < 0 or any(c < 0 for c in table.values()):
                 raise ValueError(f"update counts must be >= 0 for mirrors >= 0, got mirror {slot}: {table}")
+        if counts and 0 not in counts:  # state_dict always holds mirror 0: new mirrors resume from its counts
+            raise ValueError(f"update counts are given for mirrors {sorted(counts)} but not for mirror 0, which "
+                             "every saved optimizer holds (mirrors added on resume start from its counts)")
         for what, mults in (("lr_mult", lr_mult), ("wd_mult", wd_mult)):
             bad = {k: v for k, v in mults.items() if not math.isfinite(v)}
             if bad:
@@ -614,6 +624,13 @@ def _create_state_entry(owner: type[Optimizer]) -> Any:
 
 Optimizer.register = staticmethod(register)  # type: ignore[attr-defined]  # MXNet's Optimizer.register
 Optimizer.create_optimizer = staticmethod(create)  # type: ignore[attr-defined]  # and create_optimizer
+
+
+def _check_dense_weight(opt: Optimizer, index: Any, weight: Any) -> None:
+    """Refuse a row-sparse weight, which the rules would update only in part (MXNet's sparse weights)."""
+    if isinstance(weight, RowSparseTensor):
+        raise TypeError(f"{type(opt).__name__}: the weight of index {index!r} is row_sparse; mxlite updates dense "
+                        "weights only (row_sparse gradients are fine): pass weight.tostype('default')")
 
 
 def _raw(x: Any) -> Any:
@@ -671,6 +688,23 @@ def _plain(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     return v
+
+
+def _count_tables(tables: list[tuple[int, list[tuple[Any, int]]]]) -> dict[int, dict[Any, int]]:
+    """The ``update_counts`` of a state dict as {mirror: {index: count}}; a mirror or index given twice is refused.
+
+    Raises:
+        ValueError: e.g. "update counts are given twice for mirror 0".
+    """
+    counts: dict[int, dict[Any, int]] = {}
+    for slot, table in tables:
+        if slot in counts:
+            raise ValueError(f"update counts are given twice for mirror {slot}")
+        counts[slot] = dict(table)
+        if len(counts[slot]) != len(table):
+            twice = sorted({repr(i) for i, _ in table if sum(1 for j, _ in table if j == i) > 1})
+            raise ValueError(f"update counts of mirror {slot} are given twice for index {', '.join(twice)}")
+    return counts
 
 
 def _key(k: Any) -> Any:

@@ -62,8 +62,13 @@ def pack(states: dict[Any, Any], optimizer_state: dict[str, Any] | None,
     return pack_states(entries, optimizer_state, extra)
 
 
-def unpack(data: bytes, kind: str) -> tuple[dict[Any, Any], Any, dict[tuple[Any, int], np.ndarray], dict[str, Any]]:
+def unpack(data: bytes, kind: str, limit: int | None = None
+           ) -> tuple[dict[Any, Any], Any, dict[tuple[Any, int], np.ndarray], dict[str, Any]]:
     """``(states, optimizer_state or None, residuals, fields)`` from :func:`pack` bytes of ``kind``.
+
+    ``limit``: the most bytes the state and residual arrays may declare together, checked from the
+    headers before any is read (:func:`~mxlite.optimizer.updater.unpack_states`); default: this
+    machine's memory.
 
     ``fields`` holds the writer's own fields (empty for a plain updater archive); a Trainer file of the
     earlier layout gives its extra section as ``fields`` and its ``'residual:<index>:<mirror>'``
@@ -71,9 +76,10 @@ def unpack(data: bytes, kind: str) -> tuple[dict[Any, Any], Any, dict[tuple[Any,
 
     Raises:
         ValueError: not such an archive (damaged, truncated, pickled, or written by the other kind,
-            which the message names), another format version, or a malformed residual table.
+            which the message names), another format version, a malformed residual table, or arrays
+            declaring more than ``limit`` bytes.
     """
-    states, optimizer_state, extra = unpack_states(data)
+    states, optimizer_state, extra = unpack_states(data, limit=limit)
     residuals: dict[tuple[Any, int], np.ndarray] = {}
     if extra is None:
         if kind == TRAINER:

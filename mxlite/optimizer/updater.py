@@ -29,6 +29,7 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from ..device import device_of
+from ..formats.archive import describe_arrays, load_arrays, memory_limit
 from .optimizer import MultiPrecisionState, Optimizer
 
 __all__ = ["Updater", "get_updater"]
@@ -38,6 +39,8 @@ _VERSION = 1
 _MANIFEST = "__manifest__"
 _OPTIMIZER = "__optimizer__"
 _EXTRA = "__extra__"
+_LABEL = "optimizer states"  # what the archive reader names in its errors (the bytes have no path here)
+_JSON_LIMIT = 64 << 20  # bytes a JSON section may declare: a Trainer's parameter list of a huge model is a few MB
 
 
 def _raw_grad(x: Any) -> Any:
@@ -152,22 +155,50 @@ def pack_states(states: dict[Any, Any], optimizer_state: dict[str, Any] | None =
     return buf.getvalue()
 
 
-def unpack_states(data: bytes | bytearray | memoryview) -> tuple[dict[Any, Any], Any, Any]:
+def unpack_states(data: bytes | bytearray | memoryview, *, limit: int | None = None) -> tuple[dict[Any, Any], Any, Any]:
     """Read :func:`pack_states` bytes: ``(states, optimizer_state or None, extra or None)``.
 
-    Loaded arrays are NumPy arrays. Nothing is unpickled.
+    Loaded arrays are NumPy arrays. Nothing is unpickled. Headers come first, as for parameter
+    files (:func:`mxlite.formats.archive.load_arrays`): every member's ``.npy`` header is checked
+    against the zip's sizes, the JSON sections may declare at most :data:`_JSON_LIMIT` bytes each,
+    and the state arrays the manifest names must fit in ``limit`` bytes together before any of them
+    is read (arrays it does not name are never read), so a small compressed file cannot make the
+    reader allocate what it does not announce.
+
+    Args:
+        data: the archive's bytes.
+        limit: the most bytes the state arrays may declare (a Trainer passes a bound from its
+            parameters' sizes); default: this machine's memory.
 
     Raises:
         ValueError: garbage, truncated data, pickled objects, a missing or malformed manifest,
-            a missing array, or an unknown format version.
+            a missing array, an unknown format version, or sections or arrays over their limits.
     """
+    blob = bytes(data)
     try:
-        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
+        specs = describe_arrays(_LABEL, data=blob)
+        sections = [name for name in (_MANIFEST, _OPTIMIZER, _EXTRA) if name in specs]
+        for name in sections:
+            if specs[name].nbytes > _JSON_LIMIT:
+                raise ValueError(f"entry {name!r} declares {specs[name].nbytes} bytes, more than the "
+                                 f"{_JSON_LIMIT} bytes a JSON section may hold")
+        arrays = load_arrays(_LABEL, data=blob, names=sections)
     except Exception as exc:  # noqa: BLE001 - a damaged zip raises anything from EOFError to BadZipFile
         raise ValueError(f"cannot read optimizer states: not an mxlite updater archive "
                          f"({type(exc).__name__}: {exc})") from exc
     manifest = _json_entry(arrays, _MANIFEST)
+    if isinstance(manifest, dict) and isinstance(manifest.get("states"), list):
+        named = {n for entry in manifest["states"] if isinstance(entry, list) and len(entry) == 2
+                 for n in _array_names(entry[1]) if n in specs and n not in sections}
+        total = sum(specs[n].nbytes for n in named)
+        limit = memory_limit() if limit is None else limit
+        if total > limit:
+            raise ValueError(f"cannot read optimizer states: its state arrays declare {total} bytes, more than the "
+                             f"{limit} bytes they may take (the model's parameters bound them)")
+        try:
+            arrays.update(load_arrays(_LABEL, data=blob, names=named, limit=limit))
+        except ValueError as exc:
+            raise ValueError(f"cannot read optimizer states: not an mxlite updater archive ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
         raise ValueError(f"cannot read optimizer states: the manifest is not an {_FORMAT!r} manifest")
     if manifest.get("version") != _VERSION:
@@ -200,6 +231,17 @@ def _json_entry(arrays: dict[str, np.ndarray], name: str) -> Any:
         return json.loads(entry.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read optimizer states: entry {name!r} is not valid JSON ({exc})") from exc
+
+
+def _array_names(node: Any) -> list[str]:
+    """The array names a manifest node refers to (leniently: :func:`_decode` refuses a malformed node)."""
+    if not isinstance(node, dict):
+        return []
+    names = [node["array"]] if isinstance(node.get("array"), str) else []
+    for key in ("multi_precision", "tuple", "list"):
+        if isinstance(node.get(key), list):
+            names += [n for child in node[key] for n in _array_names(child)]
+    return names
 
 
 def _encode(state: Any, name: str, arrays: dict[str, np.ndarray]) -> Any:

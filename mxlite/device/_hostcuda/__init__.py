@@ -68,11 +68,19 @@ raises ValueError.
 
 Builds are cached in ``MXLITE_HOSTCUDA_CACHE`` (else ``~/.cache/mxlite/hostcuda``) under a
 SHA-256 of everything that goes into them (source after rewriting, entries, flags, cuda_host.h,
-the runtime, CUDA's headers, the g++ version); concurrent builders (MPI ranks) write to
-temporary files and rename atomically. Per set of flags, a ``support-*`` folder holds a
-precompiled cuda_host.h and the compiled runtime, so a module build only compiles its own
-source (about 0.3 s for a small kernel, 2-3 s for ``optimizers.cu``; the first build of a flag
-set adds about 2 s). ``MXLITE_HOSTCUDA_CXX`` names another g++ executable. Fibers switch with a
+the runtime, CUDA's headers, the g++ version), one folder per entry: a module's ``<digest>/``
+(``module.so``, ``unit.cpp``) and, per set of flags, a ``support-*/`` holding a precompiled
+cuda_host.h and the compiled runtime, so a module build only compiles its own source (about 0.3 s
+for a small kernel, 2-3 s for ``optimizers.cu``; the first build of a flag set adds about 2 s).
+Each entry is built in a staging folder named after its builder (``.build-<host>-<pid>-<token>``),
+every file fsynced, an ``entry.json`` recording each file's size and SHA-256 written last, then
+renamed into place (concurrent builders, e.g. MPI ranks: the first whole entry wins). An entry is
+used only when its files match its ``entry.json``: a truncated library would otherwise be mapped
+past its end and kill the process with SIGBUS inside ``dlopen``. A damaged entry is set aside and
+rebuilt with a RuntimeWarning; staging folders of builders that died are removed by the next build.
+A compiler that fails, is killed or exits 0 without writing its output raises
+:class:`HostCudaBuildError` naming it, and nothing is cached. ``MXLITE_HOSTCUDA_CXX`` names another
+g++ executable (the ``MXLITE_HOSTCUDA_*`` variables are read by :mod:`mxlite.device.env`). Fibers switch with a
 few instructions of x86-64 assembly (callee-saved registers, MXCSR, x87 control word), or with
 ``swapcontext`` on other machines or with ``-DHOSTCUDA_USE_UCONTEXT``; kernel code is built
 with ``-fstack-clash-protection`` so that a stack overflow hits a guard page and is reported.

@@ -9,17 +9,26 @@ library of one translation unit, with a per-flag-set ``support-*`` folder holdin
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import importlib.util
+import json
 import os
 import re
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from .. import env
+from ..staging import abandoned, fsync_dir, fsync_file
 from .errors import _COMPILE_LINES, _FORMAT, _HEADER, _RUNTIMES, HostCudaBuildError, HostCudaError, HostCudaSetupError
 
 # -- locating CUDA's headers -----------------------------------------------------------------------
@@ -128,20 +137,21 @@ def build_count() -> int:
 
 def cache_dir() -> str:
     """Where built modules are kept: ``MXLITE_HOSTCUDA_CACHE``, else ``~/.cache/mxlite/hostcuda``."""
-    return os.environ.get("MXLITE_HOSTCUDA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mxlite",
-                                                                   "hostcuda")
+    return env.text("MXLITE_HOSTCUDA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "mxlite", "hostcuda"))
 
 
 def compiler() -> str:
     """The path of the C++ compiler the host build uses (``MXLITE_HOSTCUDA_CXX``, default g++).
 
     Raises:
-        HostCudaSetupError: it is not on PATH.
+        HostCudaSetupError: it is not on PATH (the message names MXLITE_HOSTCUDA_CXX when it is set).
     """
-    cxx = os.environ.get("MXLITE_HOSTCUDA_CXX", "g++")
+    cxx = env.text("MXLITE_HOSTCUDA_CXX", "g++")
     path = shutil.which(cxx)
     if path is None:
-        raise HostCudaSetupError(f"the host CUDA build needs the C++ compiler {cxx!r} (g++), which is not on PATH")
+        named = f" (MXLITE_HOSTCUDA_CXX={cxx!r})" if env.raw("MXLITE_HOSTCUDA_CXX") else ""
+        raise HostCudaSetupError(f"the host CUDA build needs the C++ compiler {cxx!r} (g++){named}, which is not on "
+                                 "PATH")
     return path
 
 
@@ -156,52 +166,233 @@ def _compiler_version(cxx: str) -> str:
 
 
 def _file_digest(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).digest()
+    return bytes.fromhex(_sha256_hex(path))
 
 
-def _run_compiler(command: list[str], what: str) -> None:
+def _run_compiler(command: list[str], what: str, outputs: Sequence[str]) -> None:
+    """Run the compiler; it must exit 0 and write every file of ``outputs`` (non-empty).
+
+    Raises:
+        HostCudaSetupError: the compiler cannot be run.
+        HostCudaBuildError: it failed (its output quoted), was killed by a signal, or exited 0 without
+            writing an output: the compiler is blamed, never the cache folder.
+    """
     global _build_count
     _build_count += 1
+    cxx = command[0]
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
     except OSError as exc:
-        raise HostCudaSetupError(f"cannot run the C++ compiler {command[0]!r} for the host build: {exc}") from exc
+        raise HostCudaSetupError(f"cannot run the C++ compiler {cxx!r} for the host build: {exc}") from exc
+    if result.returncode < 0:
+        number = -result.returncode
+        name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+        hint = " (the out-of-memory killer?)" if number == signal.SIGKILL else ""
+        raise HostCudaBuildError(f"the C++ compiler {cxx} was killed by signal {number} ({name}){hint} while "
+                                 f"compiling {what} for the host (hostcuda)")
     if result.returncode != 0:
         lines = (result.stderr + result.stdout).splitlines()
         shown = "\n".join(lines[:_COMPILE_LINES])
         more = f"\n... ({len(lines) - _COMPILE_LINES} more lines)" if len(lines) > _COMPILE_LINES else ""
         raise HostCudaBuildError(f"g++ failed to compile {what} for the host (hostcuda):\n{shown}{more}")
+    for output in outputs:
+        if not os.path.isfile(output) or os.path.getsize(output) == 0:
+            raise HostCudaBuildError(
+                f"the C++ compiler {cxx} exited with status 0 but wrote no {os.path.basename(output)} while "
+                f"compiling {what}; the compiler is broken or was interrupted (MXLITE_HOSTCUDA_CXX names another)")
 
 
-def _support(base: list[str], digest_parts: list[bytes], runtime_source: str) -> tuple[str, str]:
+# -- the cache: one verified entry per key --------------------------------------------------------------
+# <cache>/<digest40>/ holds module.so and unit.cpp, <cache>/support-<key32>/ the precompiled header and the
+# runtime; each with entry.json (every file's size and SHA-256), written last. An entry is built in a staging
+# folder of its own, .build-<host>-<pid>-<token> (the name says who writes it, from the first instant), every
+# file fsynced, then renamed into place and the cache folder fsynced: a crash leaves no entry or a whole one.
+# A library is loaded only after its sizes and digests match: a truncated library would be mapped past its
+# end and kill the process with SIGBUS inside dlopen, where no Python code can catch it. A damaged entry is
+# renamed aside (.broken-*, atomic: a process that has the old file mapped keeps its inode), removed, and
+# rebuilt with a warning. Staging folders of builders that died (a SIGKILL, the OOM killer) and .broken-*
+# folders are removed by the next build.
+_ENTRY = "entry.json"
+_ENTRY_FORMAT = "hostcuda-entry-1"
+_MODULE_FILES = ("module.so", "unit.cpp")
+_SUPPORT_FILES = ("cuda_host.h", "cuda_host.h.gch", "runtime.o")
+_STAGING = ".build-"
+_BROKEN = ".broken-"
+_STAGING_NAME = re.compile(r"^\.build-([0-9a-f]{8})-(\d+)-[0-9a-f]+$")
+_UNMARKED_AGE = 3600.0  # a staging folder whose name says no writer (an older mxlite's tempfile name)
+_BUILD_AGE = 24 * 3600.0  # no build takes a day: older staging folders are abandoned whatever their pid says
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+class _CacheFolder:
+    """Turns an OSError of the cache folder's own operations into a HostCudaError naming the folder and the cause.
+
+    Only around making folders, writing files and renaming: the compiler's failures are its own errors.
+    """
+
+    def __init__(self, folder: str, filename: str, doing: str) -> None:
+        self.folder, self.filename, self.doing = folder, filename, doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if not isinstance(exc, OSError):
+            return
+        why = {errno.ENOSPC: "the disk holding it is full", errno.EDQUOT: "the disk quota is used up",
+               errno.EACCES: "it cannot be written", errno.EPERM: "it cannot be written",
+               errno.EROFS: "it is on a read-only file system"}.get(exc.errno, "")
+        raise HostCudaError(f"cannot build {self.filename} in the host build cache {self.folder} ({self.doing}"
+                            f"{': ' + why if why else ''}): {exc}. MXLITE_HOSTCUDA_CACHE names another folder") from exc
+
+
+def _verified(folder: str, files: Sequence[str]) -> str | None:
+    """None when ``folder`` holds ``files`` as its entry.json records them (sizes, SHA-256), else what differs."""
+    try:
+        with open(os.path.join(folder, _ENTRY), "rb") as f:
+            entry = json.loads(f.read())
+        listed = entry["files"] if entry.get("format") == _ENTRY_FORMAT else None
+        if not isinstance(listed, dict) or sorted(listed) != sorted(files):
+            return f"{_ENTRY} does not list {', '.join(files)}"
+        for name in files:
+            path = os.path.join(folder, name)
+            size, expected = os.path.getsize(path), listed[name]["bytes"]
+            if size != expected:
+                return f"{name} has {size} bytes, {expected} expected"
+            if _sha256_hex(path) != listed[name]["sha256"]:
+                return f"{name} has another SHA-256 than when it was built"
+    except FileNotFoundError as exc:
+        return f"{os.path.basename(exc.filename or '?')} is missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"its {_ENTRY} cannot be read ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _sha256_hex(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _usable(folder: str, files: Sequence[str], what: str) -> bool:
+    """Whether the cache entry ``folder`` is there and verified; a damaged one is set aside (with a warning)."""
+    if not os.path.isdir(folder):
+        return False
+    problem = _verified(folder, files)
+    if problem is None:
+        return True
+    warnings.warn(f"the cached host build of {what} in {folder} was damaged ({problem}); rebuilding it",
+                  RuntimeWarning, stacklevel=4)
+    _set_aside(folder)
+    return False
+
+
+def _set_aside(folder: str) -> None:
+    """Rename a damaged entry out of the way (atomic), then remove it; another process may have done either."""
+    aside = os.path.join(os.path.dirname(folder), f"{_BROKEN}{os.path.basename(folder)}-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return  # gone already (another process set it aside), or the folder cannot be written: the build says so
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_dead_staging(root: str) -> None:
+    """Remove the staging folders of builders that died, and damaged entries set aside; never a live build's."""
+    now = time.time()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if name.startswith(_BROKEN):
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        if not name.startswith(_STAGING):
+            continue
+        try:
+            age = now - os.path.getmtime(path)
+        except OSError:
+            continue
+        writer = _STAGING_NAME.match(name)
+        if writer is None:
+            dead = age > _UNMARKED_AGE
+        else:
+            dead = age > _BUILD_AGE or abandoned(writer.group(1) == _host_tag(), int(writer.group(2)), age)
+        if dead:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _publish(staging: str, final: str, files: Sequence[str], what: str) -> None:
+    """Make ``staging`` durable with its entry.json and rename it to ``final``; a verified concurrent entry wins."""
+    listed = {}
+    for name in files:
+        path = os.path.join(staging, name)
+        fsync_file(path)
+        listed[name] = {"bytes": os.path.getsize(path), "sha256": _sha256_hex(path)}
+    entry = os.path.join(staging, _ENTRY)
+    with open(entry, "w") as f:
+        f.write(json.dumps({"format": _ENTRY_FORMAT, "files": listed}, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(staging, 0o755)
+    fsync_dir(staging)
+    root = os.path.dirname(final)
+    for _ in range(2):
+        try:
+            os.rename(staging, final)  # atomic; fails when the entry exists (a concurrent builder's, or damaged)
+        except OSError:
+            if not os.path.isdir(final):
+                raise
+            if _usable(final, files, what):
+                return  # theirs is whole: ours is dropped by the caller
+            continue  # theirs was damaged and is set aside: try again
+        fsync_dir(root)
+        return
+    os.rename(staging, final)  # a third builder got there again: its error, if any, is the cache's
+
+
+def _build_entry(root: str, final: str, files: Sequence[str], what: str, build: Callable[[str], None]) -> None:
+    """Build an entry with ``build(staging)`` (which writes ``files`` there) and publish it as ``final``."""
+    with _CacheFolder(root, what, "making the build folder"):
+        os.makedirs(root, exist_ok=True)
+        _remove_dead_staging(root)
+        staging = os.path.join(root, f"{_STAGING}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}")
+        os.mkdir(staging)
+    try:
+        build(staging)
+        with _CacheFolder(root, what, "publishing the build"):
+            _publish(staging, final, files, what)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _support(base: list[str], digest_parts: list[bytes], runtime_source: str, filename: str) -> tuple[str, str]:
     """(header to -include, runtime object) for one set of flags: built once, then shared by modules.
 
     The header is cuda_host.h next to its precompiled ``.gch``, so a module's translation unit
-    does not parse CUDA's fp16/bf16 headers again, and the runtime is compiled only once.
+    does not parse CUDA's fp16/bf16 headers again, and the runtime is compiled only once. Verified
+    (its 30 MB hashed) only when a module is built, which takes far longer.
     """
     key = hashlib.sha256(b"support\0" + "\0".join(base).encode() + b"\0" + b"".join(digest_parts)).hexdigest()
     root = cache_dir()
     folder = os.path.join(root, f"support-{key[:32]}")
     header, runtime = os.path.join(folder, "cuda_host.h"), os.path.join(folder, "runtime.o")
-    if os.path.isfile(runtime):
+    what = f"the shared header and runtime of {filename}"
+    if _usable(folder, _SUPPORT_FILES, what):
         return header, runtime
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=root, prefix=".build-")
-    try:
-        shutil.copyfile(_HEADER, os.path.join(tmp, "cuda_host.h"))
-        _run_compiler([*base, "-x", "c++-header", os.path.join(tmp, "cuda_host.h"), "-o",
-                       os.path.join(tmp, "cuda_host.h.gch")], "cuda_host.h")
-        _run_compiler([*base, "-include", _HEADER, "-c", runtime_source, "-o", os.path.join(tmp, "runtime.o")],
-                      os.path.basename(runtime_source))
-        os.chmod(tmp, 0o755)
-        try:
-            os.rename(tmp, folder)  # atomic; fails when a concurrent builder got there first (then use theirs)
-        except OSError:
-            if not os.path.isfile(runtime):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(staging: str) -> None:
+        staged = os.path.join(staging, "cuda_host.h")
+        with _CacheFolder(root, filename, "writing cuda_host.h"):
+            shutil.copyfile(_HEADER, staged)
+        _run_compiler([*base, "-x", "c++-header", staged, "-o", staged + ".gch"], "cuda_host.h", [staged + ".gch"])
+        _run_compiler([*base, "-include", _HEADER, "-c", runtime_source, "-o", os.path.join(staging, "runtime.o")],
+                      os.path.basename(runtime_source), [os.path.join(staging, "runtime.o")])
+
+    _build_entry(root, folder, _SUPPORT_FILES, what, build)
     return header, runtime
 
 
@@ -226,7 +417,7 @@ def _native_target(cxx: str) -> str:
 
 
 def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = False) -> ctypes.CDLL:
-    """Build (or find in the cache) the shared library of one translation unit and load it."""
+    """Build (or find verified in the cache) the shared library of one translation unit and load it."""
     cxx = compiler()
     includes = cuda_include_dirs()
     runtime = _RUNTIMES[serial]
@@ -246,24 +437,20 @@ def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = F
         lib = _libraries.get(digest)
         if lib is not None:
             return lib
-        folder = cache_dir()
-        target = os.path.join(folder, f"{digest[:40]}.so")
-        if not os.path.isfile(target):
-            try:
-                header, runtime_object = _support(base, digests, runtime)
-                os.makedirs(folder, exist_ok=True)
-                with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
-                    source = os.path.join(tmp, "unit.cpp")
+        root = cache_dir()
+        entry = os.path.join(root, digest[:40])
+        if not _usable(entry, _MODULE_FILES, filename):
+            header, runtime_object = _support(base, digests, runtime, filename)
+
+            def build(staging: str) -> None:
+                source, output = os.path.join(staging, "unit.cpp"), os.path.join(staging, "module.so")
+                with _CacheFolder(root, filename, "writing the translation unit"):
                     with open(source, "w") as f:
-                        f.write(unit)
-                    output = os.path.join(tmp, "module.so")
-                    _run_compiler([*base, "-include", header, "-shared", source, runtime_object, "-o", output],
-                                  filename)
-                    os.replace(source, target[:-3] + ".cpp")  # the translation unit, for reading errors later
-                    os.replace(output, target)  # atomic: a concurrent builder sees no file or the whole new one
-            except OSError as exc:  # g++ ran (or _run_compiler said why not): the cache folder is the problem
-                raise HostCudaError(f"cannot build {filename} in the host build cache {folder}: {exc}. "
-                                    "MXLITE_HOSTCUDA_CACHE names another folder") from exc
-        lib = ctypes.CDLL(target)
+                        f.write(unit)  # kept next to the library, for reading errors later
+                _run_compiler([*base, "-include", header, "-shared", source, runtime_object, "-o", output],
+                              filename, [output])
+
+            _build_entry(root, entry, _MODULE_FILES, filename, build)
+        lib = ctypes.CDLL(os.path.join(entry, "module.so"))  # verified above, or just built and published
         _libraries[digest] = lib
         return lib

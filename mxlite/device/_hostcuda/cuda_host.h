@@ -12,6 +12,7 @@
 //   __global__ __device__ __host__ __constant__ __managed__   empty (ordinary host functions)
 //   __shared__                 `static`: one copy per function (per template instantiation),
 //                              shared by the fibers of a block; blocks run one after another
+//                              (serial build: `static thread_local`, one copy per OS thread)
 //   threadIdx blockIdx ...     the running fiber's values (the runtime sets them on every switch);
 //                              in a serial build (HOSTCUDA_SERIAL) threadIdx and blockDim are the
 //                              constants (0,0,0) and (1,1,1)
@@ -67,7 +68,13 @@
 #define __constant__
 #define __managed__
 #define __grid_constant__
+#ifdef HOSTCUDA_SERIAL
+// The serial build runs different blocks on different OS threads at once (runtime_serial.cpp): a
+// block's shared variables are per thread there.
+#define __shared__ static thread_local
+#else
 #define __shared__ static
+#endif
 #define __launch_bounds__(...)
 #define __noinline__ __attribute__((noinline))
 #ifndef __forceinline__
@@ -79,7 +86,19 @@ namespace hostcuda {
 
 // ---- runtime interface (runtime_fibers.cpp or runtime_serial.cpp) -------------------------------------------------
 extern uint3 g_thread_idx;
+#ifdef HOSTCUDA_SERIAL
+extern thread_local uint3 g_block_idx;  // the serial build runs blocks on several OS threads at once
+// Whether the running launch may spread its blocks over several threads: an atomic then traps
+// (blocks that meet through atomics must run in order on one thread, for the same bits every time).
+extern bool g_launch_spread;
+[[noreturn]] void trap(const char *what, const char *file, int line);
+#define HOSTCUDA_ATOMIC_GUARD() \
+    (::hostcuda::g_launch_spread ? ::hostcuda::trap("an atomic in a launch spread over threads", __FILE__, __LINE__) \
+                                 : (void)0)
+#else
 extern uint3 g_block_idx;
+#define HOSTCUDA_ATOMIC_GUARD() ((void)0)
+#endif
 extern dim3 g_block_dim;
 extern dim3 g_grid_dim;
 
@@ -284,6 +303,7 @@ template <class T> inline T __ldg(const T *p) { return *p; }
 // ---- atomics: fibers never switch inside one, so a plain read-modify-write is atomic ----------
 #define HOSTCUDA_ATOMIC(NAME, T, EXPR)                                                                    \
     inline T NAME(T *address, T val) {                                                                    \
+        HOSTCUDA_ATOMIC_GUARD();                                                                          \
         T old = *address;                                                                                 \
         *address = (EXPR);                                                                                \
         return old;                                                                                       \
@@ -325,6 +345,7 @@ HOSTCUDA_ATOMIC(atomicDec, unsigned int, (old == 0u || old > val) ? val : old - 
 #undef HOSTCUDA_ATOMIC
 #define HOSTCUDA_ATOMIC_CAS(T)                                                                            \
     inline T atomicCAS(T *address, T compare, T val) {                                                    \
+        HOSTCUDA_ATOMIC_GUARD();                                                                          \
         T old = *address;                                                                                 \
         if (old == compare) *address = val;                                                               \
         return old;                                                                                       \

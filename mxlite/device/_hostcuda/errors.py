@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-_FORMAT = "hostcuda-1"  # part of every cache key: bump when the generated code changes meaning
+_FORMAT = "hostcuda-2"  # part of every cache key: bump when the generated code or the cache layout changes
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _HEADER = os.path.join(_HERE, "cuda_host.h")
 _RUNTIMES = {False: os.path.join(_HERE, "runtime_fibers.cpp"), True: os.path.join(_HERE, "runtime_serial.cpp")}

@@ -3,13 +3,18 @@
 A module rewrites its source, adds an ``extern "C"`` launch and signature entry per name expression,
 builds the library (:mod:`.build`) and hands out kernels; a kernel checks every argument against the
 kernel's C++ signature, packs it as CuPy would, and launches it in the fiber or the serial runtime.
+
+Threads of the serial build: a serial launch may run its blocks on up to :func:`get_threads` OS threads
+(``runtime_serial.cpp``: same bits whatever the count), except a kernel that can reach an atomic
+(:func:`_atomic_functions`), whose blocks always run in order on the calling thread. The budget
+travels in the launch entry's seed slot, which only the fiber build reads as a seed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
+import re
 import struct
 import threading
 from collections.abc import Sequence
@@ -17,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import env
 from .build import _load, _map_options
 from .errors import HostCudaError, HostCudaLaunchError, Param
-from .rewrite import _plain_kernels, rewrite_source
+from .rewrite import _mask, _matching, _plain_kernels, rewrite_source
 
 DEFAULT_SEED = 0x5EED  # the scheduling seed when neither the call, the module nor the environment gives one
 _ERR_LEN = 8192
@@ -36,14 +42,118 @@ _LAUNCH_ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
                     ctypes.c_char_p, ctypes.c_size_t]
 
 
+# -- threads of the serial build ----------------------------------------------------------------------------
+_threads = 1  # set by mxlite.device.threads (mx.set_num_threads); 1 until then
+# Words followed by a parenthesis and a brace that are not function definitions.
+_NOT_FUNCTIONS = frozenset(("if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof",
+                            "static_assert", "defined", "__attribute__", "__launch_bounds__", "noexcept"))
+
+
+def set_threads(n: int) -> None:
+    """Let every serial launch (CPU devices) spread its blocks over up to ``n`` threads, the caller's included.
+
+    Results do not depend on ``n`` (see the module docstring). Kernels that can reach an atomic run on
+    one thread whatever ``n``.
+
+    Raises:
+        ValueError: ``n`` is not an integer >= 1.
+    """
+    global _threads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the host kernels' thread count must be an integer >= 1, got {n!r}")
+    _threads = int(n)
+
+
+def get_threads() -> int:
+    """The most threads a serial launch may use (:func:`set_threads`)."""
+    return _threads
+
+
+_serial_libraries: dict[int, ctypes.CDLL] = {}  # every serial library loaded, by id
+_spread = (-1, -1)  # (least work worth a second thread, probe time), ns; -1: the runtime's own constant
+
+
+def _spread_entry(lib: ctypes.CDLL) -> Any:
+    entry = lib.hostcuda_set_spread
+    entry.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.POINTER(ctypes.c_ulonglong)]
+    entry.restype = ctypes.c_ulonglong
+    return entry
+
+
+def set_spread(min_spread_ns: int = -1, probe_ns: int = -1) -> tuple[int, int]:
+    """For tests and benchmarks: how readily serial launches spread over threads (``runtime_serial.cpp``).
+
+    ``min_spread_ns``: the work (ns) left that is worth one more thread (0: always spread up to the
+    budget); ``probe_ns``: how long the caller runs blocks before judging; -1 restores the runtime's
+    constant. Applies to every serial library, loaded now or later.
+
+    Returns:
+        ``(spread_launches, pool_blocks)`` so far, summed over the loaded serial libraries: launches
+        that woke pool threads, and the blocks those threads ran.
+    """
+    global _spread
+    _spread = (int(min_spread_ns), int(probe_ns))
+    launches = blocks = 0
+    for lib in list(_serial_libraries.values()):
+        ran = ctypes.c_ulonglong(0)
+        launches += _spread_entry(lib)(_spread[0], _spread[1], ctypes.byref(ran))
+        blocks += ran.value
+    return launches, blocks
+
+
+def spread_counts() -> tuple[int, int]:
+    """``(spread_launches, pool_blocks)`` summed over the loaded serial libraries (see :func:`set_spread`)."""
+    launches = blocks = 0
+    for lib in list(_serial_libraries.values()):
+        ran = ctypes.c_ulonglong(0)
+        launches += _spread_entry(lib)(-1, -1, ctypes.byref(ran))
+        blocks += ran.value
+    return launches, blocks
+
+
+def _atomic_functions(code: str) -> frozenset[str]:
+    """Names of the functions and macros of ``code`` that can reach a CUDA atomic, directly or through calls.
+
+    A textual over-approximation (a name defined twice counts if either definition qualifies; any
+    identifier followed by ``(`` or ``<`` in a body counts as a call): the serial runtime traps an
+    atomic in a launch allowed several threads, so what this misses fails loudly rather than silently.
+    """
+    masked = _mask(code)
+    bodies: dict[str, list[str]] = {}
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", masked):
+        if m.group(1) in _NOT_FUNCTIONS:
+            continue
+        close = _matching(masked, m.end() - 1)
+        if close < 0:
+            continue
+        after = re.match(r"\s*(?:(?:const|noexcept|mutable|override)\b\s*)*\{", masked[close + 1:])
+        if after is None:
+            continue
+        brace = close + after.end() - 1
+        end = _matching(masked, brace)
+        bodies.setdefault(m.group(1), []).append(masked[brace:end if end >= 0 else len(masked)])
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)((?:.*\\\n)*.*)", masked, re.M):
+        bodies.setdefault(m.group(1), []).append(m.group(2))
+    text = {name: " ".join(parts) for name, parts in bodies.items()}
+    reached = {name for name, body in text.items() if re.search(r"\batomic[A-Z]\w*\s*\(", body)}
+    calls = {name: set(re.findall(r"\b([A-Za-z_]\w*)\s*[(<]", body)) for name, body in text.items()}
+    grew = True
+    while grew:
+        more = {name for name, called in calls.items() if name not in reached and called & reached}
+        reached |= more
+        grew = bool(more)
+    return frozenset(reached)
+
+
+def _base_name(name_expression: str) -> str:
+    """The function name of a name expression: ``'ns::k<float, 2>'`` -> ``'k'``."""
+    return re.split(r"[<(\s]", name_expression.strip(), maxsplit=1)[0].split("::")[-1]
+
+
 def _default_seed() -> int:
-    text = os.environ.get("MXLITE_HOSTCUDA_SEED")
-    if not text:
-        return DEFAULT_SEED
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise ValueError(f"MXLITE_HOSTCUDA_SEED must be an integer, got {text!r}") from None
+    """``MXLITE_HOSTCUDA_SEED`` (Python's integer literals: ``0x5eed`` too), else :data:`DEFAULT_SEED`."""
+    return env.integer("MXLITE_HOSTCUDA_SEED", -(2**63), 2**64 - 1, DEFAULT_SEED, " (a launch uses it modulo 2^64)",
+                       base=0)
 
 
 class HostModule:
@@ -83,6 +193,7 @@ class HostModule:
         self._lib: ctypes.CDLL | None = None
         self._index: dict[str, int] = {}
         self._kernels: dict[str, HostKernel] = {}
+        self._atomic: frozenset[str] | None = None  # serial builds: the functions that can reach an atomic
         self._lock = threading.Lock()
 
     def _unit(self) -> str:
@@ -114,6 +225,9 @@ class HostModule:
         with self._lock:
             if self._lib is None:
                 self._lib = _load(self._unit(), self.name, self._std, self._flags, self.serial)
+                if self.serial and id(self._lib) not in _serial_libraries:
+                    _serial_libraries[id(self._lib)] = self._lib
+                    _spread_entry(self._lib)(_spread[0], _spread[1], None)
 
     def get_function(self, name: str) -> HostKernel:
         """The kernel of name expression ``name`` (compiling the module first if needed).
@@ -131,6 +245,11 @@ class HostModule:
             raise KeyError(f"{name!r} is not a kernel of {self.name}: the module exposes {sorted(self._index)}")
         assert self._lib is not None
         kernel = HostKernel(self, name, self._lib, self._index[name])
+        if self.serial:
+            with self._lock:
+                if self._atomic is None:
+                    self._atomic = _atomic_functions(self.code)
+            kernel.ordered = _base_name(name) in self._atomic
         self._kernels[name] = kernel
         return kernel
 
@@ -252,6 +371,8 @@ class HostKernel:
         signature: one :class:`Param` per C++ parameter, in order (a caller can treat pointers to
             const as reads and other pointers as reads and writes).
         param_types: the C++ spelling of each parameter's type.
+        ordered: serial builds: the kernel can reach an atomic, so its blocks always run in grid
+            order on the calling thread.
     """
 
     def __init__(self, module: HostModule, name: str, lib: ctypes.CDLL, index: int) -> None:
@@ -281,6 +402,7 @@ class HostKernel:
         # seen and whether they fit; per thread, the argument slots and buffers, reused by every launch.
         self._fits: tuple[dict[np.dtype, bool], ...] = tuple({} for _ in params)
         self._tls = threading.local()
+        self.ordered = False  # serial builds: the kernel can reach an atomic, so its blocks run in order on one thread
 
     def __repr__(self) -> str:
         return f"<HostKernel {self.name}({', '.join(self.param_types)}) of {self.module.name}>"
@@ -369,7 +491,7 @@ class HostKernel:
         return slots, pointers, keep
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, stream: Any = None, *,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, threads: int | None = None) -> None:
         """Run the kernel over ``grid`` blocks of ``block`` threads; returns when it has finished.
 
         Args:
@@ -387,7 +509,10 @@ class HostKernel:
             shared_mem: bytes of dynamic shared memory (``extern __shared__``), at most 48 KiB (none
                 in a serial build, whose ``block`` must be 1).
             stream: accepted and ignored (launches are synchronous).
-            seed: the scheduling seed of this launch (default: the module's).
+            seed: the scheduling seed of this launch (default: the module's; fiber builds only).
+            threads: serial builds only: the most OS threads this launch may spread its blocks over
+                (default :func:`get_threads`; always 1 for a kernel that can reach an atomic, whatever
+                is given). The results do not depend on it.
 
         Raises:
             TypeError: wrong number of arguments, or an argument that does not fit its parameter
@@ -408,7 +533,10 @@ class HostKernel:
         slots, pointers, keep = self._pack(args)
         _, _, _, dims, err = self._buffers()
         dims[0], dims[1], dims[2], dims[3], dims[4], dims[5] = *g, *b
-        launch_seed = (self.module.seed if seed is None else int(seed)) & (2**64 - 1)
+        if self.module.serial:  # the seed slot carries the thread budget (module docstring)
+            launch_seed = 1 if self.ordered else max(1, _threads if threads is None else int(threads))
+        else:
+            launch_seed = (self.module.seed if seed is None else int(seed)) & (2**64 - 1)
         rc = self._launch(_addressof(pointers), _addressof(dims), _addressof(dims) + 12, int(shared_mem),
                           launch_seed, err, _ERR_LEN)
         del slots, keep

@@ -26,6 +26,7 @@ from .conv_layers import (
     PixelShuffle1D,
     PixelShuffle2D,
     PixelShuffle3D,
+    ReflectionPad2D,
 )
 from .conv_nd_layers import (
     AvgPool1D,
@@ -42,7 +43,7 @@ from .conv_nd_layers import (
     MaxPool1D,
     MaxPool3D,
 )
-from .norm_layers import GroupNorm, InstanceNorm
+from .norm_layers import GroupNorm, InstanceNorm, SyncBatchNorm
 
 __all__ = [
     "Activation", "AvgPool2D", "BatchNorm", "Block", "Constant", "Conv2D", "DeferredInitializationError",
@@ -52,5 +53,5 @@ __all__ = [
     "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
     "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
     "GroupNorm", "InstanceNorm", "Concatenate", "HybridConcatenate", "PixelShuffle1D", "PixelShuffle2D",
-    "PixelShuffle3D",
+    "PixelShuffle3D", "ReflectionPad2D", "SyncBatchNorm",
 ]

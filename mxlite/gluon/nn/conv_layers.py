@@ -13,7 +13,7 @@ from ..parameter import Parameter
 from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready
 
 __all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "PixelShuffle1D", "PixelShuffle2D",
-           "PixelShuffle3D"]
+           "PixelShuffle3D", "ReflectionPad2D"]
 
 
 def _pair(value: int | tuple[int, int], layer: str = "layer", name: str = "size", low: int = 1) -> tuple[int, int]:
@@ -203,3 +203,45 @@ class PixelShuffle3D(_PixelShuffle):
     """``(N, C * f1 * f2 * f3, D, H, W) -> (N, C, D * f1, H * f2, W * f3)`` (MXNet Gluon's ``PixelShuffle3D``)."""
 
     _dims = 3
+
+
+class ReflectionPad2D(Block):
+    """Pads ``(N, C, H, W)`` by reflecting each border row and column (the edge itself not repeated), as MXNet
+    Gluon's ``ReflectionPad2D`` (``pad(x, mode='reflect')``): ``[a, b, c]`` padded by 2 is ``[c, b, a, b, c, b, a]``.
+
+    Args:
+        padding: an int (the same on the four sides), or MXNet's 8-tuple ``pad_width`` (before, after for each
+            axis; the batch and channel axes' must be 0).
+
+    Raises:
+        ValueError: a ``padding`` that is neither (at construction); an input that is not 4-D, or a padding not
+            smaller than the side it reflects (at the call).
+    """
+
+    def __init__(self, padding: int | tuple[int, ...] = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+            padding = (0, 0, 0, 0, padding, padding, padding, padding)
+        if not isinstance(padding, (tuple, list)) or len(padding) != 8 or any(padding[:4]):
+            raise ValueError(f"ReflectionPad2D: padding must be an int or 8 ints (0, 0, 0, 0, top, bottom, left, "
+                             f"right), got {padding!r}")
+        self._padding = tuple(_int_arg("ReflectionPad2D", "padding", p, low=0) for p in padding)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"ReflectionPad2D expects NCHW input with 4 dimensions, got shape {x.shape}")
+        for axis in (2, 3):
+            before, after = self._padding[2 * axis], self._padding[2 * axis + 1]
+            n = x.shape[axis]
+            if max(before, after) >= n:
+                raise ValueError(f"ReflectionPad2D: padding {max(before, after)} must be smaller than axis {axis}'s "
+                                 f"length {n} (input shape {x.shape})")
+            parts = [ops.flip(ops.slice_axis(x, axis, 1, before + 1), axis)] if before else []
+            parts.append(x)
+            if after:
+                parts.append(ops.flip(ops.slice_axis(x, axis, n - 1 - after, n - 1), axis))
+            x = ops.concat(parts, axis=axis) if len(parts) > 1 else x
+        return x
+
+    def _extra_repr(self) -> str:
+        return str(self._padding)

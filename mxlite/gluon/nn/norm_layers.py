@@ -15,9 +15,9 @@ from ...autograd import ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
-from .basic_layers import _int_arg, _ready, _real_arg
+from .basic_layers import BatchNorm, _int_arg, _ready, _real_arg
 
-__all__ = ["GroupNorm", "InstanceNorm", "group_norm", "instance_norm"]
+__all__ = ["GroupNorm", "InstanceNorm", "SyncBatchNorm", "group_norm", "instance_norm"]
 
 
 def _normalize(x: Tensor, groups: int, eps: float) -> Tensor:
@@ -220,3 +220,42 @@ class InstanceNorm(_ChannelNorm):
         return (f"eps={self._eps}, axis={self._axis}, center={self._center}, scale={self._scale}, "
                 f"in_channels={self.gamma.shape[0] if self.gamma.shape else 0}")
 
+
+
+class SyncBatchNorm(BatchNorm):
+    """MXNet Gluon's ``SyncBatchNorm`` on one device: :class:`BatchNorm` (the statistics of the batch it is given).
+
+    MXNet's reduces the batch statistics over the devices of one process, whose forward passes run concurrently;
+    mxlite runs each device's forward in turn, eagerly, so statistics cannot be shared between them, and a layer
+    whose parameters live on several devices raises rather than normalise each device's slice on its own.
+
+    Args:
+        in_channels, momentum, epsilon, center, scale, use_global_stats, the initializers: as :class:`BatchNorm`.
+        num_devices: MXNet's count of devices to synchronise; more than 1 raises.
+        key: MXNet's synchronisation key, accepted and unused.
+
+    Raises:
+        NotImplementedError: ``num_devices > 1`` (at construction), or parameters on several devices (at the call).
+    """
+
+    def __init__(self, in_channels: int = 0, num_devices: int | None = None, momentum: float = 0.9,
+                 epsilon: float = 1e-5, center: bool = True, scale: bool = True, use_global_stats: bool = False,
+                 beta_initializer: Any = "zeros", gamma_initializer: Any = "ones",
+                 running_mean_initializer: Any = "zeros", running_variance_initializer: Any = "ones",
+                 key: Any = None, **kwargs: Any) -> None:
+        if num_devices is not None and num_devices > 1:
+            raise NotImplementedError(self._several(f"num_devices={num_devices}"))
+        super().__init__(1, momentum, epsilon, center, scale, use_global_stats, beta_initializer, gamma_initializer,
+                         running_mean_initializer, running_variance_initializer, in_channels, **kwargs)
+
+    @staticmethod
+    def _several(what: str) -> str:
+        return (f"SyncBatchNorm: {what}: mxlite cannot synchronise batch statistics across devices (each device's "
+                "forward runs in turn); use nn.BatchNorm (statistics per device) or a larger batch per device")
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = super().forward(x)
+        devices = self.gamma.list_device()
+        if len(devices) > 1:
+            raise NotImplementedError(self._several(f"its parameters are on {len(devices)} devices"))
+        return out

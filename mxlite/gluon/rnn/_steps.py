@@ -1,7 +1,12 @@
 """One time step of each recurrence, and a whole (multi-layer, bidirectional) sequence, as functions.
 
-Everything is composed from mxlite's differentiable ops, so gradients come from the ops' own and
-the same code runs on every device. Gate order and formulas are MXNet's:
+A whole sequence (:func:`rnn_sequence`, what ``gluon.rnn``'s layers run) goes through
+:func:`mxlite.autograd.rnn_ops.recurrence`, one fused autograd node per layer and direction: the
+input projection of every step in one GEMM, then one GEMM and one cell kernel (``kernels/rnn.cu``)
+per step. The one-step functions below (what the cells run) are composed from mxlite's
+differentiable ops, so gradients come from the ops' own and the same code runs on every device;
+``rnn_sequence(..., fused=False)`` composes a whole sequence from them, the reference the fused
+op is tested against. Gate order and formulas are MXNet's:
 
 - RNN: ``h' = act(W_i x + b_i + W_h h + b_h)``.
 - LSTM, gates ``i, f, c, o`` stacked in that order in the weights:
@@ -15,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...autograd import nn_ops, ops
+from ...autograd import nn_ops, ops, rnn_ops
 from ...autograd.tensor import Tensor
 
 Act = Callable[[Tensor], Tensor]
 
-GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
-NUM_STATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 2, "gru": 1}
+GATES = rnn_ops.GATES
+NUM_STATES = rnn_ops.NUM_STATES
 
 
 def rnn_step(i2h: Tensor, h: Tensor, h2h_weight: Tensor, h2h_bias: Tensor | None, activation: Act) -> Tensor:
@@ -75,7 +80,8 @@ def _run_direction(mode: str, steps: list[Tensor], states: list[Tensor], h2h_wei
 
 def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence[Sequence[Tensor | None]],
                  num_layers: int, bidirectional: bool, dropout: float = 0.0, training: bool = False,
-                 clip: tuple[float | None, float | None] | None = None) -> tuple[Tensor, list[Tensor]]:
+                 clip: tuple[float | None, float | None] | None = None, valid_length: Any = None,
+                 fused: bool = True) -> tuple[Tensor, list[Tensor]]:
     """A whole sequence through a stacked (optionally bidirectional) recurrence, MXNet's fused ``RNN`` op.
 
     Args:
@@ -89,11 +95,25 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
         dropout: drop probability applied to the input of every layer but the first (training only).
         training: whether dropout applies.
         clip: LSTM cell-state bounds ``(min, max)``, or None.
+        valid_length: optional per-sample lengths ``(N,)`` (MXNet's ``use_sequence_length``): sample
+            ``b`` runs its first ``valid_length[b]`` steps in every layer (the backward direction from
+            its last valid step back), its outputs past them are 0 and its final states are those
+            after its last valid step. Fused only.
+        fused: True (the default) runs each layer and direction as one
+            :func:`~mxlite.autograd.rnn_ops.recurrence`; False composes them step by step from the
+            one-step functions above (the reference, many recorded ops per step).
 
     Returns:
         ``(output, final_states)``: output ``(T, N, D * H)`` (directions concatenated on the last
         axis) and the final states, shaped as ``states``.
+
+    Raises:
+        NotImplementedError: ``valid_length`` with ``fused=False``.
+        ValueError: from :func:`~mxlite.autograd.rnn_ops.recurrence`: shapes, dtypes or lengths that
+            do not fit.
     """
+    if valid_length is not None and not fused:
+        raise NotImplementedError("rnn_sequence: valid_length needs the fused recurrence (fused=True)")
     dirs = 2 if bidirectional else 1
     length, batch = x.shape[0], x.shape[1]
     finals: list[list[Tensor]] = [[] for _ in states]
@@ -104,12 +124,17 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
         outs = []
         for d in range(dirs):
             i2h_weight, h2h_weight, i2h_bias, h2h_bias = weights[layer * dirs + d]
-            i2h = nn_ops.fully_connected(layer_in, i2h_weight, i2h_bias, flatten=False)  # all steps in one GEMM
-            width = i2h.shape[-1]
-            steps = [ops.reshape(s, (batch, width)) for s in ops.split(i2h, length, axis=0)]
             begin = [ops.reshape(ops.getitem(s, layer * dirs + d), s.shape[1:]) for s in states]
-            seq, last = _run_direction(mode, steps, begin, h2h_weight, h2h_bias, reverse=d == 1, clip=clip)
-            outs.append(ops.stack(seq, axis=0))
+            if fused:
+                out, last = rnn_ops.recurrence(mode, layer_in, begin, (i2h_weight, h2h_weight, i2h_bias, h2h_bias),
+                                               reverse=d == 1, clip=clip, valid_length=valid_length)
+                outs.append(out)
+            else:
+                i2h = nn_ops.fully_connected(layer_in, i2h_weight, i2h_bias, flatten=False)  # all steps in one GEMM
+                width = i2h.shape[-1]
+                steps = [ops.reshape(s, (batch, width)) for s in ops.split(i2h, length, axis=0)]
+                seq, last = _run_direction(mode, steps, begin, h2h_weight, h2h_bias, reverse=d == 1, clip=clip)
+                outs.append(ops.stack(seq, axis=0))
             for k, s in enumerate(last):
                 finals[k].append(s)
         layer_in = outs[0] if dirs == 1 else ops.concat(outs, axis=2)

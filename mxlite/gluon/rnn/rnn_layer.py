@@ -26,7 +26,36 @@ from ..parameter import Parameter
 from . import _steps
 from .rnn_cell import _make_states
 
-__all__ = ["RNN", "LSTM", "GRU"]
+__all__ = ["RNN", "LSTM", "GRU", "FusedRNNParam", "fused_layout", "split_fused"]
+
+
+def fused_layout(mode: str, num_layers: int, input_size: int, hidden_size: int, bidirectional: bool
+                 ) -> list[tuple[str, tuple[int, ...]]]:
+    """The weights of a recurrent layer in MXNet 2.x's fused ``rnn_param`` order: ``(name, shape)`` each.
+
+    The packing (MXNet 2.x ``gluon/rnn/rnn_layer.py`` and its ``RNNFused`` initializer, the layout of the fused
+    RNN operator, ``src/operator/rnn-inl.h``): every weight first, then every bias; within each, layer by layer,
+    direction by direction (l, then r), i2h then h2h; each matrix row-major, ``(gates * hidden, inputs)``.
+    """
+    g, d = _steps.GATES[mode] * hidden_size, 2 if bidirectional else 1
+    out = []
+    for part in ("weight", "bias"):
+        for layer in range(num_layers):
+            for direction in ("l", "r")[:d]:
+                for kind in ("i2h", "h2h"):
+                    inputs = hidden_size if kind == "h2h" else (input_size if layer == 0 else d * hidden_size)
+                    out.append((f"{direction}{layer}_{kind}_{part}", (g, inputs) if part == "weight" else (g,)))
+    return out
+
+
+def split_fused(flat: Any, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+    """``flat`` (a 1-D NumPy array or Tensor) cut into the named pieces of ``layout``, each reshaped (views)."""
+    out, pos = {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape))
+        out[name] = flat[pos:pos + size].reshape(shape)
+        pos += size
+    return out
 
 
 class _RNNLayer(Block):
@@ -41,14 +70,12 @@ class _RNNLayer(Block):
         name = type(self).__name__
         if layout not in ("TNC", "NTC"):
             raise ValueError(f"{name}: layout must be 'TNC' or 'NTC', got {layout!r}")
-        if use_sequence_length:
-            raise NotImplementedError(f"{name}: use_sequence_length is not supported; use a cell's "
-                                      "unroll(..., valid_length=) instead")
         self._hidden_size = _int_arg(name, "hidden_size", hidden_size)
         self._num_layers = _int_arg(name, "num_layers", num_layers)
         self._input_size = _int_arg(name, "input_size", input_size, low=0)
         self._dropout = _real_arg(name, "dropout", dropout, low=0, high=1)
         self._layout, self._bidirectional, self._mode, self._clip = layout, bool(bidirectional), mode, clip
+        self._use_sequence_length = bool(use_sequence_length)
         self._dir = 2 if bidirectional else 1
         gates = _steps.GATES[mode] * self._hidden_size
         self._names: list[tuple[str, str, str, str]] = []
@@ -64,6 +91,27 @@ class _RNNLayer(Block):
                                                    allow_deferred_init=True))
                 self._names.append(names)  # type: ignore[arg-type]
 
+    def infer_shape(self, inputs: Tensor, *args: Any) -> None:
+        """Set the input size from ``inputs`` (MXNet 2.x's shape inference; ``args``, the states, are not needed).
+
+        Raises:
+            ValueError: ``inputs`` is not 3-D, or its feature count differs from an input size already set.
+        """
+        if inputs.ndim != 3:
+            raise ValueError(f"{type(self).__name__}: inputs must be 3-D ({self._layout}), got shape {inputs.shape}")
+        for names in self._names[:self._dir]:
+            getattr(self, names[0]).shape = (_steps.GATES[self._mode] * self._hidden_size, inputs.shape[2])
+
+    @property
+    def rnn_param(self) -> FusedRNNParam:
+        """MXNet 2.x's single fused parameter of the layer, as a view that packs and unpacks this layer's per-gate
+        parameters (``l0_i2h_weight``, ...), which stay the layer's real parameters (see :class:`FusedRNNParam`)."""
+        return FusedRNNParam(self)
+
+    def _param_aliases(self) -> dict[str, Any]:
+        """Names ``collect_params()`` resolves without listing them: MXNet 2.x's ``rnn_param``."""
+        return {"rnn_param": self.rnn_param}
+
     def state_info(self, batch_size: int = 0) -> list[dict[str, Any]]:
         """Shape and layout of each state: ``(num_layers * D, batch_size, H)``, layout 'LNC'."""
         shape = (self._num_layers * self._dir, batch_size, self._hidden_size)
@@ -75,11 +123,26 @@ class _RNNLayer(Block):
         return _make_states(self.state_info(batch_size), func, kwargs)
 
     def forward(self, inputs: Tensor, states: Any = None, sequence_length: Any = None) -> Any:
+        """The output sequence (and the final states when ``states`` is given); see the class docstring.
+
+        ``sequence_length`` (``(N,)`` whole numbers in ``[0, T]``, any real dtype; required exactly when
+        the layer was built with ``use_sequence_length=True``): sample ``b`` runs its first
+        ``sequence_length[b]`` steps (the backward direction from its last valid step back to step 0);
+        its outputs past them are 0 and its final states are those after its last valid step.
+
+        Raises:
+            ValueError: inputs, states or ``sequence_length`` of the wrong shape or values, or
+                ``sequence_length`` missing with ``use_sequence_length=True`` or given without it.
+        """
         name = type(self).__name__
         if isinstance(inputs, np.ndarray):
             inputs = _nd.array(inputs)
-        if sequence_length is not None:
-            raise NotImplementedError(f"{name}: sequence_length is not supported")
+        if self._use_sequence_length and sequence_length is None:
+            raise ValueError(f"{name} was built with use_sequence_length=True: call it as layer(inputs, states, "
+                             "sequence_length) with one length per sample")
+        if sequence_length is not None and not self._use_sequence_length:
+            raise ValueError(f"{name}: sequence_length given, but the layer was built with use_sequence_length=False "
+                             "(MXNet ignores it there); build it with use_sequence_length=True")
         if inputs.ndim != 3:
             raise ValueError(f"{name}: inputs must be 3-D ({self._layout}), got shape {inputs.shape}")
         x = ops.swapaxes(inputs, 0, 1) if self._layout == "NTC" else inputs
@@ -104,7 +167,8 @@ class _RNNLayer(Block):
                              f"but the inputs have {x.shape[2]} (shape {inputs.shape}, layout {self._layout})")
         weights = [tuple(_ready(getattr(self, n), x) for n in names) for names in self._names]
         out, new_states = _steps.rnn_sequence(self._mode, x, states, weights, self._num_layers, self._bidirectional,
-                                              self._dropout, autograd.is_training(), self._clip)
+                                              self._dropout, autograd.is_training(), self._clip,
+                                              valid_length=sequence_length)
         if self._layout == "NTC":
             out = ops.swapaxes(out, 0, 1)
         return out if skip_states else (out, new_states)
@@ -151,12 +215,8 @@ class _RNNLayer(Block):
         return out
 
     def _unpack_fused(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """MXNet 2.x's ``rnn_param`` split into this layer's weights.
-
-        The packing (MXNet 2.x ``gluon/rnn/rnn_layer.py`` and its ``RNNFused`` initializer, the layout of the
-        fused RNN operator, ``src/operator/rnn-inl.h``): every weight first, then every bias; within each,
-        layer by layer, direction by direction (l, then r), i2h then h2h; each matrix row-major, ``(gates *
-        hidden, inputs)``. The input size is what the total length leaves for layer 0.
+        """MXNet 2.x's ``rnn_param`` split into this layer's weights, in :func:`fused_layout`'s packing. The input
+        size is what the total length leaves for layer 0.
 
         Raises:
             ValueError: ``flat`` is not 1-D, or its length fits no input size of this layer's configuration.
@@ -170,18 +230,7 @@ class _RNNLayer(Block):
             raise ValueError(f"{name}: an MXNet 'rnn_param' of shape {flat.shape} does not fit this layer "
                              f"(hidden_size={h}, num_layers={layers}, bidirectional={d == 2}"
                              + (f", input_size={self._input_size}" if self._input_size else "") + ")")
-        out: dict[str, np.ndarray] = {}
-        pos = 0
-        for part in ("weight", "bias"):
-            for layer in range(layers):
-                for direction in ("l", "r")[:d]:
-                    for kind in ("i2h", "h2h"):
-                        inputs = h if kind == "h2h" else (in_size if layer == 0 else d * h)
-                        shape = (g, inputs) if part == "weight" else (g,)
-                        size = int(np.prod(shape))
-                        out[f"{direction}{layer}_{kind}_{part}"] = flat[pos:pos + size].reshape(shape)
-                        pos += size
-        return out
+        return split_fused(flat, fused_layout(self._mode, layers, in_size, h, d == 2))
 
     def _extra_repr(self) -> str:
         shape = getattr(self, self._names[0][0]).shape
@@ -189,6 +238,85 @@ class _RNNLayer(Block):
         return (f"{in_size} -> {self._hidden_size}, {self._layout}, num_layers={self._num_layers}"
                 + (", bidirectional" if self._bidirectional else "")
                 + (f", dropout={self._dropout}" if self._dropout else ""))
+
+
+class FusedRNNParam:
+    """MXNet 2.x's fused ``rnn_param`` of a recurrent layer: one flat vector packing every weight and bias, as a
+    view of mxlite's per-gate parameters (MXNet 1.x's layout, which the layer keeps: the Trainer, ``save_parameters``
+    and ``collect_params().items()`` see those; ``layer.rnn_param`` and ``collect_params()['rnn_param']`` give this).
+
+    Purpose: code written for MXNet 2.x's layout (``params['rnn_param'].set_data(flat)``, ``.shape``,
+    ``.data().grad`` split with :func:`~mxlite.gluon.utils.split_rnn_params`) runs unchanged.
+
+    Behaviour: :meth:`set_data` writes through to the per-gate parameters (and, on a layer whose input size is
+    still unknown, sets it from the vector's length); :meth:`data` and :meth:`grad` return new flat arrays
+    packed from the parameters' current values (a copy: writing into them changes nothing). The packing is
+    :func:`fused_layout`'s.
+    """
+
+    name = "rnn_param"
+
+    def __init__(self, layer: _RNNLayer) -> None:
+        self._layer = layer
+
+    def _params(self) -> list[Parameter]:
+        layer = self._layer
+        return [getattr(layer, n) for n, _ in fused_layout(layer._mode, layer._num_layers, 1, layer._hidden_size,
+                                                            layer._bidirectional)]
+
+    @property
+    def shape(self) -> tuple[int]:
+        """``(total length,)``; ``(-1,)`` while the input size is unknown."""
+        params = self._params()
+        if not all(p._shape_known() for p in params):
+            return (-1,)
+        return (sum(int(np.prod(p.shape)) for p in params),)
+
+    @property
+    def dtype(self) -> Any:
+        """The parameters' dtype."""
+        return self._params()[0].dtype
+
+    def list_device(self) -> list[Any]:
+        """The devices holding the parameters."""
+        return self._params()[0].list_device()
+
+    def _pack(self, arrays: list[Tensor]) -> Tensor:
+        return ops.concat([ops.reshape(a, (-1,)) for a in arrays], axis=0)
+
+    def data(self, device: Any = None) -> Tensor:
+        """The packed values on ``device`` (a new array), with ``.grad`` the packed gradients when they exist.
+
+        Raises:
+            RuntimeError: the parameters are not initialised (or not on ``device``).
+        """
+        params = self._params()
+        with autograd.pause():
+            out = self._pack([p.data(device) for p in params])
+            if all(p.grad_req != "null" for p in params):
+                grad = self._pack([p.grad(device) for p in params])
+                out.attach_grad()
+                out.grad[...] = grad
+        return out
+
+    def grad(self, device: Any = None) -> Tensor:
+        """The packed gradients on ``device`` (a new array)."""
+        with autograd.pause():
+            return self._pack([p.grad(device) for p in self._params()])
+
+    def set_data(self, data: Any) -> None:
+        """Write a packed vector into the per-gate parameters (every device).
+
+        Raises:
+            ValueError: ``data`` is not 1-D, or its length fits no input size of the layer.
+        """
+        flat = data.asnumpy() if isinstance(data, Tensor) else np.asarray(data)
+        for name, value in self._layer._unpack_fused(flat).items():
+            getattr(self._layer, name).set_data(value)
+
+    def __repr__(self) -> str:
+        return (f"Parameter rnn_param (shape={self.shape}, dtype={self.dtype}; a view of "
+                f"{type(self._layer).__name__}'s per-gate parameters)")
 
 
 class RNN(_RNNLayer):
@@ -205,10 +333,15 @@ class RNN(_RNNLayer):
             initializers (weights default to the global one, biases to zeros).
         input_size: input features; 0 infers them from the first batch.
         dtype: parameter dtype.
+        use_sequence_length: the layer takes per-sample lengths, ``layer(inputs, states,
+            sequence_length)`` (MXNet's; see :meth:`forward`).
 
     Inputs: ``inputs`` (see ``layout``) and optional ``states`` (list of one
     ``(num_layers * D, N, H)`` array). Outputs: ``(T, N, D * H)`` (in ``layout``), and the new
     states when ``states`` was given.
+
+    Each layer and direction runs as one fused op (:func:`mxlite.autograd.rnn_ops.recurrence`: the
+    cell kernels of ``kernels/rnn.cu`` and one GEMM per step).
 
     Raises:
         ValueError / TypeError: bad arguments (at construction); inputs or states of the wrong shape.

@@ -1,0 +1,46 @@
+"""The CPU benchmarks of recurrent models and of a busy machine run and report what they promise (toy sizes)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.test_benchmarks import _load
+
+_TINY_LM = ["--lm-vocab", "30", "--lm-embed", "6", "--lm-hidden", "8", "--lm-layers", "2", "--lm-length", "5",
+            "--lm-batch", "4"]
+
+
+def test_bench_train_trains_the_word_lms_with_a_thread_setting(tmp_path, capsys):
+    out = tmp_path / "lm.json"
+    assert _load("bench_train").main(["--device", "cpu", "--models", "lstm_lm,gru_lm", *_TINY_LM, "--kvstores",
+                                      "none", "--steps", "2", "--repeat", "2", "--warmup", "1", "--threads", "1",
+                                      "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["meta"]["mxlite_threads"] == 1
+    mine = {r["model"]: r for r in report["records"] if r["framework"] == "mxlite"}
+    assert set(mine) == {"lstm_lm", "gru_lm"}
+    # embedding, 2 layers (i2h, h2h, two biases), decoder
+    lstm = 30 * 6 + (4 * 8 * 6 + 4 * 8 * 8 + 2 * 4 * 8) + (4 * 8 * 8 + 4 * 8 * 8 + 2 * 4 * 8) + 8 * 30 + 30
+    assert mine["lstm_lm"]["params"] == lstm and mine["lstm_lm"]["batch"] == 4
+    for r in report["records"]:
+        assert r["samples_per_s"] > 0 and r["run_spread_pct"] >= 0 and len(r["run_samples_per_s"]) == 2
+    assert all(r["loss_decreased"] for r in mine.values())
+    if report["meta"]["torch"] is not None:
+        assert {r["model"] for r in report["records"] if r["framework"] == "torch"} == {"lstm_lm", "gru_lm"}
+        assert report["meta"]["torch_threads"] == 1
+    assert "sanity lstm_lm" in capsys.readouterr().out
+
+
+def test_bench_busy_reports_the_slowdown_beside_a_competitor(tmp_path, capsys):
+    out = tmp_path / "busy.json"
+    assert _load("bench_busy").main(["--models", "lstm_lm", "--no-torch", "--rounds", "1", "--repeat", "2",
+                                     "--steps", "1", "--warmup", "1", "--competitors", "1", "--threads", "1",
+                                     "--train-args", " ".join(_TINY_LM), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (record,) = report["records"]
+    assert record["model"] == "lstm_lm" and record["framework"] == "mxlite" and record["threads"] == 1
+    assert record["alone_ms"] > 0 and record["busy_ms"] > 0
+    assert abs(record["slowdown"] - record["busy_ms"] / record["alone_ms"]) < 1e-9
+    assert len(record["alone_runs_ms"]) == len(record["busy_runs_ms"]) == 2
+    assert report["meta"]["competitors"] == 1 and report["meta"]["command"].startswith("python3 benchmarks/bench_busy")
+    assert "slowdown" in capsys.readouterr().out
