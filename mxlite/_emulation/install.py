@@ -52,7 +52,8 @@ def install(num_gpus: int) -> None:
     for public, private in {**_MODULES, **_NVMATH_MODULES}.items():
         sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
     sys.modules["nvmath.bindings.cublas"]._reset()
-    for cache in ("mxlite.device.blas", "mxlite.device.graphs"):  # cuBLAS handles and graphs of a previous install
+    # cuBLAS handles, graphs and dropout generator states of a previous install
+    for cache in ("mxlite.device.blas", "mxlite.device.graphs", "mxlite.autograd._philox"):
         module = sys.modules.get(cache)
         if module is not None:
             module._forget()

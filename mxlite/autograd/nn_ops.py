@@ -24,7 +24,7 @@ import numpy as np
 
 from ..device import blas
 from . import _norm_kernels as _nk
-from . import _state
+from . import _philox, _state
 from . import random as _random
 from . import sparse as _sparse
 from .conv import (  # noqa: F401 - re-exported: mx.nn_ops holds every layer primitive
@@ -121,8 +121,10 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bool | None = None) -> Tensor:
     """Inverted dropout: zero each element with probability ``rate``, scale survivors by ``1/(1-rate)``.
 
-    The mask is drawn from the device's stream (:mod:`mxlite.autograd.random`), so ``mx.random.seed``
-    makes it reproducible. Outside training, or with ``rate == 0``, ``x`` itself is returned.
+    The mask is drawn from the device's stream (:mod:`mxlite.autograd.random` on CPU devices; on GPUs
+    a counter-based generator with its position on the device, :mod:`mxlite.autograd._philox`, which
+    CUDA graphs can replay), so ``mx.random.seed`` makes it reproducible. Outside training, or with
+    ``rate == 0``, ``x`` itself is returned.
 
     Args:
         x: floating-point tensor of any shape.
@@ -148,11 +150,13 @@ def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bo
     xp = x._device.xp
     shared = {_axis(a, x.ndim) for a in axes}
     shape = tuple(1 if i in shared else n for i, n in enumerate(x.shape))
-    gen = _random._generator(x._device)
-    # float32 uniforms: half the memory and time of float64, ample resolution for a Bernoulli draw.
-    u = gen.random(shape, dtype=np.float32) if xp is np else gen.random_sample(shape, dtype=np.float32)
-    scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
-    mask = ((u >= rate) * scale).astype(x.dtype)
+    if xp is np:
+        # float32 uniforms: half the memory and time of float64, ample resolution for a Bernoulli draw.
+        u = _random._generator(x._device).random(shape, dtype=np.float32)
+        scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
+        mask = ((u >= rate) * scale).astype(x.dtype)
+    else:  # GPUs: Philox with its offset on the device, which a CUDA graph can replay (autograd/_philox.py)
+        mask = _philox.dropout_mask(x._device, shape, rate, x.dtype)
     out = x._data * mask
     # The mask rides along as a constant parent, so the differentiable backward (higher_order) finds it.
     return _result("dropout", out, x._device, (x, Tensor(mask, x._device)), lambda g: (g * mask, None))

@@ -4,7 +4,8 @@ Each device draws from its own stream, derived from the seed and the device's id
 ``seed(s)`` followed by the same calls gives the same numbers on every run; on CPU devices
 NumPy's PCG64, on GPUs CuPy's generator. Initializers draw from a separate host stream so that
 every mirror of a parameter gets the same values. Without a call to :func:`seed` the streams
-start from fresh OS entropy (as MXNet's do).
+start from fresh OS entropy (as MXNet's do). Dropout on GPUs draws from a counter-based generator
+whose position lives on the device (:mod:`mxlite.autograd._philox`), seeded here as well.
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ def seed(seed_state: int, device: Device | str = "all", ctx: Device | str | None
         device = ctx
     if not isinstance(seed_state, (int, np.integer)) or seed_state < 0:
         raise ValueError(f"seed_state must be a non-negative integer, got {seed_state!r}")
+    from . import _philox  # noqa: PLC0415 - _philox reads the entropy from this module
+
     if device == "all":
         _seed_entropy = int(seed_state)
         _generators.clear()
+        _philox.reseed(None, int(seed_state))
     else:
         dev = as_device(device)
         _generators[dev] = _make_generator(dev, int(seed_state))
+        if dev.is_gpu:
+            _philox.reseed(dev, int(seed_state))
 
 
 def entropy() -> int:
@@ -100,10 +106,14 @@ def set_state(state: dict[str, Any]) -> None:
         ValueError: a malformed state (nothing is changed then).
     """
     global _seed_entropy
+    from . import _philox  # noqa: PLC0415
+
     entropy, restored = parse_state(state)
     _seed_entropy = entropy
     _generators.clear()
     _generators.update(restored)
+    if entropy is not None:
+        _philox.reseed(None, entropy)  # GPU dropout streams restart from the seed too
 
 
 def parse_state(state: dict[str, Any]) -> tuple[int | None, dict[Any, Any]]:

@@ -199,7 +199,7 @@ def _capture_error(exc: BaseException) -> BaseException:
         cause = "a cuBLAS call through CuPy (cupy.matmul, dot or @ on GPU arrays; mxlite's own GEMMs go " \
                 "through mxlite.device.blas)"
     elif "cuRAND" in text or "random" in text.lower():
-        cause = "random numbers drawn on the GPU (Dropout in training mode, mx.random): a graph would " \
+        cause = "random numbers drawn by cuRAND (mx.random inside forward; Dropout is captured): a graph would " \
                 "replay the same draw"
     elif "D2H" in text:
         cause = "a read of GPU data by the host (asnumpy, item, float(), Python control flow on values, " \

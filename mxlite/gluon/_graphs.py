@@ -17,7 +17,8 @@ a new parameter) makes the graph stale: it is dropped and the signature starts a
 :data:`MAX_GRAPHS` signatures are kept per block (least recently used first out).
 
 What cannot be captured runs eagerly, with one warning per block and cause naming the cause: a read by
-the host inside the forward, random numbers (Dropout in training mode), a host synchronisation, a copy
+the host inside the forward, random numbers from ``mx.random`` (cuRAND; Dropout draws from a generator
+with its position on the device and is captured), a host synchronisation, a copy
 from the host, cuBLAS through CuPy, forward hooks on child blocks, outputs other than arrays, sparse
 gradients, and GPUs without nvmath-python. Such a signature keeps running eagerly until ``hybridize`` is
 called again. A block called again before the backward of its previous recorded call (both calls' outputs

@@ -352,7 +352,7 @@ class Block:
         dtypes, devices, recording and training flags) replay them: one launch instead of a few CuPy calls
         per layer. The first call of each signature runs eagerly (warm-up), the second captures. Callers get
         fresh output arrays on every call. What cannot be captured (a read by the host in ``forward``,
-        Dropout in training mode, ...) runs eagerly with one warning per cause; docs/graphs.md lists them.
+        ``mx.random`` draws, ...) runs eagerly with one warning per cause; docs/graphs.md lists them.
         CPU devices, and ``hybridize()`` without both flags, run eagerly, as does every call when nvmath-python
         (cuBLAS that a graph can capture) is missing. The block's children are covered by its graphs.
 
