@@ -667,13 +667,15 @@ def graph_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def print_graphs(rows: list[dict[str, Any]]) -> None:
-    """Eager against captured, per step: the host's calls and launches per phase, graph launches and nodes.
+    """Eager against captured, per step: the host's calls and launches per phase, launches per step in all (a
+    graph launch counts as one), graph launches and the nodes they replay.
 
     The captured step's GPU work is the eager step's (the same kernels, replayed): its replayed operations are not
     counted one by one, so its modelled time is the larger of its own host time and the eager step's GPU time.
     """
-    print(f"{'model':6s} {'mode':8s} {'calls fwd/bwd/step':>18s} {'launches fwd/bwd/step':>21s} {'graphs':>6s} "
-          f"{'nodes':>5s} {'syncs':>5s} {'host ms':>8s} {'gpu ms':>7s} {'model ms':>8s}")
+    print(f"{'model':6s} {'mode':8s} {'calls fwd/bwd/step':>18s} {'launches fwd/bwd/step':>21s} "
+          f"{'launches/step':>13s} {'graphs':>6s} {'nodes':>5s} {'syncs':>5s} {'host ms':>8s} {'gpu ms':>7s} "
+          f"{'model ms':>8s}")
     eager_gpu: dict[str, float] = {}
     for r in rows:
         if "skipped" in r or "error" in r:
@@ -683,7 +685,8 @@ def print_graphs(rows: list[dict[str, Any]]) -> None:
         gpu = eager_gpu.get(r["model"], r["gpu_ms"])
         calls = "/".join(f"{r['phase_cupy_calls'][p]:.0f}" for p in ("forward", "backward", "step"))
         launches = "/".join(f"{r['phase_launches'][p]:.0f}" for p in ("forward", "backward", "step"))
-        print(f"{r['model']:6s} {r['mode']:8s} {calls:>18s} {launches:>21s} {r['graph_launches']:6.0f} "
+        print(f"{r['model']:6s} {r['mode']:8s} {calls:>18s} {launches:>21s} {r['launches']:13.0f} "
+              f"{r['graph_launches']:6.0f} "
               f"{r['graph_nodes']:5.0f} {r['host_syncs']:5.0f} {r['host_ms']:8.3f} {gpu:7.3f} "
               f"{max(r['host_ms'], gpu):8.3f}")
 

@@ -380,6 +380,23 @@ class Block:
         graphs = self.__dict__.get("_graphs")
         return [] if graphs is None else graphs.info()
 
+    def drop_graphs(self) -> int:
+        """Drop the CUDA graphs this block and its children hold, and their memory, keeping the block hybridized.
+
+        The next call of each signature captures it again (no eager warm-up: that ran already). For every
+        graph of the process at once, ``mx.device.graphs.clear()``; to stop capturing, ``hybridize(False)``.
+
+        Returns:
+            How many signatures' graphs were dropped.
+        """
+        dropped = 0
+        for _, block in self._iter_blocks(""):
+            graphs = block.__dict__.get("_graphs")
+            if graphs is not None:
+                dropped += len(graphs.info())
+                graphs.release()
+        return dropped
+
     # -- checkpoints ----------------------------------------------------------------------
     def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False, *, format: str = "npz") -> None:
         """Write every parameter's value (first mirror) to ``filename``.
