@@ -191,9 +191,10 @@ def _pair(make, devices, seed, grad_req=None):
     return nets
 
 
-def _twins(model, devices, kvstore):
+def _twins(model, devices, kvstore, shard=False):
     nets = _pair(_MODELS[model][0], devices, 3)
-    trainers = [mx.Trainer(n.collect_params(), "adam", {"learning_rate": 0.01}, kvstore=kvstore) for n in nets]
+    trainers = [mx.Trainer(n.collect_params(), "adam", {"learning_rate": 0.01}, kvstore=kvstore,
+                           shard_optimizer_states=shard) for n in nets]
     return nets, trainers
 
 
@@ -209,12 +210,14 @@ def _train_step(net, trainer, x, y, devices):
 
 
 @pytest.mark.parametrize("model", sorted(_MODELS))
-@pytest.mark.parametrize("gpus,kvstore", [(1, "device"), (1, "nccl"), (2, "device"), (2, "nccl")])
-def test_captured_training_is_bit_identical_to_eager(emu, model, gpus, kvstore):
+@pytest.mark.parametrize("gpus,kvstore,shard", [(1, "device", False), (1, "nccl", False), (2, "device", False),
+                                               (2, "nccl", False), (2, "device", True), (2, "nccl", True)])
+def test_captured_training_is_bit_identical_to_eager(emu, model, gpus, kvstore, shard):
+    """shard: with ZeRO-1 sharded optimizer states (each GPU updates its slice, then all-gathers)."""
     if mx.num_gpus() < gpus:
         pytest.skip(f"needs {gpus} GPUs")
     devices = [mx.gpu(i) for i in range(gpus)]
-    (eager, graphed), (t_eager, t_graphed) = _twins(model, devices, kvstore)
+    (eager, graphed), (t_eager, t_graphed) = _twins(model, devices, kvstore, shard)
     rng = np.random.default_rng(4)
     shape = _MODELS[model][1]
     with warnings.catch_warnings():
