@@ -17,9 +17,8 @@ from typing import Any
 
 from .fakecupy import _counters, _errors, _memory, _state, _streams
 
-__all__ = ["install", "uninstall", "install_cudnn", "uninstall_cudnn", "emulated_gpu_count",
-           "EmulatedGPUError", "counters", "reset_counters",
-           "MAX_GPUS"]
+__all__ = ["install", "uninstall", "install_cudnn", "uninstall_cudnn", "emulated_gpu_count", "EmulatedGPUError",
+           "counters", "reset_counters", "MAX_GPUS"]
 
 EmulatedGPUError = _errors.EmulatedGPUError
 MAX_GPUS = 16

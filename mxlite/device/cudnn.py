@@ -146,12 +146,12 @@ def clear() -> None:
 class _Plan:
     """A built graph: its tensors' uids by role, the workspace it needs, host scalars it reads."""
 
-    __slots__ = ("graph", "uids", "workspace", "host", "handle", "what")
+    __slots__ = ("graph", "uids", "workspace", "host", "handle", "op", "what")
 
     def __init__(self, graph: Any, uids: dict[str, int], workspace: int, host: dict[str, np.ndarray],
-                 handle: Any, what: str) -> None:
-        self.graph, self.uids, self.workspace, self.host, self.handle, self.what = (graph, uids, workspace, host,
-                                                                                   handle, what)
+                 handle: Any, op: str, what: str) -> None:
+        self.graph, self.uids, self.workspace, self.host = graph, uids, workspace, host
+        self.handle, self.op, self.what = handle, op, what
 
 
 def _strides(dims: tuple[int, ...]) -> list[int]:
@@ -216,7 +216,7 @@ def _plan(device: Any, key: tuple[Any, ...], declare: Callable[[_Builder], None]
             except Exception as exc:
                 raise RuntimeError(f"{what} on {device}: building the graph failed: {type(exc).__name__}: "
                                    f"{exc}") from exc
-            plan = _Plan(g, b.uids, int(g.get_workspace_size()), b.host, handle, what)
+            plan = _Plan(g, b.uids, int(g.get_workspace_size()), b.host, handle, key[0], what)
         _plans[full] = plan
         _counts["builds"] += 1
         return plan
@@ -230,7 +230,8 @@ def _execute(device: Any, plan: _Plan, buffers: dict[str, Any]) -> None:
     with device.use():
         stream = cupy.cuda.get_current_stream()
         pack = {plan.uids[role]: a.data.ptr for role, a in buffers.items()}
-        pack.update({plan.uids[role]: int(v.ctypes.data) for role, v in plan.host.items()})
+        # host scalars go as the NumPy array itself (a CPU DLPack object, as NVIDIA's tests pass CPU tensors)
+        pack.update({plan.uids[role]: v for role, v in plan.host.items()})
         workspace = cupy.empty((max(plan.workspace, 1),), dtype=cupy.uint8)
         with _lock:  # one handle per device: its stream binding and the execution go together
             fe.set_stream(handle=plan.handle, stream=stream.ptr)
@@ -240,7 +241,7 @@ def _execute(device: Any, plan: _Plan, buffers: dict[str, Any]) -> None:
                 shapes = {role: tuple(a.shape) for role, a in buffers.items()}
                 raise RuntimeError(f"{plan.what} on {device}: execution failed for {shapes}: "
                                    f"{type(exc).__name__}: {exc}") from exc
-    _counts[plan.what.split()[1]] += 1
+    _counts[plan.op] += 1
 
 
 # -- convolution -----------------------------------------------------------------------------------------------
