@@ -4,7 +4,9 @@
 ``cupy.cuda.memory``, ``cupy.cuda.graph``, ``cupy.random``, ``cupy.linalg``, ``cupy.lib``,
 ``cupy.lib.stride_tricks`` and ``cupyx`` then resolve to :mod:`mxlite._emulation.fakecupy` / ``fakecupyx``,
 and ``nvmath``, ``nvmath.bindings`` and ``nvmath.bindings.cublas`` to :mod:`mxlite._emulation.fakenvmath`
-(a subset of nvmath-python's raw cuBLAS bindings). Installing again with another count starts from a clean
+(a subset of nvmath-python's raw cuBLAS bindings). :func:`install_cudnn` adds ``cudnn``, the part of NVIDIA's cuDNN
+frontend mxlite calls (:mod:`mxlite._emulation.fakecudnn`): only on request, so emulated GPUs run mxlite's GEMM
+path unless a test asks for the cuDNN one. Installing again with another count starts from a clean
 state (no allocations, streams, captures, communicators or cuBLAS handles survive).
 """
 
@@ -15,8 +17,8 @@ from typing import Any
 
 from .fakecupy import _counters, _errors, _memory, _state, _streams
 
-__all__ = ["install", "uninstall", "emulated_gpu_count", "EmulatedGPUError", "counters", "reset_counters",
-           "MAX_GPUS"]
+__all__ = ["install", "uninstall", "install_cudnn", "uninstall_cudnn", "emulated_gpu_count", "EmulatedGPUError",
+           "counters", "reset_counters", "MAX_GPUS"]
 
 EmulatedGPUError = _errors.EmulatedGPUError
 MAX_GPUS = 16
@@ -30,6 +32,8 @@ _MODULES = {
 # nvmath-python's raw cuBLAS bindings (not compared with the real package by the CuPy API test).
 _NVMATH_MODULES = {"nvmath": "fakenvmath", "nvmath.bindings": "fakenvmath.bindings",
                    "nvmath.bindings.cublas": "fakenvmath.bindings.cublas"}
+# NVIDIA's cuDNN frontend (nvidia-cudnn-frontend): installed on request (install_cudnn), not by install.
+_CUDNN_MODULES = {"cudnn": "fakecudnn"}
 _installed = 0
 
 
@@ -63,10 +67,32 @@ def install(num_gpus: int) -> None:
 def uninstall() -> None:
     """Remove the double from ``sys.modules`` (a later ``import cupy`` finds the real one, if any)."""
     global _installed
-    for public in {**_MODULES, **_NVMATH_MODULES}:
+    for public in {**_MODULES, **_NVMATH_MODULES, **_CUDNN_MODULES}:
         if sys.modules.get(public) is not None and sys.modules[public].__name__.startswith(__package__):
             del sys.modules[public]
     _installed = 0
+
+
+def install_cudnn() -> None:
+    """Make ``import cudnn`` return the emulated cuDNN frontend (after :func:`install`; undone by :func:`uninstall`
+    or :func:`uninstall_cudnn`).
+
+    Raises:
+        RuntimeError: no GPUs are emulated (the emulated frontend runs only on emulated GPUs).
+    """
+    if not _installed:
+        raise RuntimeError("install_cudnn() needs emulated GPUs first: call install(n)")
+    import importlib  # noqa: PLC0415
+
+    for public, private in _CUDNN_MODULES.items():
+        sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
+
+
+def uninstall_cudnn() -> None:
+    """Remove the emulated cuDNN frontend from ``sys.modules`` (the emulated GPUs stay)."""
+    for public in _CUDNN_MODULES:
+        if sys.modules.get(public) is not None and sys.modules[public].__name__.startswith(__package__):
+            del sys.modules[public]
 
 
 def emulated_gpu_count() -> int:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..device import device_of
 from ..device.kernels import get_kernel
+from . import _cudnn_ops
 
 __all__ = ["KERNEL_FILE", "backward", "backward_kernel", "blocked_sums", "enabled", "forward", "forward_kernel",
            "per_channel", "threads_for"]
@@ -166,6 +167,11 @@ def forward_kernel(xp: Any, x: Any, shape3: tuple[int, int, int], gamma: Any, be
     inv_std and k :func:`backward_kernel` needs. ``threads``: block size (tests; default 1 on a CPU device,
     :func:`threads_for` on a GPU). The running arrays are updated in place when ``batch_stats``.
     """
+    if threads is None:  # GPUs: cuDNN first, where the device has it (mxlite/device/cudnn.py)
+        routed = _cudnn_ops.batch_norm_forward(xp, x, shape3, gamma, beta, running_mean, running_var, eps, momentum,
+                                               batch_stats, fix_gamma)
+        if routed is not None:
+            return routed
     outer, c, inner = shape3
     acc = np.promote_types(x.dtype, np.float32)
     with device_of(x).use():
@@ -186,6 +192,10 @@ def backward_kernel(xp: Any, g: Any, x: Any, shape3: tuple[int, int, int], saved
     ``ggamma``, ``gbeta``: (C,) arrays in ``A`` to write those gradients into (new ones when None).
     Returns ``(gx, ggamma, gbeta)``.
     """
+    if threads is None:  # GPUs: cuDNN first, where the device has it (mxlite/device/cudnn.py)
+        routed = _cudnn_ops.batch_norm_backward(xp, g, x, shape3, saved, batch_stats, fix_gamma, ggamma, gbeta)
+        if routed is not None:
+            return routed
     outer, c, inner = shape3
     acc = np.promote_types(x.dtype, np.float32)
     with device_of(x).use():

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..device import blas
 from . import _conv_kernels as _ck
+from . import _cudnn_ops
 from .ops import _check_float, _op, mean
 from .ops import max as _max
 from .tensor import Tensor, _result, grad_out
@@ -433,6 +434,10 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
     if any(o < 1 for o in out_sp):
         raise ValueError(f"kernel {'x'.join(map(str, kernel))} (dilation {'x'.join(map(str, dil_t))}) is larger "
                          f"than the padded input {'x'.join(str(s + 2 * p) for s, p in zip(spatial, pad_t))}")
+    if xp is not np:  # GPUs: cuDNN first, where the device has it (mxlite/device/cudnn.py)
+        routed = _cudnn_ops.conv(name, x, weight, bias, stride_t, pad_t, dil_t, out_sp)
+        if routed is not None:
+            return routed
     geo = _ConvGeom(n, c, tuple(spatial), c_out, tuple(kernel), stride_t, pad_t, dil_t, groups, out_sp,
                     whole_batch=xp is not np)
     wdata = weight._data

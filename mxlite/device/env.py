@@ -13,6 +13,7 @@ MXLITE_DEBUG_COLLECTIVES   :func:`flag`                1/true/yes/on, 0/false/no
 MXLITE_COLLECTIVE_TIMEOUT  :func:`seconds`             a number of seconds > 0; ``inf``: no limit
 MXLITE_EMULATE_GPUS        :func:`integer`             0 (off) to 16
 MXLITE_CPU_KERNELS         :func:`choice`              auto, compiled, numpy (any case)
+MXLITE_CUDNN               :func:`choice`              auto (cuDNN where available), off (any case)
 MXLITE_HOSTCUDA_CACHE      :func:`text`                a folder (default ``~/.cache/mxlite/hostcuda``)
 MXLITE_HOSTCUDA_CXX        :func:`text`                a C++ compiler on PATH, or its path (default g++)
 MXLITE_HOSTCUDA_SEED       :func:`integer` (base 0)    an integer from -2^63 to 2^64-1 (``0x5eed``: hex)

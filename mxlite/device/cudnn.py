@@ -1,0 +1,404 @@
+"""cuDNN through NVIDIA's Python frontend (``nvidia-cudnn-frontend``), where a user has it.
+
+Purpose: CuPy 14 no longer binds cuDNN; NVIDIA's own Python package for it is the cuDNN frontend
+(``import cudnn``), a graph API: an operation is declared once with its tensors' dims, strides and
+data types, planned and built, then executed any number of times on new addresses. On a real GPU
+with the frontend installed (``pip install 'mxlite[cudnn12]'`` or ``[cudnn13]``), convolution
+(forward, data and weight gradients) and batch norm (training and inference forward, training
+backward) run through it; everywhere else mxlite's own GEMM and kernel path runs
+(docs/design.md, "Where convolution, pooling and batch norm run").
+
+Prerequisites: ``import cudnn`` succeeds, ``cudnn.create_handle()`` finds libcudnn and a GPU, the
+device is a real GPU; on the emulated GPUs only when the emulated frontend is installed
+(:func:`mxlite._emulation.install.install_cudnn`, which tests do). ``MXLITE_CUDNN=off`` turns the
+path off (``auto``, the default: use it when available).
+
+Behaviour: one graph per (device, op, shapes, data type, geometry), built on first use and kept
+(:func:`stats` counts builds and executions); a graph cuDNN declines (``cudnnGraphNotSupportedError``
+at planning) is remembered as declined and that signature runs the GEMM path. Each execution takes
+its workspace from CuPy's pool on the current stream, and the device's cuDNN handle is bound to the
+current stream first, so the work is ordered like every other op of the step. Layouts are NCHW
+(NCDHW), C-contiguous, described with explicit strides; data float32, float16 or bfloat16; the
+arithmetic float32 (the frontend's compute type FLOAT).
+
+Warnings: a 1-D convolution runs as a 2-D one of height 1 (cuDNN's convolutions take 4-D and 5-D
+tensors). Pooling is not offered by the frontend's Python API (no ``resample`` builder as of 1.32.0):
+it always runs mxlite's kernels. The frontend calls here were checked against nvidia-cudnn-frontend
+1.32.0's Python sources and bindings on a machine without a GPU; :mod:`mxlite._emulation.fakecudnn`
+holds them to those names and parameters.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import env
+
+__all__ = ["CUDNN_ENV", "available", "batch_norm_backward", "batch_norm_backward_plan", "batch_norm_forward",
+           "batch_norm_plan", "clear", "conv_data_grad", "conv_forward", "conv_plans", "conv_weight_grad", "eligible",
+           "setting", "stats", "status"]
+
+CUDNN_ENV = "MXLITE_CUDNN"
+_DTYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16"}
+_HEURISTICS = ("A", "FALLBACK")  # heuristic modes tried in order (NVIDIA's samples use A, then FALLBACK)
+
+_lock = threading.RLock()
+_plans: dict[tuple[Any, ...], Any] = {}  # signature -> _Plan, or None when cuDNN declined it
+_handles: dict[tuple[int, int], Any] = {}  # (device id, id(frontend module)) -> handle
+_handle_errors: dict[tuple[int, int], str] = {}
+_counts: collections.Counter[str] = collections.Counter()
+
+
+def setting() -> str:
+    """``MXLITE_CUDNN``: ``auto`` (default: use cuDNN where available) or ``off``.
+
+    Raises:
+        ValueError: any other value.
+    """
+    return env.choice(CUDNN_ENV, ("auto", "off"), "auto")
+
+
+def _frontend() -> Any:
+    """The ``cudnn`` module, or None when it does not import."""
+    module = sys.modules.get("cudnn")
+    if module is not None:
+        return module
+    try:
+        import cudnn  # noqa: PLC0415 - optional dependency (the cudnn12/cudnn13 extras)
+    except Exception:  # ImportError, or a broken install raising at import
+        return None
+    return cudnn
+
+
+def _emulated(module: Any) -> bool:
+    return module.__name__.startswith("mxlite._emulation")
+
+
+def status(device: Any) -> str:
+    """Why ``device`` does or does not run cuDNN: ``"available"`` or the reason (for ``mxlite info`` and tests)."""
+    if setting() == "off":
+        return f"off ({CUDNN_ENV}=off)"
+    if not getattr(device, "is_gpu", False):
+        return "not a GPU"
+    fe = _frontend()
+    if fe is None:
+        return "nvidia-cudnn-frontend is not installed (pip install 'mxlite[cudnn12]' or '[cudnn13]')"
+    cupy_emulated = sys.modules.get("cupy") is not None and _emulated(sys.modules["cupy"])
+    if cupy_emulated != _emulated(fe):
+        return ("the GPUs are emulated and the emulated cuDNN frontend is not installed" if cupy_emulated
+                else "the emulated cuDNN frontend is installed but the GPUs are real")
+    try:
+        _handle(fe, device)
+    except RuntimeError as exc:
+        return str(exc)
+    return "available"
+
+
+def available(device: Any) -> bool:
+    """Whether cuDNN runs ``device``'s convolutions and batch norms (see :func:`status` for why not)."""
+    return status(device) == "available"
+
+
+def eligible(*arrays: Any) -> bool:
+    """Whether arrays of these dtypes go to cuDNN: all float32, all float16 or all bfloat16."""
+    names = {a.dtype.name for a in arrays}
+    return len(names) == 1 and next(iter(names)) in _DTYPES
+
+
+def _handle(fe: Any, device: Any) -> Any:
+    """The device's cuDNN handle, made once (RuntimeError naming the cause when libcudnn or the GPU is missing)."""
+    key = (device.device_id, id(fe))
+    with _lock:
+        if key in _handles:
+            return _handles[key]
+        if key in _handle_errors:
+            raise RuntimeError(_handle_errors[key])
+        try:
+            with device.use():
+                handle = fe.create_handle()
+        except Exception as exc:  # libcudnn not found, no driver, ...
+            _handle_errors[key] = f"cudnn.create_handle() failed on {device}: {type(exc).__name__}: {exc}"
+            raise RuntimeError(_handle_errors[key]) from None
+        _handles[key] = handle
+        return handle
+
+
+def stats() -> dict[str, int]:
+    """Counts since :func:`clear`: ``builds``, ``declined`` (graphs cuDNN does not run), and executions per op."""
+    return dict(_counts)
+
+
+def clear() -> None:
+    """Forget every built graph, handle and count (tests; a new frontend module or emulation)."""
+    with _lock:
+        _plans.clear()
+        _handles.clear()
+        _handle_errors.clear()
+        _counts.clear()
+
+
+class _Plan:
+    """A built graph: its tensors' uids by role, the workspace it needs, host scalars it reads."""
+
+    __slots__ = ("graph", "uids", "workspace", "host", "handle", "op", "what")
+
+    def __init__(self, graph: Any, uids: dict[str, int], workspace: int, host: dict[str, np.ndarray],
+                 handle: Any, op: str, what: str) -> None:
+        self.graph, self.uids, self.workspace, self.host = graph, uids, workspace, host
+        self.handle, self.op, self.what = handle, op, what
+
+
+def _strides(dims: tuple[int, ...]) -> list[int]:
+    """C-contiguous strides, in elements."""
+    out, step = [], 1
+    for d in reversed(dims):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+class _Builder:
+    """Declares one graph: tensors with explicit dims, strides, data types and uids."""
+
+    def __init__(self, fe: Any, handle: Any, io: str) -> None:
+        dt = fe.data_type
+        self.fe = fe
+        self.graph = fe.pygraph(io_data_type=getattr(dt, io), intermediate_data_type=dt.FLOAT,
+                                compute_data_type=dt.FLOAT, handle=handle)
+        self.uids: dict[str, int] = {}
+        self.host: dict[str, np.ndarray] = {}
+
+    def input(self, role: str, dims: tuple[int, ...], dtype: str, by_value: float | None = None) -> Any:
+        uid = len(self.uids) + 1
+        self.uids[role] = uid
+        if by_value is not None:  # a host scalar (epsilon): cuDNN reads it from host memory at each execution
+            self.host[role] = np.array([by_value], dtype=np.float32)
+        return self.graph.tensor(name=role, dim=list(dims), stride=_strides(dims),
+                                 data_type=getattr(self.fe.data_type, dtype), is_pass_by_value=by_value is not None,
+                                 uid=uid)
+
+    def output(self, role: str, t: Any, dims: tuple[int, ...], dtype: str) -> None:
+        uid = len(self.uids) + 1
+        self.uids[role] = uid
+        t.set_output(True).set_dim(list(dims)).set_stride(_strides(dims)).set_data_type(
+            getattr(self.fe.data_type, dtype)).set_uid(uid)
+
+
+def _plan(device: Any, key: tuple[Any, ...], declare: Callable[[_Builder], None], io: str) -> _Plan | None:
+    """The built graph for ``key`` (``declare`` adds its tensors and op on first use); None if cuDNN declines it."""
+    full = (device.device_id,) + key
+    with _lock:
+        if full in _plans:
+            return _plans[full]
+        fe = _frontend()
+        handle = _handle(fe, device)
+        what = f"cuDNN {key[0]} {key[1:]}"
+        with device.use():
+            b = _Builder(fe, handle, io)
+            declare(b)
+            g = b.graph
+            try:
+                g.validate()
+                g.build_operation_graph()
+                g.create_execution_plans([getattr(fe.heur_mode, m) for m in _HEURISTICS])
+                g.check_support()
+                g.build_plans()
+            except fe.cudnnGraphNotSupportedError:
+                _plans[full] = None
+                _counts["declined"] += 1
+                return None
+            except Exception as exc:
+                raise RuntimeError(f"{what} on {device}: building the graph failed: {type(exc).__name__}: "
+                                   f"{exc}") from exc
+            plan = _Plan(g, b.uids, int(g.get_workspace_size()), b.host, handle, key[0], what)
+        _plans[full] = plan
+        _counts["builds"] += 1
+        return plan
+
+
+def _execute(device: Any, plan: _Plan, buffers: dict[str, Any]) -> None:
+    """Run ``plan`` on the current stream with ``buffers`` (role -> CuPy array) and a fresh pooled workspace."""
+    import cupy  # noqa: PLC0415 - GPUs only
+
+    fe = _frontend()
+    with device.use():
+        stream = cupy.cuda.get_current_stream()
+        pack = {plan.uids[role]: a.data.ptr for role, a in buffers.items()}
+        # host scalars go as the NumPy array itself (a CPU DLPack object, as NVIDIA's tests pass CPU tensors)
+        pack.update({plan.uids[role]: v for role, v in plan.host.items()})
+        workspace = cupy.empty((max(plan.workspace, 1),), dtype=cupy.uint8)
+        with _lock:  # one handle per device: its stream binding and the execution go together
+            fe.set_stream(handle=plan.handle, stream=stream.ptr)
+            try:
+                plan.graph.execute(pack, workspace.data.ptr, handle=plan.handle)
+            except Exception as exc:
+                shapes = {role: tuple(a.shape) for role, a in buffers.items()}
+                raise RuntimeError(f"{plan.what} on {device}: execution failed for {shapes}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+    _counts[plan.op] += 1
+
+
+# -- convolution -----------------------------------------------------------------------------------------------
+def _as_4d(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A 1-D convolution's (N, C, W) as cuDNN's (N, C, 1, W); 2-D and 3-D shapes unchanged."""
+    return shape[:2] + (1,) + shape[2:] if len(shape) == 3 else shape
+
+
+def _geometry(pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[list[int], ...]:
+    if len(pad) == 1:
+        return [0, pad[0]], [1, stride[0]], [1, dilation[0]]
+    return list(pad), list(stride), list(dilation)
+
+
+def _conv(op: str, device: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
+          dtype: str, pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> _Plan | None:
+    io = _DTYPES[dtype]
+    xs, ws, ys = _as_4d(x_shape), _as_4d(w_shape), _as_4d(y_shape)
+    padding, strides, dilations = _geometry(pad, stride, dilation)
+
+    def declare(b: _Builder) -> None:
+        geom = {"padding": padding, "stride": strides, "dilation": dilations}
+        if op == "conv_fprop":
+            y = b.graph.conv_fprop(image=b.input("x", xs, io), weight=b.input("w", ws, io), **geom)
+            b.output("y", y, ys, io)
+        elif op == "conv_dgrad":
+            dx = b.graph.conv_dgrad(loss=b.input("dy", ys, io), filter=b.input("w", ws, io), **geom)
+            b.output("dx", dx, xs, io)
+        else:
+            dw = b.graph.conv_wgrad(image=b.input("x", xs, io), loss=b.input("dy", ys, io), **geom)
+            b.output("dw", dw, ws, io)
+
+    return _plan(device, (op, x_shape, w_shape, y_shape, dtype, pad, stride, dilation), declare, io)
+
+
+def conv_plans(device: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
+               dtype: str, pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> bool:
+    """Build (once) the forward, data-gradient and weight-gradient graphs of one convolution; False when cuDNN
+    declines any of them (then the whole convolution runs the GEMM path)."""
+    return all(_conv(op, device, x_shape, w_shape, y_shape, dtype, pad, stride, dilation) is not None
+               for op in ("conv_fprop", "conv_dgrad", "conv_wgrad"))
+
+
+def conv_forward(device: Any, x: Any, w: Any, y_shape: tuple[int, ...], pad: tuple[int, ...],
+                 stride: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
+    """The convolution (cross-correlation) of C-contiguous ``x`` (N, C, *S) by ``w`` (C_out, C/groups, *K):
+    a new (N, C_out, *O) array. Raises RuntimeError naming the op and shapes when cuDNN fails."""
+    import cupy  # noqa: PLC0415
+
+    plan = _conv("conv_fprop", device, x.shape, w.shape, y_shape, x.dtype.name, pad, stride, dilation)
+    with device.use():
+        y = cupy.empty(y_shape, dtype=x.dtype)
+    _execute(device, plan, {"x": x, "w": w, "y": y})
+    return y
+
+
+def conv_data_grad(device: Any, dy: Any, w: Any, x_shape: tuple[int, ...], pad: tuple[int, ...],
+                   stride: tuple[int, ...], dilation: tuple[int, ...]) -> Any:
+    """The input's gradient (a new array of ``x_shape``) for the C-contiguous output gradient ``dy``."""
+    import cupy  # noqa: PLC0415
+
+    plan = _conv("conv_dgrad", device, x_shape, w.shape, dy.shape, dy.dtype.name, pad, stride, dilation)
+    with device.use():
+        dx = cupy.empty(x_shape, dtype=dy.dtype)
+    _execute(device, plan, {"dy": dy, "w": w, "dx": dx})
+    return dx
+
+
+def conv_weight_grad(device: Any, x: Any, dy: Any, w_shape: tuple[int, ...], pad: tuple[int, ...],
+                     stride: tuple[int, ...], dilation: tuple[int, ...], out: Any = None) -> Any:
+    """The filter's gradient (``w_shape``), written into ``out`` (C-contiguous, ``x``'s dtype) when given."""
+    import cupy  # noqa: PLC0415
+
+    plan = _conv("conv_wgrad", device, x.shape, w_shape, dy.shape, x.dtype.name, pad, stride, dilation)
+    if out is None:
+        with device.use():
+            out = cupy.empty(w_shape, dtype=x.dtype)
+    _execute(device, plan, {"x": x, "dy": dy, "dw": out})
+    return out
+
+
+# -- batch norm ------------------------------------------------------------------------------------------------
+def _bn_dims(shape3: tuple[int, int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(outer, C, inner) as cuDNN's 4-D (outer, C, inner, 1), and the (1, C, 1, 1) of the per-channel arrays."""
+    outer, c, inner = shape3
+    return (outer, c, inner, 1), (1, c, 1, 1)
+
+
+def batch_norm_plan(device: Any, shape3: tuple[int, int, int], dtype: str, eps: float, training: bool) -> bool:
+    """Build (once) the forward graph (training or inference) and, for training, the backward graph of batch norm
+    over ``shape3`` (outer, C, inner); False when cuDNN declines one (then the kernels run)."""
+    return (_bn("batchnorm" if training else "batchnorm_inference", device, shape3, dtype, eps) is not None
+            and (not training or batch_norm_backward_plan(device, shape3, dtype)))
+
+
+def batch_norm_backward_plan(device: Any, shape3: tuple[int, int, int], dtype: str) -> bool:
+    """Build (once) training batch norm's backward graph; False when cuDNN declines it."""
+    return _bn("batchnorm_backward", device, shape3, dtype, 0.0) is not None
+
+
+def _bn(op: str, device: Any, shape3: tuple[int, int, int], dtype: str, eps: float) -> _Plan | None:
+    io = _DTYPES[dtype]
+    xs, cs = _bn_dims(shape3)
+
+    def declare(b: _Builder) -> None:
+        g = b.graph
+        if op == "batchnorm":
+            y, mean, inv, _, _ = g.batchnorm(input=b.input("x", xs, io), scale=b.input("scale", cs, "FLOAT"),
+                                             bias=b.input("bias", cs, "FLOAT"), in_running_mean=None,
+                                             in_running_var=None, epsilon=b.input("eps", (1, 1, 1, 1), "FLOAT", eps),
+                                             momentum=None)
+            b.output("y", y, xs, io)
+            b.output("mean", mean, cs, "FLOAT")
+            b.output("inv_std", inv, cs, "FLOAT")
+        elif op == "batchnorm_inference":
+            y = g.batchnorm_inference(input=b.input("x", xs, io), mean=b.input("mean", cs, "FLOAT"),
+                                      inv_variance=b.input("inv_std", cs, "FLOAT"),
+                                      scale=b.input("scale", cs, "FLOAT"), bias=b.input("bias", cs, "FLOAT"))
+            b.output("y", y, xs, io)
+        else:
+            dx, dscale, dbias = g.batchnorm_backward(grad=b.input("dy", xs, io), input=b.input("x", xs, io),
+                                                     scale=b.input("scale", cs, "FLOAT"),
+                                                     mean=b.input("mean", cs, "FLOAT"),
+                                                     inv_variance=b.input("inv_std", cs, "FLOAT"))
+            b.output("dx", dx, xs, io)
+            b.output("dscale", dscale, cs, "FLOAT")
+            b.output("dbias", dbias, cs, "FLOAT")
+
+    return _plan(device, (op, tuple(shape3), dtype, float(eps) if op == "batchnorm" else None), declare, io)
+
+
+def batch_norm_forward(device: Any, x: Any, shape3: tuple[int, int, int], scale: Any, bias: Any, eps: float,
+                       mean: Any, inv_std: Any, training: bool) -> Any:
+    """Batch norm of C-contiguous ``x`` viewed as (outer, C, inner), float32 (C,) ``scale`` and ``bias``.
+
+    Training: batch statistics, written into the float32 (C,) ``mean`` and ``inv_std`` (1/sqrt(var + eps), the
+    biased variance). Inference: ``mean`` and ``inv_std`` are read. Returns the output, a new array like ``x``.
+    """
+    import cupy  # noqa: PLC0415
+
+    op = "batchnorm" if training else "batchnorm_inference"
+    plan = _bn(op, device, shape3, x.dtype.name, eps)
+    with device.use():
+        y = cupy.empty(x.shape, dtype=x.dtype)
+    _execute(device, plan, {"x": x, "scale": scale, "bias": bias, "mean": mean, "inv_std": inv_std, "y": y})
+    return y
+
+
+def batch_norm_backward(device: Any, dy: Any, x: Any, shape3: tuple[int, int, int], scale: Any, mean: Any,
+                        inv_std: Any, dscale: Any, dbias: Any) -> Any:
+    """Training batch norm's gradients: returns the input's (a new array like ``x``), writes the float32 (C,)
+    ``dscale`` and ``dbias``. ``mean`` and ``inv_std`` are the forward's batch statistics."""
+    import cupy  # noqa: PLC0415
+
+    plan = _bn("batchnorm_backward", device, shape3, x.dtype.name, 0.0)
+    with device.use():
+        dx = cupy.empty(x.shape, dtype=x.dtype)
+    _execute(device, plan, {"dy": dy, "x": x, "scale": scale, "mean": mean, "inv_std": inv_std, "dx": dx,
+                            "dscale": dscale, "dbias": dbias})
+    return dx
