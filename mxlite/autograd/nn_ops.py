@@ -412,7 +412,8 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
     # contiguous last axis, then over the first (two fast NumPy reductions, not one over scattered axes).
     # x - mean is kept instead of x-hat: out, and the input gradient g*a + (x - mean)*b + c with
     # per-channel a, b, c, each take a few passes over the batch. The arithmetic is _norm_kernels'
-    # forward/backward; on GPUs kernels/norm.cu does it in one launch per direction.
+    # forward/backward; kernels/norm.cu does it in one launch per direction on GPUs and, through the
+    # serial host build, on CPU devices (_norm_kernels.enabled).
     shape3 = (math.prod(x.shape[:axis]), c, math.prod(x.shape[axis + 1:]))
     batch_stats = training and not use_global_stats
     params = (gamma._data, beta._data, running_mean._data, running_var._data)
