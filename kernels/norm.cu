@@ -23,14 +23,17 @@
 // tests/test_norm_kernels.py holds the kernels to it bit for bit, on CPU devices (serial host
 // build) and on GPUs.
 //
-// Order of every per-channel sum (channel_sum): thread t adds, in order and starting from 0, the
-// values of the channel's elements i = t, t + blockDim.x, t + 2 * blockDim.x, ... (i counts its
-// outer * inner values in row-major order); then the blockDim.x partial sums are added pairwise,
-// partial[t] += partial[t + s] for s = blockDim.x / 2, ..., 2, 1. blockDim.x is a power of two, at
-// most 256 (1 in the serial host build, where the sum is one sequential loop). Every other
-// operation is rounded to A in the twin's order: no contraction (NVRTC --fmad=false, g++
-// -ffp-contract=off); sqrt and division are IEEE. On a GPU float32 subnormals flush to zero (CuPy's
-// -ftz=true), where the twin keeps them.
+// Order of every per-channel sum (channel_sum): the channel's outer * inner values are counted in
+// row-major order, i = o * inner + k; thread t takes i = t + blockDim.x * j, j = 0, 1, ..., and keeps
+// kLanes = 8 partial sums: value j goes to lane j % 8, each lane adding its values in order, starting
+// from 0. Then lanes are added pairwise, lane[l] += lane[l + s] for s = 4, 2, 1, and the blockDim.x
+// threads' sums likewise, partial[t] += partial[t + s] for s = blockDim.x / 2, ..., 2, 1. blockDim.x is
+// a power of two, at most 256 (1 in the serial host build, where the eight lanes are a vector register's
+// worth and, when inner is a multiple of 8, the loops run unit-stride over each row of inner values, so
+// g++ vectorises them). Every other operation is rounded to A in the twin's order: no contraction
+// (NVRTC --fmad=false, g++ -ffp-contract=off); sqrt and division are IEEE. On a GPU float32 subnormals
+// flush to zero (CuPy's -ftz=true), where the twin keeps them. CPU devices run this serial host build
+// for batch_norm (mxlite/autograd/nn_ops.py) when it is available.
 //
 // Work split: block b handles channels b, b + gridDim.x, ...; the threads of a block share the
 // channel's elements. Expected macros: none. Instantiated for (float, float), (double, double) and
@@ -38,9 +41,12 @@
 
 #include <cuda_fp16.h>
 
+#include "ieee_math.cuh"
+
 namespace {
 
 constexpr int kMaxThreads = 256;
+constexpr int kLanes = 8;
 
 __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
 __device__ __forceinline__ float widen(float x) { return x; }
@@ -60,21 +66,62 @@ __device__ __forceinline__ long long element(long long i, long long channels, lo
     return i / inner * channels * inner + i % inner;
 }
 
-// The sum of value(i) over i in [0, count), in the order of the header; every thread returns it.
+// The sum of value(e) over the channel's values (e: offset from its first element), in the order of the
+// header; every thread returns it.
 template <typename A, typename Value>
-__device__ A channel_sum(long long count, Value value) {
+__device__ A channel_sum(long long outer, long long channels, long long inner, Value value) {
     __shared__ A partial[kMaxThreads];
-    A acc = A(0);
-    for (long long i = threadIdx.x; i < count; i += blockDim.x) acc = acc + value(i);
-    if (blockDim.x == 1) return acc;
+    A lane[kLanes];
+    for (int l = 0; l < kLanes; ++l) lane[l] = A(0);
+    const long long count = outer * inner;
+    if (blockDim.x == 1 && inner % kLanes == 0) {
+        // one thread, rows of whole lane groups: value i = o * inner + k lands in lane k % kLanes, the
+        // order of the general loop below, as unit-stride loops g++ vectorises
+        for (long long o = 0; o < outer; ++o) {
+            const long long base = o * channels * inner;
+            for (long long k = 0; k < inner; k += kLanes) {
+                for (int l = 0; l < kLanes; ++l) lane[l] = lane[l] + value(base + k + l);
+            }
+        }
+    } else {
+        const long long step = blockDim.x;
+        const long long mine = threadIdx.x < count ? (count - 1 - threadIdx.x) / step + 1 : 0;
+        long long j = 0;
+        for (; j + kLanes <= mine; j += kLanes) {
+            for (int l = 0; l < kLanes; ++l) {
+                lane[l] = lane[l] + value(element(threadIdx.x + (j + l) * step, channels, inner));
+            }
+        }
+        for (int l = 0; l < kLanes; ++l) {  // the tail; a constant trip count keeps lane[] in registers
+            if (j + l < mine) lane[l] = lane[l] + value(element(threadIdx.x + (j + l) * step, channels, inner));
+        }
+    }
+    for (int s = kLanes / 2; s > 0; s >>= 1) {
+        for (int l = 0; l < s; ++l) lane[l] = lane[l] + lane[l + s];
+    }
+    if (blockDim.x == 1) return lane[0];
     __syncthreads();  // the previous sum's threads may still be reading partial[0]
-    partial[threadIdx.x] = acc;
+    partial[threadIdx.x] = lane[0];
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) partial[threadIdx.x] = partial[threadIdx.x] + partial[threadIdx.x + s];
         __syncthreads();
     }
     return partial[0];
+}
+
+// f(e) for every value of the channel (e: offset from its first element); a one-thread block walks
+// the rows of `inner` contiguous values (vectorised on the host), a larger block strides over all.
+template <typename F> __device__ __forceinline__ void for_each_value(long long outer, long long channels,
+                                                                     long long inner, F f) {
+    if (blockDim.x == 1) {
+        for (long long o = 0; o < outer; ++o) {
+            const long long base = o * channels * inner;
+            for (long long k = 0; k < inner; ++k) f(base + k);
+        }
+    } else {
+        for (long long i = threadIdx.x; i < outer * inner; i += blockDim.x) f(element(i, channels, inner));
+    }
 }
 
 }  // namespace
@@ -84,15 +131,14 @@ __global__ void batch_norm_forward(const T *__restrict__ x, const A *__restrict_
                                    A *__restrict__ running_mean, A *__restrict__ running_var, T *__restrict__ out,
                                    A *__restrict__ saved, long long outer, long long channels, long long inner,
                                    A count, A eps, A momentum, A keep, int batch_stats, int fix_gamma) {
-    const long long values = outer * inner;
     for (long long c = blockIdx.x; c < channels; c += gridDim.x) {
         const T *__restrict__ xc = x + c * inner;
         T *__restrict__ oc = out + c * inner;
         A mean, var;
         if (batch_stats) {
-            mean = channel_sum<A>(values, [&](long long i) { return widen(xc[element(i, channels, inner)]); }) / count;
-            var = channel_sum<A>(values, [&](long long i) {
-                      const A d = widen(xc[element(i, channels, inner)]) - mean;
+            mean = channel_sum<A>(outer, channels, inner, [&](long long e) { return widen(xc[e]); }) / count;
+            var = channel_sum<A>(outer, channels, inner, [&](long long e) {
+                      const A d = widen(xc[e]) - mean;
                       return d * d;
                   }) / count;
             if (threadIdx.x == 0) {
@@ -108,11 +154,10 @@ __global__ void batch_norm_forward(const T *__restrict__ x, const A *__restrict_
         const A inv_std = A(1) / root(var + eps);
         const A k = (fix_gamma ? A(1) : gamma[c]) * inv_std;
         const A shift = beta[c];
-        for (long long i = threadIdx.x; i < values; i += blockDim.x) {
-            const long long e = element(i, channels, inner);
+        for_each_value(outer, channels, inner, [&](long long e) {
             const A scaled = (widen(xc[e]) - mean) * k;
             oc[e] = narrow<T>(scaled + shift);
-        }
+        });
         if (threadIdx.x == 0) {
             saved[c] = mean;
             saved[channels + c] = inv_std;
@@ -126,30 +171,28 @@ __global__ void batch_norm_backward(const T *__restrict__ g, const T *__restrict
                                     T *__restrict__ gx, A *__restrict__ ggamma, A *__restrict__ gbeta,
                                     long long outer, long long channels, long long inner, A count, int batch_stats,
                                     int fix_gamma) {
-    const long long values = outer * inner;
     for (long long c = blockIdx.x; c < channels; c += gridDim.x) {
         const T *__restrict__ gc = g + c * inner;
         const T *__restrict__ xc = x + c * inner;
         T *__restrict__ out = gx + c * inner;
         const A mean = saved[c], inv_std = saved[channels + c], k = saved[2 * channels + c];
-        const A sum_g = channel_sum<A>(values, [&](long long i) { return widen(gc[element(i, channels, inner)]); });
-        const A sum_gd = channel_sum<A>(values, [&](long long i) {
-            const long long e = element(i, channels, inner);
-            return widen(gc[e]) * (widen(xc[e]) - mean);
-        });
+        const A sum_g = channel_sum<A>(outer, channels, inner, [&](long long e) { return widen(gc[e]); });
+        const A sum_gd = channel_sum<A>(outer, channels, inner,
+                                        [&](long long e) { return widen(gc[e]) * (widen(xc[e]) - mean); });
         const A neg_k = -k;
         const A b = ((neg_k * inv_std) * inv_std) * sum_gd / count;
         const A d = neg_k * sum_g / count;
-        for (long long i = threadIdx.x; i < values; i += blockDim.x) {
-            const long long e = element(i, channels, inner);
-            A v = widen(gc[e]) * k;
-            if (batch_stats) {
-                const A t = (widen(xc[e]) - mean) * b;
-                v = v + t;
-                v = v + d;
-            }
-            out[e] = narrow<T>(v);
-        }
+        with_flag(batch_stats != 0, [&](auto batch) {
+            for_each_value(outer, channels, inner, [&](long long e) {
+                A v = widen(gc[e]) * k;
+                if constexpr (decltype(batch)::value) {
+                    const A t = (widen(xc[e]) - mean) * b;
+                    v = v + t;
+                    v = v + d;
+                }
+                out[e] = narrow<T>(v);
+            });
+        });
         if (threadIdx.x == 0) {
             ggamma[c] = fix_gamma ? A(0) : sum_gd * inv_std;
             gbeta[c] = sum_g;

@@ -31,15 +31,8 @@
 // not go through W_h (GRU's z*dh', a frozen row's whole gradient; the kernel overwrites it with the
 // value for the step before), dy the output's gradient (zeros when the output has none).
 //
-// Transcendentals. sigmoid and tanh are not the C library's or CUDA's: expf/tanhf differ between
-// glibc, CUDA's libdevice and NumPy's SIMD loops by an ulp here and there, so no twin could match all of
-// them. Here they are built from + - * /, comparisons and bit moves only, which IEEE fixes exactly:
-// the host build, the emulated GPUs, a real GPU (NVRTC's --fmad=false) and the NumPy twin all give the
-// same bits. exp(y) for y <= 0 is 2^k * (1 + q): k = rint(y / ln 2) by the 1.5*2^m "magic number"
-// rounding, r = y - k ln 2 with ln 2 split in two (Cody and Waite, fdlibm's split for double; k*LN2_HI
-// is exact), q = r * Q(r) with Q the Taylor polynomial of (e^r - 1)/r to 1/8! (float) or 1/14! (double),
-// whose truncation error is below 2^-26 (2^-55) relative to q for |r| <= ln(2)/2, and 2^k made from
-// its exponent bits. Then
+// Transcendentals. sigmoid and tanh are built on ieee_math.cuh's exp (+ - * / and bit moves only, so
+// the host build, the emulated GPUs, a real GPU and the NumPy twins give the same bits):
 //   sigmoid(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|)            (never overflows)
 //   tanh(x) = copysign(-m / (2 + m), x), m = expm1(-2|x|) = (2^k - 1) + 2^k * q
 // (expm1 keeps tanh's relative accuracy near 0 without a second polynomial). Measured against long
@@ -69,86 +62,9 @@
 
 #include <cuda_fp16.h>
 
+#include "ieee_math.cuh"
+
 namespace {
-
-// ---- storage and math types -----------------------------------------------------------------------
-// Values in the precision of the twin's arithmetic: half goes through float (NumPy's float16 ufuncs
-// compute in float32 and round), float and double stay themselves.
-__device__ __forceinline__ float arith(__half x) { return __half2float(x); }
-__device__ __forceinline__ float arith(float x) { return x; }
-__device__ __forceinline__ double arith(double x) { return x; }
-
-template <typename T> struct MathOf { using type = float; };
-template <> struct MathOf<double> { using type = double; };
-template <typename T> using Math = typename MathOf<T>::type;
-
-template <typename T> __device__ __forceinline__ T store_as(Math<T> x);
-template <> __device__ __forceinline__ float store_as<float>(float x) { return x; }
-template <> __device__ __forceinline__ double store_as<double>(double x) { return x; }
-template <> __device__ __forceinline__ __half store_as<__half>(float x) { return __float2half_rn(x); }
-
-// ---- exp, sigmoid and tanh from IEEE arithmetic (see the header) -------------------------------------
-// c0 + r*(c1 + r*(c2 + ...)): Horner's rule, innermost coefficient last.
-template <typename A> __device__ __forceinline__ A horner(A, A c) { return c; }
-template <typename A, typename... Rest> __device__ __forceinline__ A horner(A r, A c, Rest... rest) {
-    return c + r * horner<A>(r, rest...);
-}
-
-template <typename A> struct Exp;
-template <> struct Exp<float> {
-    using Bits = unsigned int;
-    static constexpr float kLowest = (float)-87.3;          // 2^k >= 2^-126, a normal number
-    static constexpr float kLog2e = (float)1.4426950408889634;
-    static constexpr float kLn2Hi = 0.693359375f;           // 9 significant bits: k * kLn2Hi is exact
-    static constexpr float kLn2Lo = (float)(0.6931471805599453 - 0.693359375);
-    static constexpr float kMagic = 12582912.0f;            // 1.5 * 2^23: adding it rounds to an integer
-    static constexpr Bits kMagicBits = 0x4B400000u, kBias = 127u, kMantissa = 23u;
-    __device__ static Bits bits(float x) { return __float_as_uint(x); }
-    __device__ static float from_bits(Bits b) { return __uint_as_float(b); }
-    // (e^r - 1) / r to 1/8!
-    __device__ static float poly(float r) {
-        return horner<float>(r, 1.0f, (float)(1.0 / 2), (float)(1.0 / 6), (float)(1.0 / 24), (float)(1.0 / 120),
-                             (float)(1.0 / 720), (float)(1.0 / 5040), (float)(1.0 / 40320));
-    }
-};
-template <> struct Exp<double> {
-    using Bits = unsigned long long;
-    static constexpr double kLowest = -708.3;               // 2^k >= 2^-1022
-    static constexpr double kLog2e = 1.4426950408889634;
-    static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2
-    static constexpr double kLn2Lo = 1.90821492927058770002e-10;
-    static constexpr double kMagic = 6755399441055744.0;    // 1.5 * 2^52
-    static constexpr Bits kMagicBits = 0x4338000000000000ull, kBias = 1023ull, kMantissa = 52ull;
-    __device__ static Bits bits(double x) { return (Bits)__double_as_longlong(x); }
-    __device__ static double from_bits(Bits b) { return __longlong_as_double((long long)b); }
-    // (e^r - 1) / r to 1/14!
-    __device__ static double poly(double r) {
-        return horner<double>(r, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
-                              1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0,
-                              1.0 / 87178291200.0);
-    }
-};
-
-// exp(y) = s * (1 + q) for y <= 0 (clamped at Exp<A>::kLowest), s = 2^k.
-template <typename A> struct ExpParts {
-    A s, q;
-};
-
-template <typename A> __device__ __forceinline__ ExpParts<A> exp_parts(A y) {
-    using E = Exp<A>;
-    y = y < E::kLowest ? E::kLowest : y;  // NaN stays NaN
-    const A j = y * E::kLog2e + E::kMagic;  // k in the low bits of the mantissa
-    const A kf = j - E::kMagic;
-    const A r = (y - kf * E::kLn2Hi) - kf * E::kLn2Lo;
-    const A q = r * E::poly(r);
-    const typename E::Bits k = E::bits(j) - E::kMagicBits;  // two's complement k, modulo 2^32 (2^64)
-    return ExpParts<A>{E::from_bits((k + E::kBias) << E::kMantissa), q};
-}
-
-__device__ __forceinline__ float magnitude(float x) { return fabsf(x); }
-__device__ __forceinline__ double magnitude(double x) { return fabs(x); }
-__device__ __forceinline__ float with_sign(float x, float sign) { return copysignf(x, sign); }
-__device__ __forceinline__ double with_sign(double x, double sign) { return copysign(x, sign); }
 
 template <typename A> __device__ __forceinline__ A sigmoid(A x) {
     const ExpParts<A> p = exp_parts(-magnitude(x));
@@ -168,24 +84,6 @@ template <typename A> __device__ __forceinline__ A clamp_keep_nan(A x, A lo, A h
     return x > hi ? hi : x;
 }
 
-template <bool B> struct Flag {
-    static constexpr bool value = B;
-};
-
-// Calls f(Flag<b>()): a runtime flag becomes a compile-time constant, tested once per launch (a flag
-// tested inside the element loop stops g++ from vectorising it).
-template <typename F> __device__ __forceinline__ void with_flag(bool b, F f) {
-    if (b) f(Flag<true>());
-    else f(Flag<false>());
-}
-
-template <typename F> __device__ __forceinline__ void with_flags(bool a, bool b, F f) {
-    with_flag(a, [&](auto x) { with_flag(b, [&](auto y) { f(x, y); }); });
-}
-
-template <typename F> __device__ __forceinline__ void with_flags(bool a, bool b, bool c, F f) {
-    with_flag(a, [&](auto x) { with_flag(b, [&](auto y) { with_flag(c, [&](auto z) { f(x, y, z); }); }); });
-}
 
 // Whether row `row` is still inside its sequence at processing step `step`.
 __device__ __forceinline__ bool active_row(const int *__restrict__ lengths, int row, int step) {

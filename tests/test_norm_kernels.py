@@ -21,8 +21,9 @@ from mxlite.device import kernels as _kernels
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]
-# (outer, channels, inner): channels in the middle (NCHW), first (C, W: outer 1), last (N, C: inner 1)
-SHAPES = {"nchw": (3, 5, 14), "first": (1, 4, 37), "last": (40, 3, 1)}
+# (outer, channels, inner): channels in the middle (NCHW), first (C, W: outer 1), last (N, C: inner 1);
+# rows of a multiple of 8 values take the host build's unit-stride loops
+SHAPES = {"nchw": (3, 5, 14), "first": (1, 4, 37), "last": (40, 3, 1), "rows8": (3, 4, 24)}
 MODES = [(True, False), (False, False), (True, True)]  # (batch_stats, fix_gamma)
 MODE_IDS = ["batch", "running", "batch-fix_gamma"]
 
@@ -96,11 +97,15 @@ def test_host_build_gives_the_twins_bits(shape, dtype, mode):
 
 
 def test_blocked_sums_orders_the_additions_as_the_kernels():
-    a = np.array([1e8, 1.0, -1e8, 1.0], np.float32).reshape(4, 1, 1)  # one channel of four values
-    # one thread: ((1e8 + 1) - 1e8) + 1, where 1e8 + 1 rounds to 1e8
-    assert nk.blocked_sums(1)(a)[0] == np.float32(1.0)
-    # two threads: (1e8 - 1e8) from thread 0 and (1 + 1) from thread 1, then added pairwise
-    assert nk.blocked_sums(2)(a)[0] == np.float32(2.0)
+    a = np.zeros((16, 1, 1), np.float32)  # one channel of sixteen values
+    a[0], a[8], a[1] = 1e8, 1.0, -1e8
+    # one thread, eight lanes: lane 0 adds 1e8 + 1 (rounds to 1e8), lane 1 holds -1e8; the lanes then
+    # cancel, where a sequential sum would give (1e8 - 1e8) + 1 = 1
+    assert nk.blocked_sums(1)(a)[0] == np.float32(0.0)
+    b = np.array([1e8, 1.0, -1e8, 1.0], np.float32).reshape(4, 1, 1)
+    # one thread: lanes 0 and 2 cancel (1e8 - 1e8), lanes 1 and 3 make 2; two threads: likewise per thread
+    assert nk.blocked_sums(1)(b)[0] == np.float32(2.0)
+    assert nk.blocked_sums(2)(b)[0] == np.float32(2.0)
     with pytest.raises(ValueError, match="power of two"):
         nk.blocked_sums(3)
 

@@ -80,8 +80,9 @@ def test_the_small_mlp_calibrates_the_host_and_the_others_are_predictions():
     small = next(s for s in COUNTED["steps"] if s["name"] == "small-mlp-adam")
     assert _modelled(small)["modelled_s"] * 1e3 == pytest.approx(2.20, rel=0.01)  # what was fitted
     c = small["counts"]
-    assert sum(p["cupy_calls"] for p in c.values()) == 98 and sum(p["mxlite_ops"] for p in c.values()) == 13
-    assert sum(p["launches"] for p in c.values()) == 60  # the H200's profile saw 61 launches
+    assert sum(p["cupy_calls"] for p in c.values()) == 82 and sum(p["mxlite_ops"] for p in c.values()) == 11
+    # the H200's profile saw 61 launches, before the fused softmax cross-entropy and ReLU kernels
+    assert sum(p["launches"] for p in c.values()) == 41
 
 
 def test_what_bounds_each_step():
@@ -163,7 +164,8 @@ def test_the_model_only_grows_with_each_count(gpu, field, more):
     assert after["modelled_s"] > before["modelled_s"], field  # a large increase binds
     assert after["modelled_s"] >= max(after["host_s"], after["gpu_s"]) - 1e-12
     slightly = dataclasses.replace(base, **{field: getattr(base, field) + 1})
-    assert rl.step_seconds({"forward": base, "backward": slightly}, 1, spec)["modelled_s"] >= before["modelled_s"]
+    grown = rl.step_seconds({"forward": base, "backward": slightly}, 1, spec)["modelled_s"]
+    assert grown >= before["modelled_s"] - 1e-12  # to rounding
 
 
 @pytest.mark.parametrize("gpu", sorted(rl.GPUS))

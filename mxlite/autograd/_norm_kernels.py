@@ -1,11 +1,14 @@
-"""Batch normalisation's arithmetic, and ``kernels/norm.cu``, which runs it in one launch per direction on GPUs.
+"""Batch normalisation's arithmetic, and ``kernels/norm.cu``, which runs it in one launch per direction.
 
 Purpose: :func:`mxlite.autograd.nn_ops.batch_norm` composed of array operations is about 30 CuPy
 calls forward and 27 backward per layer on a GPU, each a launch and, on the host, the cost of a call
 into CuPy: in a small CNN the host's dispatch, not the GPU, sets the pace. On GPUs
 (:func:`enabled`) one kernel launch per direction does the same arithmetic (:func:`forward_kernel`,
-:func:`backward_kernel`). CPU devices compose it (:func:`forward`, :func:`backward` with
-:func:`per_channel`, NumPy's own sums, fast there).
+:func:`backward_kernel`). CPU devices run the same kernels through the serial host build (two reads of
+the input and one write forward, where the composed form makes about seven passes, each writing a
+temporary; the channels spread over :func:`mxlite.set_num_threads` threads), and compose the arithmetic
+(:func:`forward`, :func:`backward` with :func:`per_channel`, NumPy's own sums) where it cannot be built
+(``MXLITE_CPU_KERNELS=numpy``) or the parameters are not the kernels' dtype.
 
 Twin: :func:`forward` and :func:`backward` with ``sums=blocked_sums(threads)`` do the kernels'
 operations in the kernels' order, per-channel sums included, so they give the kernels' bits (on the
@@ -25,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from ..device import device_of
-from ..device.kernels import get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel
 from . import _cudnn_ops
+from ._loss_kernels import lane_reduce
 
 __all__ = ["KERNEL_FILE", "backward", "backward_kernel", "blocked_sums", "enabled", "forward", "forward_kernel",
            "per_channel", "threads_for"]
@@ -43,9 +47,12 @@ Sums = Callable[[Any], Any]  # (outer, channels, inner) -> (channels,)
 
 def enabled(xp: Any, dtype: Any, params: tuple[Any, ...]) -> bool:
     """Whether the kernels run batch normalisation of ``dtype`` data with these (C,) parameter arrays:
-    on a GPU, for float16/32/64 data whose parameters are C-contiguous arrays of the arithmetic's dtype
-    (float32 for float16 data). Anything else, and every CPU device, composes array operations."""
-    if xp is np or np.dtype(dtype).name not in _PAIRS:
+    for float16/32/64 data whose parameters are C-contiguous arrays of the arithmetic's dtype (float32
+    for float16 data), on a GPU, and on a CPU device through the serial host build where
+    :func:`mxlite.device.kernels.cpu_kernels_enabled` allows it. Anything else composes array operations."""
+    if np.dtype(dtype).name not in _PAIRS:
+        return False
+    if xp is np and not cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES):
         return False
     acc = np.promote_types(dtype, np.float32)
     return all(p.dtype == acc and p.flags.c_contiguous for p in params)
@@ -64,25 +71,15 @@ def per_channel(a: Any) -> Any:
 
 def blocked_sums(threads: int) -> Sums:
     """(outer, C, inner) -> (C,) sums in the kernels' order (kernels/norm.cu: channel_sum) for ``threads``
-    threads per block: thread t adds elements t, t + threads, ... in order from 0, then pairwise halving."""
+    threads per block: a channel's values counted row-major, value i to thread i % threads, lane
+    (i // threads) % 8, each lane adding in order from 0; then lanes, then threads, added pairwise."""
     if threads < 1 or threads & (threads - 1):
         raise ValueError(f"threads must be a power of two, got {threads}")
 
     def sums(a: Any) -> Any:
         outer, c, inner = a.shape
         flat = np.ascontiguousarray(a.transpose(1, 0, 2)).reshape(c, outer * inner)
-        rows = -(-flat.shape[1] // threads)
-        padded = np.zeros((c, rows * threads), dtype=a.dtype)  # +0.0 never changes a sum that starts at +0.0
-        padded[:, :flat.shape[1]] = flat
-        padded = padded.reshape(c, rows, threads)
-        acc = np.zeros((c, threads), dtype=a.dtype)
-        for r in range(rows):
-            acc += padded[:, r]
-        s = threads // 2
-        while s:
-            acc[:, :s] = acc[:, :s] + acc[:, s:2 * s]
-            s //= 2
-        return acc[:, 0]
+        return lane_reduce(flat, np.add, 0.0, threads)
 
     return sums
 

@@ -1,17 +1,88 @@
-"""Activation functions composed from the primitive ops: leaky ReLU, PReLU, ELU, SELU, GELU, swish.
+"""Activation functions: ReLU as one kernel per direction, and leaky ReLU, PReLU, ELU, SELU, GELU, swish
+composed from the primitive ops.
 
-Differentiable through the ops they are built from. Gluon's activation layers
-(:mod:`mxlite.gluon.nn.activations`) and ``mx.nd.LeakyReLU`` apply them.
+The composed ones are differentiable through the ops they are built from. Gluon's activation layers
+(:mod:`mxlite.gluon.nn.activations`, ``Activation('relu')`` and the ``activation=`` of Dense and the
+convolutions) and ``mx.nd.LeakyReLU`` apply them.
+
+:func:`relu` runs ``kernels/activation.cu``: one pass forward and one backward (the composed backward,
+``g * (x > 0)``, makes a mask and a product), on GPUs through CuPy and on CPU devices through the serial
+host build, whose thread pool splits the elements (NumPy's elementwise passes run on one thread); the
+NumPy twins serve CPU devices without the host build, with the same bits.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
+
+from ..device.kernels import cpu_kernels_enabled, get_kernel
 from . import ops
-from .tensor import Tensor
+from .ops import _op
+from .tensor import Tensor, _result
 
-__all__ = ["elu", "gelu", "leaky_relu", "prelu", "selu", "swish"]
+__all__ = ["elu", "gelu", "leaky_relu", "prelu", "relu", "selu", "swish"]
+
+KERNEL_FILE = "activation.cu"
+_TYPES = {"float32": "float", "float64": "double", "float16": "__half"}
+_ALL_NAMES = tuple(f"relu_{d}<{t}>" for d in ("forward", "backward") for t in _TYPES.values())
+_MAX_BLOCKS = 65535
+# Elements per block: on a CPU device 64 Ki (256 KiB of float32, a share of L2; a 4 M-element layer is 64
+# blocks for the thread pool to deal out); on a GPU 4 Ki (256 threads, 16 elements each).
+_CPU_CHUNK, _GPU_CHUNK = 1 << 16, 1 << 12
+_GPU_THREADS = 256
+
+
+def _relu_forward_twin(x: np.ndarray) -> np.ndarray:
+    """``relu_forward``: x where x > 0 or NaN, else 0."""
+    return np.where((x > 0) | (x != x), x, x.dtype.type(0))
+
+
+def _relu_backward_twin(g: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``relu_backward``: g where x > 0, else 0."""
+    return np.where(x > 0, g, g.dtype.type(0))
+
+
+def _relu_launch(device: Any, name: str, arrays: tuple[Any, ...], n: int) -> Any:
+    """``name<T>`` over ``n`` elements with the C-contiguous ``arrays`` (inputs), returning the new output."""
+    xp = device.xp
+    first = arrays[0]
+    with device.use():
+        out = xp.empty(first.shape, dtype=first.dtype)
+    if n:
+        base, threads = (_GPU_CHUNK, _GPU_THREADS) if device.is_gpu else (_CPU_CHUNK, 1)
+        blocks = min(_MAX_BLOCKS, -(-n // base))
+        chunk = -(-n // blocks)
+        function = get_kernel(KERNEL_FILE, f"{name}<{_TYPES[first.dtype.name]}>", device, _ALL_NAMES)
+        with device.use():
+            function((blocks,), (threads,), (*arrays, out, np.int64(n), np.int64(chunk)))
+    return out
+
+
+@_op("relu")
+def relu(x: Tensor) -> Tensor:
+    """Elementwise ``max(x, 0)`` (NaN stays NaN); the gradient is ``g`` where ``x > 0``, else 0.
+
+    The same values as :func:`mxlite.autograd.ops.relu`, in one kernel pass per direction for float16,
+    float32 and float64 (other dtypes go through ``ops.relu``).
+    """
+    device = x._device
+    if x.dtype.name not in _TYPES:
+        return ops.relu(x)
+    xp = device.xp
+    data = x._data if x._data.flags.c_contiguous else xp.ascontiguousarray(x._data)
+    compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+    out = _relu_launch(device, "relu_forward", (data,), data.size) if compiled else _relu_forward_twin(data)
+
+    def backward(g: Any) -> tuple[Any]:
+        g = g if g.flags.c_contiguous and g.dtype == data.dtype else xp.ascontiguousarray(g, dtype=data.dtype)
+        if compiled:
+            return (_relu_launch(device, "relu_backward", (g, data), data.size),)
+        return (_relu_backward_twin(g, data),)
+
+    return _result("relu", out, device, (x,), backward)
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946

@@ -20,7 +20,7 @@ logarithmic, trigonometric and hyperbolic functions, ``erf``, ``relu``, ``sigmoi
 ``sum``, ``mean``, ``max``, ``min``, ``cumsum``, the shape ops (``reshape`` and what builds on it,
 ``transpose``, ``broadcast_to``, indexing and slicing, ``concat``, ``stack``, ``split``, ``tile``,
 ``repeat``, ``take_along_axis``/``sort``), ``matmul``/``dot``, ``astype``, copies between devices,
-``softmax``, ``log_softmax``, ``fully_connected``, ``conv``/``conv2d``, ``conv_transpose``,
+``softmax``, ``log_softmax``, ``softmax_cross_entropy``, ``fully_connected``, ``conv``/``conv2d``, ``conv_transpose``,
 ``layer_norm``, ``batch_norm`` (called with ``training`` given, as Gluon's ``BatchNorm`` does; the running
 statistics are constants), ``avg_pool``/``avg_pool2d``, ``dropout`` (its mask a constant), ``embedding``,
 ``take``, ``pick``, and everything composed from these (the activations of ``activations.py``, ``norm``,
@@ -576,6 +576,18 @@ def _softmax(s: _Step, g: Tensor, x: Tensor, axis: int) -> tuple:
 @_rule("log_softmax")
 def _log_softmax(s: _Step, g: Tensor, x: Tensor, axis: int) -> tuple:
     return (g - ops.exp(s.out) * ops.sum(g, axis=axis, keepdims=True),)
+
+
+@_rule("softmax_cross_entropy")
+def _softmax_cross_entropy(s: _Step, g: Tensor, pred: Tensor, label: Any, sparse_label: bool) -> tuple:
+    p = nn_ops.softmax(pred, -1)
+    if not sparse_label:  # pred: g * (softmax * sum(label) - label); label: -g * log_softmax(pred)
+        dense = ops.reshape(s.parents[1], pred.shape)
+        return (g * (p * ops.sum(dense, axis=-1, keepdims=True) - dense),
+                -g * nn_ops.log_softmax(pred, -1) if s.need[1] else None)
+    n = pred.shape[-1]
+    idx = _clip_indices(pred._device.xp, label, n, "clip").reshape(pred.shape[:-1] + (1,))
+    return (g * (p - _mask(idx == pred._device.xp.arange(n), pred)),)
 
 
 @_rule("embedding")

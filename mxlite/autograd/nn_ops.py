@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
+from . import _loss_kernels as _lk
 from . import _norm_kernels as _nk
 from . import _philox, _state
 from . import random as _random
@@ -44,7 +45,8 @@ from .ops import _check_float, _op, _scatter_add
 from .tensor import Tensor, _result, grad_out
 
 __all__ = [
-    "softmax", "log_softmax", "conv", "conv2d", "conv_transpose", "max_pool", "avg_pool", "max_pool2d",
+    "softmax", "log_softmax", "softmax_cross_entropy", "conv", "conv2d", "conv_transpose", "max_pool", "avg_pool",
+    "max_pool2d",
     "avg_pool2d", "global_avg_pool", "global_max_pool", "global_avg_pool2d", "global_max_pool2d",
     "dropout", "embedding", "take", "pick", "batch_norm", "layer_norm",
     "fully_connected",
@@ -114,6 +116,67 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
         return (g - xp.exp(out) * g.sum(axis=axis, keepdims=True),)
 
     return _result("log_softmax", out, x._device, (x,), backward)
+
+
+@_op("softmax_cross_entropy")
+def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool = True) -> Tensor:
+    """Cross-entropy of a softmax over the last axis, per row: ``-log_softmax(pred)[label]``, or with
+    dense labels ``-sum(label * log_softmax(pred))``, computed in one pass per row and direction
+    (``kernels/softmax_ce.cu``; :mod:`._loss_kernels`).
+
+    Args:
+        pred: float32 or float64 logits, classes on the last axis.
+        label: with ``sparse_label`` one class id per row (integer or float, any shape with
+            ``pred.size // classes`` elements; ids out of range are clipped, as :func:`pick`);
+            otherwise a distribution per row, ``pred``'s shape and dtype.
+        sparse_label: see ``label``.
+
+    Returns:
+        ``pred.shape[:-1] + (1,)`` in ``pred``'s dtype; the gradient flows to ``pred``:
+        ``g * (softmax(pred) - one_hot(label))`` (dense: ``g * (softmax(pred) * sum(label) - label)``),
+        and to a dense ``label`` tensor: ``-g * log_softmax(pred)``; class ids get none.
+
+    Raises:
+        TypeError: ``pred`` is not float32 or float64. ValueError: ``label`` has the wrong size.
+    """
+    xp = pred._device.xp
+    if not _lk.supported(pred.dtype):
+        raise TypeError(f"softmax_cross_entropy takes float32 or float64 logits, got {pred.dtype}; "
+                        "use -pick(log_softmax(pred), label) for other dtypes")
+    if pred.ndim == 0:
+        raise ValueError("pred must have a class axis, got a 0-D tensor")
+    classes = pred.shape[-1]
+    if classes == 0:
+        raise ValueError(f"pred must have at least one class on its last axis, got shape {pred.shape}")
+    rows = pred.size // classes
+    out_shape = pred.shape[:-1] + (1,)
+    x = xp.ascontiguousarray(pred._data).reshape(rows, classes)
+    if sparse_label:
+        if int(np.prod(np.shape(label))) != rows:
+            raise ValueError(f"label must have one class id per row of pred {pred.shape}: {rows} ids, "
+                             f"got shape {np.shape(label)}")
+        ids = xp.ascontiguousarray(_clip_indices(xp, label, classes, "clip").reshape(rows))
+        dense = None
+    else:
+        label = label if isinstance(label, Tensor) else Tensor(xp.asarray(np.asarray(label)), pred._device)
+        if label.size != pred.size or label.dtype != pred.dtype:
+            raise ValueError(f"a dense label must have pred's {pred.size} elements ({pred.shape}) and dtype "
+                             f"{pred.dtype}, got shape {label.shape} and dtype {label.dtype}")
+        ids, dense = None, xp.ascontiguousarray(label._data).reshape(rows, classes)
+    loss, saved = _lk.forward(xp, x, ids, dense)
+
+    def backward(g: Any) -> tuple[Any, ...]:
+        g1 = xp.ascontiguousarray(g.reshape(rows).astype(pred.dtype, copy=False))
+        gx = _lk.backward(xp, g1, x, ids, dense, saved).reshape(pred.shape)
+        if sparse_label:
+            return (gx,)
+        glabel = None
+        if label._requires_grad():  # -g * log_softmax(pred), rarely wanted: composed
+            glabel = (-g1[:, None] * ((x - saved[:, :1]) - saved[:, 1:2])).reshape(pred.shape)
+        return gx, glabel
+
+    parents = (pred,) if sparse_label else (pred, label)
+    return _result("softmax_cross_entropy", loss.reshape(out_shape), pred._device, parents, backward)
 
 
 # -- dropout -------------------------------------------------------------------------------------
@@ -354,7 +417,8 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
     # contiguous last axis, then over the first (two fast NumPy reductions, not one over scattered axes).
     # x - mean is kept instead of x-hat: out, and the input gradient g*a + (x - mean)*b + c with
     # per-channel a, b, c, each take a few passes over the batch. The arithmetic is _norm_kernels'
-    # forward/backward; on GPUs kernels/norm.cu does it in one launch per direction.
+    # forward/backward; kernels/norm.cu does it in one launch per direction on GPUs and, through the
+    # serial host build, on CPU devices (_norm_kernels.enabled).
     shape3 = (math.prod(x.shape[:axis]), c, math.prod(x.shape[axis + 1:]))
     batch_stats = training and not use_global_stats
     params = (gamma._data, beta._data, running_mean._data, running_var._data)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import os
+import re
 import warnings
 from typing import Any
 
@@ -40,13 +41,22 @@ _REPO_KERNELS = os.path.join(_REPO_ROOT, "kernels")
 _NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "(\w+\.cuh)"[ \t]*$', re.MULTILINE)
+
+
 @functools.cache
 def kernel_source(filename: str) -> str:
-    """The text of ``kernels/<filename>`` (installed package data, else the source checkout).
+    """The text of ``kernels/<filename>`` (installed package data, else the source checkout), each
+    ``#include "name.cuh"`` of a header in ``kernels/`` replaced by that header's text (NVRTC and the
+    host build get one self-contained text; ``nvcc`` finds the header beside the file).
 
     Raises:
-        FileNotFoundError: no such kernel file.
+        FileNotFoundError: no such kernel file or header.
     """
+    return _LOCAL_INCLUDE.sub(lambda m: kernel_source(m.group(1)), _read_kernel_file(filename))
+
+
+def _read_kernel_file(filename: str) -> str:
     try:
         resource = importlib.resources.files("mxlite.kernels").joinpath(filename)
         if resource.is_file():

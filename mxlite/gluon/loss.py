@@ -226,18 +226,32 @@ class SoftmaxCrossEntropyLoss(Loss):
             ValueError: ``label`` does not have one class id per row (sparse) or ``pred``'s
                 size (dense).
         """
-        logp = pred if self._from_logits else nn_ops.log_softmax(pred, self._axis)
         label = _as_tensor_like(label, pred)
         if self._sparse_label:
             ids = tuple(n for i, n in enumerate(pred.shape) if i != self._axis % len(pred.shape))
             if label.size != int(np.prod(ids)):
                 raise ValueError(f"SoftmaxCrossEntropyLoss: the label must have shape {ids} (one class id per sample "
                                  f"of pred {tuple(pred.shape)}), got {tuple(label.shape)}")
-            loss = ops.negative(nn_ops.pick(logp, label, axis=self._axis, keepdims=True))
         else:
-            label = _reshape_like(label, logp)
-            loss = ops.negative(ops.sum(ops.multiply(logp, label), axis=self._axis, keepdims=True))
+            label = _reshape_like(label, pred)
+        if self._fused(pred, label):
+            loss = nn_ops.softmax_cross_entropy(pred, label, self._sparse_label)
+        else:
+            logp = pred if self._from_logits else nn_ops.log_softmax(pred, self._axis)
+            if self._sparse_label:
+                loss = ops.negative(nn_ops.pick(logp, label, axis=self._axis, keepdims=True))
+            else:
+                loss = ops.negative(ops.sum(ops.multiply(logp, label), axis=self._axis, keepdims=True))
         return self._batch_mean(self._weighted(loss, sample_weight, self._weight))
+
+    def _fused(self, pred: Tensor, label: Tensor) -> bool:
+        """Whether one fused op (:func:`nn_ops.softmax_cross_entropy`: the log-softmax, the pick or the dot,
+        one pass per row and direction) computes the loss: for float32/float64 logits over their last axis,
+        not ``from_logits``, and dense labels of ``pred``'s dtype. Otherwise the composed ops do (the same
+        numbers to rounding)."""
+        return (not self._from_logits and pred.ndim > 0 and self._axis % pred.ndim == pred.ndim - 1
+                and pred.size > 0 and np.dtype(pred.dtype).name in ("float32", "float64")
+                and (self._sparse_label or label.dtype == pred.dtype))
 
 
 SoftmaxCELoss = SoftmaxCrossEntropyLoss

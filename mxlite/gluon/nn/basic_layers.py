@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import autograd
-from ...autograd import nn_ops, ops
+from ...autograd import activations, nn_ops, ops
 from ...autograd.tensor import Tensor
 from ..block import Block, Sequential
 from ..parameter import Parameter
@@ -23,7 +23,7 @@ __all__ = ["Dense", "Dropout", "BatchNorm", "LayerNorm", "Embedding", "Flatten",
            "HybridLambda", "Identity", "Concatenate", "HybridConcatenate"]
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": ops.relu,
+    "relu": activations.relu,  # one kernel pass per direction
     "sigmoid": ops.sigmoid,
     "tanh": ops.tanh,
     "softrelu": lambda x: ops.log(1 + ops.exp(-ops.abs(x))) + ops.relu(x),  # stable log(1 + e^x)
