@@ -1014,6 +1014,14 @@ def test_layout_neither_first_nor_last():
 
 
 @pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="mxlite has no deformable convolution layers (DeformableConvolution, "
+                          "ModulatedDeformableConvolution): they need MXNet's contrib operators")
+def test_ModulatedDeformableConvolution():
+    """Mirrors MXNet's ``test_ModulatedDeformableConvolution`` (and ``test_DeformableConvolution``)."""
+    nn.DeformableConvolution(10, kernel_size=(3, 3), strides=1, padding=0)
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError,
                    reason="mxlite runs blocks eagerly and has no operator graph, so there are no operator hooks "
                           "(register_op_hook); forward hooks (register_forward_hook) see every block's output")
 def test_op_hook_output_names():
