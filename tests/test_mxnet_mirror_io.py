@@ -59,6 +59,9 @@ def test_MNISTIter_image_layout_parts_and_gzip(tmp_path):
     assert batches[0].label[0].asnumpy()[0] == 125 % 10
     with pytest.raises(ValueError, match="data_shape"):
         mx.io.MNISTIter(image=image, label=label, data_shape=(784,), flat=False)
+    mx.io.MNISTIter(image=image, label=label, prefetch_buffer=4, ctx=mx.cpu())  # MXNet's knobs, accepted
+    with pytest.raises(TypeError, match="batchsize"):
+        mx.io.MNISTIter(image=image, label=label, batchsize=10)
 
 
 def test_MNISTIter_refuses_another_file(tmp_path):

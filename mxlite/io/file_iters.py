@@ -19,6 +19,16 @@ from .io import NDArrayIter
 __all__ = ["CSVIter", "MNISTIter"]
 
 
+_ACCEPTED = ("prefetch_buffer", "ctx", "device", "preprocess_threads")  # MXNet's loading knobs: no effect here
+
+
+def _check_extra(layer: str, kwargs: dict[str, Any]) -> None:
+    unknown = sorted(set(kwargs) - set(_ACCEPTED))
+    if unknown:
+        raise TypeError(f"{layer}: unknown argument(s) {unknown}; besides its own it accepts {list(_ACCEPTED)} "
+                        "(which change nothing in mxlite)")
+
+
 def _shape(name: str, value: Any) -> tuple[int, ...]:
     shape = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
@@ -53,10 +63,12 @@ class MNISTIter(_FileIter):
         num_parts, part_index: read only contiguous part ``part_index`` of ``num_parts`` (one per worker).
         data_shape: optional shape of one image (``(784,)`` or ``(1, 28, 28)``), checked against ``flat``'s.
         dtype: accepted, 'float32' only.
+        prefetch_buffer, ctx, device, preprocess_threads: accepted, no effect.
 
     Pixels are scaled to [0, 1] (float32), labels are float32.
 
     Raises:
+        TypeError: an argument MXNet's MNISTIter does not take.
         OSError: a file cannot be read. ValueError: a file that is not an MNIST IDX file, counts that differ
             between the files, or bad arguments.
     """
@@ -64,6 +76,7 @@ class MNISTIter(_FileIter):
     def __init__(self, image: str, label: str, batch_size: int = 128, shuffle: bool = True, flat: bool = False,
                  seed: int = 0, silent: bool = False, num_parts: int = 1, part_index: int = 0,
                  data_shape: Sequence[int] | None = None, dtype: str = "float32", **kwargs: Any) -> None:
+        _check_extra("MNISTIter", kwargs)
         if str(dtype) != "float32":
             raise ValueError(f"MNISTIter: dtype must be 'float32', got {dtype!r}")
         if not 0 <= part_index < num_parts:
@@ -95,8 +108,10 @@ class CSVIter(_FileIter):
         round_batch: a last incomplete batch is filled up with the first examples (``batch.pad`` counts
             them); with False as well, where MXNet leaves the filler unspecified.
         dtype: 'float32' (default), 'int32' or 'int64', of data and labels.
+        prefetch_buffer, ctx, device, preprocess_threads: accepted, no effect.
 
     Raises:
+        TypeError: an argument MXNet's CSVIter does not take.
         OSError: a file cannot be read. ValueError: a line with another count of numbers than the shape
             needs, files with different numbers of lines, or bad arguments.
     """
@@ -104,6 +119,7 @@ class CSVIter(_FileIter):
     def __init__(self, data_csv: str, data_shape: Sequence[int], label_csv: str | None = None,
                  label_shape: Sequence[int] = (1,), batch_size: int = 1, round_batch: bool = True,
                  dtype: str = "float32", **kwargs: Any) -> None:
+        _check_extra("CSVIter", kwargs)
         if str(dtype) not in ("float32", "int32", "int64"):
             raise ValueError(f"CSVIter: dtype must be 'float32', 'int32' or 'int64', got {dtype!r}")
         data = self._read(data_csv, _shape("CSVIter: data_shape", data_shape), dtype)
