@@ -344,14 +344,14 @@ def test_layers_match_the_primitives():
 
 
 @pytest.mark.parametrize("make,error,match", [
-    (lambda: mx.nn.Conv1D(4, 3, layout="NWC"), ValueError, "Conv1D: only layout='NCW'"),
+    (lambda: mx.nn.Conv1D(4, 3, layout="NHWC"), ValueError, "Conv1D: layout must be 'NCW' or 'NWC'"),
     (lambda: mx.nn.Conv3D(4, (3, 3)), ValueError, "Conv3D: kernel_size must be an int or a tuple of 3 ints"),
     (lambda: mx.nn.Conv1D(3, 3, groups=2), ValueError, "multiple of groups"),
     (lambda: mx.nn.Conv1D(0, 3), ValueError, "channels must be >= 1"),
     (lambda: mx.nn.Conv1DTranspose(4, 3, strides=2, output_padding=2), ValueError, "output_padding"),
     (lambda: mx.nn.MaxPool3D(padding=-1), ValueError, "MaxPool3D: padding must be >= 0"),
     (lambda: mx.nn.AvgPool1D(2.5), TypeError, "AvgPool1D: pool_size must be an integer"),
-    (lambda: mx.nn.GlobalAvgPool3D(layout="NCHW"), ValueError, "GlobalAvgPool3D: only layout='NCDHW'"),
+    (lambda: mx.nn.GlobalAvgPool3D(layout="NCHW"), ValueError, "GlobalAvgPool3D: layout must be 'NCDHW' or 'NDHWC'"),
 ])
 def test_layer_constructor_errors(make, error, match):
     with pytest.raises(error, match=match):

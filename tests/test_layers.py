@@ -211,7 +211,7 @@ def test_conv2d_activation_and_errors():
     with pytest.raises(ValueError):
         mx.nn.Conv2D(3, 3, groups=2)
     with pytest.raises(ValueError, match="NCHW"):
-        mx.nn.Conv2D(2, 3, layout="NHWC")
+        mx.nn.Conv2D(2, 3, layout="NCWH")
     bad = mx.nn.Conv2D(2, 3, groups=2)
     bad.initialize(device=mx.cpu(0))
     with pytest.raises(ValueError):

@@ -2,7 +2,7 @@
 
 Each test names the MXNet test it mirrors. The calls are the ones a Gluon user makes, with
 ``import mxlite as mx``; the expected values are MXNet's. Where MXNet raises ``MXNetError``,
-mxlite raises a Python error type (docs/design.md, "errors").
+mxlite raises a Python error type (docs/mxnet-differences.md, "errors").
 """
 
 import numpy as np

@@ -11,7 +11,7 @@ Two sources (Apache MXNet master):
 
 Each test names the MXNet test it mirrors. The calls are a Gluon user's, with ``import mxlite as mx``;
 the expected values are MXNet's. MXNet downloads pretrained weights where a test asks for them; mxlite has
-no model store, so those calls raise :class:`PretrainedUnavailableError` (docs/design.md), and the test
+no model store, so those calls raise :class:`PretrainedUnavailableError` (docs/mxnet-differences.md), and the test
 checks that refusal and then runs the rest of the check on random weights.
 
 Cost: MXNet runs the forward pass of every model at 224x224 (Inception v3: 299x299). Here the
@@ -125,7 +125,7 @@ def test_parallel_download(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="mxlite runs imperatively (hybridize() does nothing), so there is no symbolic graph "
+                   reason="mxlite runs imperatively (plain hybridize() runs eagerly), so there is no symbolic graph "
                           "to export: HybridBlock.export is not provided; save_parameters writes the weights")
 def test_export(tmp_path):
     """Mirrors MXNet's ``test_export``: a hybridized resnet18_v1 exports its graph and weights."""
@@ -361,7 +361,8 @@ def test_summary_of_a_parameter_still_deferred_raises_as_mxnet():
     assert net(mx.np.ones((2, 4))).shape == (2, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="hybridize() does nothing in mxlite, so summary() of a hybridized block "
+@pytest.mark.xfail(strict=True, reason="mxlite builds no symbolic graph (plain hybridize() runs eagerly; static "
+                                       "hybridize captures CUDA graphs on GPUs only), so summary() of a hybridized block "
                                        "runs and prints; MXNet raises AssertionError (a summary needs the "
                                        "imperative graph)")
 def test_summary_hybridized():

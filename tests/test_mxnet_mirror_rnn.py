@@ -159,9 +159,119 @@ def test_split_rnn_params_checks():
         split_rnn_params(mx.np.zeros((760,)), "lstm", 1, 7, 10, projection_size=5)
 
 
+_CONV_PARAMS = ["h2h_bias", "h2h_weight", "i2h_bias", "i2h_weight"]
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_convrnn(kind, nd):
+    """Mirrors MXNet's ``test_convrnn``, ``test_convlstm`` and ``test_convgru``: a cell over a (10, *S) step with
+    100 hidden channels and 3-wide kernels unrolls three steps to (1, 100, *(S - 2)) with MXNet's four parameters."""
+    spatial = (20, 30, 50)[3 - nd:]
+    cell = getattr(gluon.rnn, f"Conv{nd}D{kind}Cell")((10,) + spatial, 100, 3, 3)
+    steps = [mx.np.ones((1, 10) + spatial) for _ in range(3)]
+    cell.infer_shape(0, steps[0], False)
+    cell.initialize()
+    outputs, states = cell.unroll(3, steps)
+    assert sorted(cell.collect_params()) == _CONV_PARAMS
+    gates = {"RNN": 1, "LSTM": 4, "GRU": 3}[kind]
+    assert cell.i2h_weight.shape == (gates * 100, 10) + (3,) * nd
+    assert cell.h2h_weight.shape == (gates * 100, 100) + (3,) * nd
+    assert [o.shape for o in outputs] == [(1, 100) + tuple(s - 2 for s in spatial)] * 3
+    assert len(states) == (2 if kind == "LSTM" else 1)
+
+
+def _check_rnn_forward(cell, x):
+    """MXNet's ``check_rnn_forward`` (unroll over NTC input, merged and as a list, with a backward pass)."""
+    cell.initialize()
+    x.attach_grad()
+    with mx.autograd.record():
+        merged, _ = cell.unroll(3, x, layout="NTC", merge_outputs=True)
+    merged.backward()
+    listed, _ = cell.unroll(3, [x[:, t] for t in range(3)], layout="NTC", merge_outputs=False)
+    np.testing.assert_allclose(np.stack([o.asnumpy() for o in listed], axis=1), merged.asnumpy(), rtol=1e-5)
+    assert np.isfinite(x.grad.asnumpy()).all()
+    return merged
+
+
+def test_rnn_cells():
+    """Mirrors MXNet's ``test_rnn_cells``: each 1-D convolutional cell alone and the three stacked, on (8, 3, 5, 7)
+    NTC input (5 channels of width 7), each 3-wide kernel shrinking the width by 2."""
+    x = mx.np.ones((8, 3, 5, 7))
+    for cls in (gluon.rnn.Conv1DLSTMCell, gluon.rnn.Conv1DRNNCell, gluon.rnn.Conv1DGRUCell):
+        assert _check_rnn_forward(cls((5, 7), 10, (3,), (3,)), x).shape == (8, 3, 10, 5)
+    net = gluon.rnn.SequentialRNNCell()
+    net.add(gluon.rnn.Conv1DLSTMCell((5, 7), 10, (3,), (3,)))
+    net.add(gluon.rnn.Conv1DRNNCell((10, 5), 11, (3,), (3,)))
+    net.add(gluon.rnn.Conv1DGRUCell((11, 3), 12, (3,), (3,)))
+    assert _check_rnn_forward(net, x).shape == (8, 3, 12, 1)
+
+
+def test_conv_fill_shape():
+    """Mirrors MXNet's ``test_conv_fill_shape``: an input_shape with -1 channels is completed by infer_shape."""
+    cell = gluon.rnn.Conv1DLSTMCell((-1, 7), 10, (3,), (3,))
+    cell.infer_shape(0, mx.np.ones((8, 3, 5, 7)), False)
+    cell.hybridize()
+    _check_rnn_forward(cell, mx.np.ones((8, 3, 5, 7)))
+    assert cell.i2h_weight.shape[1] == 5
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+def test_conv_cell_with_unit_kernels_is_the_dense_cell(kind):
+    """With 1-wide kernels over a width-1 input a convolutional cell is its dense cell: same weights (reshaped),
+    same outputs and states, so the gate order and formulas are the dense cells' (MXNet's)."""
+    conv = getattr(gluon.rnn, f"Conv1D{kind}Cell")((4, 1), 6, 1, 1)
+    dense = getattr(gluon.rnn, f"{kind}Cell")(6, input_size=4)
+    conv.initialize(mx.init.Uniform(0.5))
+    dense.initialize()
+    for name in _CONV_PARAMS:
+        value = getattr(conv, name).data().asnumpy()
+        getattr(dense, name).set_data(mx.np.array(value.reshape(value.shape[:2]) if value.ndim == 3 else value))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype("float32")
+    conv_out, conv_states = conv.unroll(3, mx.np.array(x[..., None]), merge_outputs=True)
+    dense_out, dense_states = dense.unroll(3, mx.np.array(x), merge_outputs=True)
+    np.testing.assert_allclose(conv_out.asnumpy()[..., 0], dense_out.asnumpy(), rtol=1e-5, atol=1e-6)
+    for c, d in zip(conv_states, dense_states):
+        np.testing.assert_allclose(c.asnumpy()[..., 0], d.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_cell_channels_last():
+    """``conv_layout='NHWC'`` is the NCHW cell on transposed input, state and weights."""
+    first = gluon.rnn.Conv2DLSTMCell((3, 5, 6), 4, 3, 3, i2h_pad=1)
+    last = gluon.rnn.Conv2DLSTMCell((5, 6, 3), 4, 3, 3, i2h_pad=1, conv_layout="NHWC")
+    first.initialize(mx.init.Uniform(0.3))
+    last.initialize()
+    for name in _CONV_PARAMS:
+        value = getattr(first, name).data().asnumpy()
+        getattr(last, name).set_data(mx.np.array(value.transpose(0, 2, 3, 1) if value.ndim == 4 else value))
+    x = np.random.default_rng(1).standard_normal((2, 3, 5, 6)).astype("float32")
+    out, states = first(mx.np.array(x))
+    out_last, states_last = last(mx.np.array(x.transpose(0, 2, 3, 1)))
+    assert last.state_info(2)[0] == {"shape": (2, 5, 6, 4), "__layout__": "NHWC"}
+    np.testing.assert_allclose(out_last.asnumpy(), out.asnumpy().transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(states_last[1].asnumpy(), states[1].asnumpy().transpose(0, 2, 3, 1), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_conv_cell_argument_errors():
+    """An even recurrent kernel, a kernel larger than the input and a mismatched input name what is wrong."""
+    with pytest.raises(ValueError, match="h2h_kernel must be odd"):
+        gluon.rnn.Conv2DRNNCell((3, 8, 8), 4, 3, 2)
+    with pytest.raises(ValueError, match="does not fit"):
+        gluon.rnn.Conv1DGRUCell((3, 2), 4, 3, 3)
+    cell = gluon.rnn.Conv1DRNNCell((3, 8), 4, 3, 3)
+    cell.initialize()
+    with pytest.raises(ValueError, match="expects 3 input channels"):
+        cell(mx.np.ones((2, 5, 8)))
+
+
 @pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="mxlite has no convolutional recurrent cells (Conv1D/2D/3D RNN, LSTM, GRU cells)")
-def test_convrnn():
-    """Mirrors MXNet's ``test_convrnn`` (and ``test_convlstm``, ``test_convgru``, ``test_rnn_cells``,
-    ``test_conv_fill_shape``)."""
-    gluon.rnn.Conv1DRNNCell((10, 50), 100, 3, 3)
+                   reason="mxlite runs eagerly (hybridize() changes nothing): no symbolic graph, so no export or "
+                          "SymbolBlock.imports; save_parameters/load_parameters keep the weights")
+def test_rnn_cells_export_import():
+    """Mirrors MXNet's ``test_rnn_cells_export_import``."""
+    layer = gluon.rnn.LSTM(4, input_size=3)
+    layer.initialize()
+    layer.hybridize()
+    layer(mx.np.ones((2, 1, 3)))
+    layer.export("rnn")

@@ -91,12 +91,42 @@ def test_trainer_allreduce_then_update():
     assert (x.data(mx.cpu(1)).asnumpy() == -1).all(), x.data(mx.cpu(1)).asnumpy()
 
 
+def test_trainer_with_teststore():
+    """Mirrors MXNet's ``test_trainer_with_teststore``: a 'teststore' sums the two mirrors' gradients (w = -2) and
+    cannot run an optimizer, so ``update_on_kvstore=True`` on it is a ValueError. MXNet raises it at the first
+    step (``_init_kvstore``); mxlite decides the store when the Trainer is built over initialised parameters."""
+    x = gluon.Parameter("x", shape=(10,))
+    x.initialize(device=CPUS, init="zeros")
+    kv = mx.kv.create("teststore")
+    assert kv.type == "teststore" and not kv.is_capable(mx.kv.KVStore.OPTIMIZER)
+    trainer = gluon.Trainer([x], "sgd", {"learning_rate": 1.0, "momentum": 0.5}, kvstore=kv)
+    _backward_plus_one(x)
+    trainer.step(1)
+    assert trainer._update_on_kvstore is False
+    assert (x.data(mx.cpu(1)).asnumpy() == -2).all()
+    with pytest.raises(ValueError, match="teststore"):
+        gluon.Trainer([x], "sgd", kvstore=kv, update_on_kvstore=True)
+
+
+def test_optimizer_backward_compat():
+    """Mirrors MXNet's ``test_optimizer_backward_compat`` (test_numpy_gluon.py): an optimizer without
+    ``allow_np_array`` (one pickled by MXNet 1.x) still updates through an Updater."""
+    optimizer = mx.optimizer.SGD()
+    assert optimizer.allow_np_array is True
+    del optimizer.allow_np_array
+    updater = mx.optimizer.Updater(optimizer)
+    updater(0, mx.np.ones((0, 0)), mx.np.zeros((0, 0)))
+    weight = mx.np.zeros((2,))
+    updater(1, mx.np.ones((2,)), weight)
+    np.testing.assert_allclose(weight.asnumpy(), [-0.1, -0.1])
+
+
 @pytest.mark.parametrize("update_on_kvstore", [None, True])
 def test_trainer_save_load(tmp_path, update_on_kvstore):
     """Mirrors MXNet's ``test_trainer_save_load``: after load_states the optimizer still follows lr_mult.
 
     MXNet runs it with ``update_on_kvstore`` on and reads the store's optimizer; mxlite's default is
-    off (docs/design.md), so both settings run, reading the optimizer that updates.
+    off (docs/mxnet-differences.md), so both settings run, reading the optimizer that updates.
     """
     x = gluon.Parameter("x", shape=(10,), lr_mult=1.0)
     x.initialize(device=CPUS, init="zeros")
@@ -150,7 +180,7 @@ def test_trainer_sparse_kv(kv, grad_stype, update_on_kv, expected):
     """Mirrors MXNet's ``test_trainer_sparse_kv`` for dense weights (its row-sparse-weight cases are out of scope).
 
     MXNet's ``('default', 'default', None)`` case expects its global default (True); mxlite's default
-    is False (docs/design.md), covered by test_trainer_kv.py.
+    is False (docs/mxnet-differences.md), covered by test_trainer_kv.py.
     """
     x = mx.gluon.Parameter("x", shape=(10, 1), lr_mult=1.0, grad_stype=grad_stype)
     x.initialize(device=CPUS, init="zeros")

@@ -1,4 +1,5 @@
-"""MXNet 1.x's data iterators (``mx.io``): :class:`NDArrayIter` over in-memory arrays, :class:`ResizeIter`,
+"""MXNet 1.x's data iterators (``mx.io``): :class:`NDArrayIter` over in-memory arrays, :class:`MNISTIter` and
+:class:`CSVIter` over files, :class:`ResizeIter`,
 :class:`PrefetchingIter`, and the :class:`DataIter`, :class:`DataBatch` and :class:`DataDesc` they are built from.
 
 ::
@@ -8,6 +9,8 @@
         x, label = batch.data[0], batch.label[0]
 """
 
+from .file_iters import CSVIter, MNISTIter
 from .io import DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter, ResizeIter
 
-__all__ = ["DataBatch", "DataDesc", "DataIter", "NDArrayIter", "PrefetchingIter", "ResizeIter"]
+__all__ = ["CSVIter", "DataBatch", "DataDesc", "DataIter", "MNISTIter", "NDArrayIter", "PrefetchingIter",
+           "ResizeIter"]

@@ -26,6 +26,8 @@ Behaviour:
   mxlite's choice: it is the type for all-reduce without a store-side update).
   ``'dist_sync'``: as ``'local'``, and the sum also runs over every process;
   ``'dist_sync_device'`` (alias ``'dist_device_sync'``): as ``'device'`` over every process.
+  ``'teststore'`` (MXNet's store for trying a Trainer without optimizer support): as ``'local'``,
+  reduce-only.
   Processes exchange through ``mxlite.comm.create(type, [device])``: MPI for CPU values, NCCL
   for GPU values when CuPy has it.
 * Keys are ints or strs, never both in one store. An updater receives the key as given
@@ -80,7 +82,8 @@ __all__ = ["KVStore", "create", "TYPES"]
 
 TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync")
 # MXNet's older names of the single-process types: the store they describe behaves as the one named.
-ALIASES = {"local_allreduce_cpu": "local", "local_update_cpu": "local", "local_allreduce_device": "device"}
+ALIASES = {"local_allreduce_cpu": "local", "local_update_cpu": "local", "local_allreduce_device": "device",
+           "teststore": "local"}  # MXNet's reduce-only store for tests: 'local' without optimizer support
 _HOST_TYPES = ("local", "dist_sync")  # store and sum on cpu(0); the others on the value's device
 
 Key = Any  # int or str
@@ -103,7 +106,8 @@ def create(name: str = "local") -> KVStore:
     """A new :class:`KVStore` of type ``name`` (case-insensitive; see the module docstring).
 
     MXNet's older names are accepted: 'local_allreduce_cpu' and 'local_update_cpu' give a
-    'local' store, 'local_allreduce_device' a 'device' store (``type`` reports that name).
+    'local' store, 'local_allreduce_device' a 'device' store (``type`` reports that name);
+    'teststore' gives a reduce-only 'local' store, as MXNet's ``TestStore``.
 
     Raises:
         TypeError: ``name`` is not a str.
@@ -228,7 +232,7 @@ class KVStore:
     def is_capable(self, capability: str) -> bool:
         """Whether this store supports ``capability``; only ``KVStore.OPTIMIZER`` is known.
 
-        'nccl' stores are reduce-only (False); every other type updates with an optimizer.
+        'nccl' and 'teststore' stores are reduce-only (False); every other type updates with an optimizer.
 
         Raises:
             TypeError: ``capability`` is not a str.
@@ -237,7 +241,7 @@ class KVStore:
         if not isinstance(capability, str):
             raise TypeError(f"capability must be a str, got {type(capability).__name__}: {capability!r}")
         if capability.lower() == KVStore.OPTIMIZER:
-            return self._type != "nccl"
+            return self._type != "nccl" and self._name != "teststore"
         raise ValueError(f"unknown capability {capability!r}; known: {KVStore.OPTIMIZER!r}")
 
     # -- argument handling ----------------------------------------------------------------

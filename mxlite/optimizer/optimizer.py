@@ -240,6 +240,9 @@ class Optimizer:
             raise TypeError(f"use_fused_step must be a bool or None, got {type(use_fused_step).__name__}: "
                             f"{use_fused_step!r}")
         self.use_fused_step = use_fused_step
+        # MXNet sets this from npx.is_np_array() (whether the updater hands it mx.np arrays); mxlite's updater
+        # takes either face, so it is informational, and an optimizer without it (MXNet 1.x's) still works.
+        self.allow_np_array = True
         self._warned_low_precision = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

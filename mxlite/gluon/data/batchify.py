@@ -36,7 +36,14 @@ def _tensor(a: np.ndarray) -> Tensor:
     return Tensor(np.ascontiguousarray(a), cpu(0))
 
 
-class Stack:
+class _Batchify:
+    def __mx_handle__(self) -> Any:
+        """MXNet 2.x's handle to the C++ twin of a batchify function (for ``try_nopython``); mxlite batchifies
+        in Python, so the function is its own handle: this returns ``self``."""
+        return self
+
+
+class Stack(_Batchify):
     """Stack samples along a new first axis: n samples of shape S give a batch of shape ``(n, *S)``.
 
     The dtype is NumPy's for the stacked arrays (Python ints become int64, floats float64).
@@ -54,7 +61,7 @@ class Stack:
                              f"{sorted({x.shape for x in items})}; use Pad") from exc
 
 
-class Pad:
+class Pad(_Batchify):
     """Pad samples to the largest size along every axis, then stack them (MXNet 2.x ``Pad``).
 
     Samples ``(2, 4)``, ``(1, 3)`` and ``(1, 2)`` give a ``(3, 2, 4)`` batch whose padded
@@ -94,7 +101,7 @@ class Pad:
         return _tensor(out)
 
 
-class Append:
+class Append(_Batchify):
     """Keep the samples as a list instead of stacking them (MXNet's ``Append``).
 
     Args:
@@ -114,14 +121,14 @@ class Append:
         return [_tensor(x) for x in items]
 
 
-class AsList:
+class AsList(_Batchify):
     """Return the samples as a plain Python list, untouched (MXNet's ``AsList``)."""
 
     def __call__(self, data: Sequence[Any]) -> list[Any]:
         return list(data)
 
 
-class Group:
+class Group(_Batchify):
     """Apply one batchify function per field of tuple samples (MXNet's ``Group``).
 
     ``Group(Pad(), Stack())`` batches ``(sequence, label)`` samples into

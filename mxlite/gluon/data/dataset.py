@@ -97,6 +97,11 @@ class Dataset:
             raise TypeError(f"sampler must be an iterable of indices, got {type(sampler).__name__}")
         return _SampledDataset(self, sampler)
 
+    def __mx_handle__(self) -> Dataset:
+        """MXNet 2.x's handle to a C++ copy of the dataset, for ``DataLoader(try_nopython=True)``. mxlite
+        reads every dataset in Python, so a dataset is its own handle: this returns ``self``."""
+        return self
+
 
 class SimpleDataset(Dataset):
     """A dataset over any sequence with ``len`` and integer indexing (a list, an array).

@@ -1,4 +1,4 @@
-"""Convolution and pooling layers (NCHW layout), Gluon 2.x arguments and defaults."""
+"""2-D convolution and pooling layers (NCHW or NHWC layout), Gluon 2.x arguments and defaults."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
 from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready
+from .conv_nd_layers import _channels_last, _layout_aware, _to_channels_first, _to_channels_last
 
 __all__ = ["Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "PixelShuffle1D", "PixelShuffle2D",
            "PixelShuffle3D", "ReflectionPad2D"]
@@ -25,13 +26,8 @@ def _pair(value: int | tuple[int, int], layer: str = "layer", name: str = "size"
     return (_int_arg(layer, name, value[0], low), _int_arg(layer, name, value[1], low))
 
 
-def _check_layout(layout: str) -> None:
-    if layout != "NCHW":
-        raise ValueError(f"only layout='NCHW' is supported, got {layout!r}")
-
-
 class Conv2D(Block):
-    """2-D convolution over NCHW input: ``y = activation(conv(x, W) + b)``.
+    """2-D convolution over NCHW (or, with ``layout='NHWC'``, NHWC) input: ``y = activation(conv(x, W) + b)``.
 
     Args:
         channels: output channels.
@@ -39,7 +35,9 @@ class Conv2D(Block):
         groups: grouped convolution (in_channels and channels divisible by it).
         in_channels: 0 infers it from the first batch.
 
-    Parameters: ``weight`` (channels, in_channels/groups, kh, kw), ``bias`` (channels,).
+    Parameters: ``weight`` (channels, in_channels/groups, kh, kw), with NHWC (channels, kh, kw,
+    in_channels/groups) as MXNet's; ``bias`` (channels,). An NHWC layer transposes its input to NCHW
+    and its result back.
 
     Raises:
         ValueError: bad ``channels``/``groups`` or layout (at construction); an input that is
@@ -52,7 +50,7 @@ class Conv2D(Block):
                  activation: str | None = None, use_bias: bool = True, weight_initializer: Any = None,
                  bias_initializer: Any = "zeros", in_channels: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_layout(layout)
+        self._channels_last = _channels_last("Conv2D", layout, 2)
         for name, value in (("channels", channels), ("groups", groups)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"Conv2D: {name} must be a positive integer, got {type(value).__name__}: {value!r}")
@@ -65,27 +63,40 @@ class Conv2D(Block):
         self._dilation = _pair(dilation, "Conv2D", "dilation")
         self._act = _activation(activation)
         in_per_group = in_channels // groups if in_channels else 0
-        self.weight = Parameter("weight", shape=(channels, in_per_group) + self._kernel, init=weight_initializer,
+        self.weight = Parameter("weight", shape=self._weight_shape(in_per_group), init=weight_initializer,
                                 allow_deferred_init=True)
         self.bias = (Parameter("bias", shape=(channels,), init=bias_initializer, allow_deferred_init=True)
                      if use_bias else None)
 
+    def _weight_shape(self, in_per_group: int) -> tuple[int, ...]:
+        if self._channels_last:
+            return (self._channels,) + self._kernel + (in_per_group,)
+        return (self._channels, in_per_group) + self._kernel
+
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
-            raise ValueError(f"Conv2D expects NCHW input with 4 dimensions, got shape {x.shape}")
+            layout = "NHWC" if self._channels_last else "NCHW"
+            raise ValueError(f"Conv2D expects {layout} input with 4 dimensions, got shape {x.shape}")
+        c = x.shape[-1] if self._channels_last else x.shape[1]
         if not self.weight.is_initialized:
-            if x.shape[1] % self._groups:
-                raise ValueError(f"Conv2D: input channels {x.shape[1]} not divisible by groups {self._groups}")
-            self.weight.shape = (self._channels, x.shape[1] // self._groups) + self._kernel
-        elif self.weight.shape[1] * self._groups != x.shape[1]:
-            raise ValueError(f"Conv2D: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the layer "
-                             f"expects {self.weight.shape[1] * self._groups} input channels, but x has {x.shape[1]} "
-                             f"(x shape {x.shape})")
+            if c % self._groups:
+                raise ValueError(f"Conv2D: input channels {c} not divisible by groups {self._groups}")
+            self.weight.shape = self._weight_shape(c // self._groups)
+        else:
+            per_group = self.weight.shape[-1] if self._channels_last else self.weight.shape[1]
+            if per_group * self._groups != c:
+                raise ValueError(f"Conv2D: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the "
+                                 f"layer expects {per_group * self._groups} input channels, but x has {c} "
+                                 f"(x shape {x.shape})")
         _check_input_dtype("Conv2D", x, self.weight)
         w = _ready(self.weight, x)
         b = _ready(self.bias, x) if self.bias is not None else None
+        if self._channels_last:
+            x, w = _to_channels_first(x), _to_channels_first(w)
         y = nn_ops.conv2d(x, w, b, stride=self._strides, padding=self._padding, dilation=self._dilation,
                           groups=self._groups)
+        if self._channels_last:
+            y = _to_channels_last(y)
         return self._act(y) if self._act else y
 
     def _extra_repr(self) -> str:
@@ -93,10 +104,12 @@ class Conv2D(Block):
 
 
 class _Pool(Block):
+    _nd = 2
+
     def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_layout(layout)
         layer = type(self).__name__
+        self._channels_last = _channels_last(layer, layout, 2)
         self._pool = _pair(pool_size, layer, "pool_size")
         self._strides = _pair(strides, layer, "strides") if strides is not None else self._pool
         self._padding, self._ceil = _pair(padding, layer, "padding", low=0), ceil_mode
@@ -109,47 +122,55 @@ class _Pool(Block):
 
 
 class MaxPool2D(_Pool):
-    """Max pooling over NCHW input (strides default to pool_size)."""
+    """Max pooling over NCHW (or NHWC) input (strides default to pool_size)."""
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
                  ceil_mode: bool = False, **kwargs: Any) -> None:
         super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.max_pool2d(x, self._pool, self._strides, self._padding, ceil_mode=self._ceil)
 
 
 class AvgPool2D(_Pool):
-    """Average pooling over NCHW input; ``count_include_pad`` counts padding in the divisor."""
+    """Average pooling over NCHW (or NHWC) input; ``count_include_pad`` counts padding in the divisor."""
 
     def __init__(self, pool_size: Any = (2, 2), strides: Any = None, padding: Any = 0, layout: str = "NCHW",
                  ceil_mode: bool = False, count_include_pad: bool = True, **kwargs: Any) -> None:
         super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
         self._count_include_pad = count_include_pad
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.avg_pool2d(x, self._pool, self._strides, self._padding, ceil_mode=self._ceil,
                                  count_include_pad=self._count_include_pad)
 
 
 class GlobalAvgPool2D(Block):
-    """Mean over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
+    """Mean over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)`` (NHWC: ``(N, 1, 1, C)``)."""
+
+    _nd = 2
 
     def __init__(self, layout: str = "NCHW", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_layout(layout)
+        self._channels_last = _channels_last(type(self).__name__, layout, 2)
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.global_avg_pool2d(x)
 
 
 class GlobalMaxPool2D(Block):
-    """Maximum over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)``."""
+    """Maximum over the spatial axes: ``(N, C, H, W) -> (N, C, 1, 1)`` (NHWC: ``(N, 1, 1, C)``)."""
+
+    _nd = 2
 
     def __init__(self, layout: str = "NCHW", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_layout(layout)
+        self._channels_last = _channels_last(type(self).__name__, layout, 2)
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         return nn_ops.global_max_pool2d(x)
 

@@ -1,21 +1,26 @@
 """1-D, 2-D and 3-D convolution, transposed convolution and pooling layers, with Gluon's arguments and defaults.
 
-Layouts are channels-first (``NCW``, ``NCHW``, ``NCDHW``), the ones MXNet Gluon defaults to; the
+Layouts are channels-first (``NCW``, ``NCHW``, ``NCDHW``), the ones MXNet Gluon defaults to, or
+channels-last (``NWC``, ``NHWC``, ``NDHWC``): a channels-last layer transposes its input to
+channels-first, computes, and transposes the result back (no channels-last kernels). The
 layers run :func:`mxlite.autograd.nn_ops.conv`, :func:`~mxlite.autograd.nn_ops.conv_transpose`,
 :func:`~mxlite.autograd.nn_ops.max_pool`, :func:`~mxlite.autograd.nn_ops.avg_pool` and the global
 pools. ``Conv2D``, ``MaxPool2D``, ``AvgPool2D`` and ``GlobalAvgPool2D``/``GlobalMaxPool2D`` live in
 ``conv_layers.py``.
 
 Weights: a convolution's is ``(channels, in_channels/groups, *kernel)``; a transposed
-convolution's is ``(in_channels, channels/groups, *kernel)`` (MXNet's ``Deconvolution``).
+convolution's is ``(in_channels, channels/groups, *kernel)`` (MXNet's ``Deconvolution``). With a
+channels-last layout the second axis moves last, as in MXNet: ``(channels, *kernel, in_channels/groups)``.
 ``in_channels=0`` defers the weight's shape to the first batch.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
-from ...autograd import nn_ops
+from ...autograd import nn_ops, ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
@@ -39,9 +44,46 @@ def _tuple(layer: str, name: str, value: Any, nd: int, low: int) -> tuple[int, .
     return tuple(_int_arg(layer, name, v, low) for v in value)
 
 
-def _check_layout(layer: str, layout: str, nd: int) -> None:
-    if layout != _LAYOUTS[nd]:
-        raise ValueError(f"{layer}: only layout={_LAYOUTS[nd]!r} is supported, got {layout!r}")
+_CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
+
+
+def _channels_last(layer: str, layout: str, nd: int) -> bool:
+    """Whether ``layout`` is the channels-last layout of ``nd`` spatial axes (False: the channels-first one).
+
+    Raises:
+        ValueError: ``layout`` is neither (names the two accepted).
+    """
+    if layout == _LAYOUTS[nd]:
+        return False
+    if layout == _CHANNELS_LAST[nd]:
+        return True
+    raise ValueError(f"{layer}: layout must be {_LAYOUTS[nd]!r} or {_CHANNELS_LAST[nd]!r}, got {layout!r}")
+
+
+def _to_channels_first(x: Tensor) -> Tensor:
+    """``(N, *S, C) -> (N, C, *S)`` (also a channels-last weight to the channels-first one), differentiable."""
+    return ops.transpose(x, (0, x.ndim - 1) + tuple(range(1, x.ndim - 1)))
+
+
+def _to_channels_last(x: Tensor) -> Tensor:
+    """``(N, C, *S) -> (N, *S, C)``, differentiable."""
+    return ops.transpose(x, (0,) + tuple(range(2, x.ndim)) + (1,))
+
+
+def _layout_aware(forward: Callable[[Any, Tensor], Tensor]) -> Callable[[Any, Tensor], Tensor]:
+    """Wrap a channels-first ``forward(self, x)`` so that a layer built with a channels-last layout
+    (``self._channels_last``) runs it on the channels-first view of ``x`` and returns a channels-last result."""
+
+    @functools.wraps(forward)
+    def run(self: Any, x: Tensor) -> Tensor:
+        if not self._channels_last:
+            return forward(self, x)
+        if x.ndim != self._nd + 2:
+            raise ValueError(f"{type(self).__name__} expects {_CHANNELS_LAST[self._nd]} input with {self._nd + 2} "
+                             f"dimensions, got shape {x.shape}")
+        return _to_channels_last(forward(self, _to_channels_first(x)))
+
+    return run
 
 
 class _ConvND(Block):
@@ -55,7 +97,7 @@ class _ConvND(Block):
                  bias_initializer: Any, in_channels: int, output_padding: Any = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         layer, nd = type(self).__name__, self._nd
-        _check_layout(layer, layout, nd)
+        self._channels_last = _channels_last(layer, layout, nd)
         self._channels = _int_arg(layer, "channels", channels, 1)
         self._groups = _int_arg(layer, "groups", groups, 1)
         self._in_channels = _int_arg(layer, "in_channels", in_channels, 0)
@@ -81,8 +123,12 @@ class _ConvND(Block):
 
     def _weight_shape(self, in_channels: int) -> tuple[int, ...]:
         if self._transposed:  # (in_channels, channels/groups, *kernel); 0 = not known yet
-            return (in_channels, self._channels // self._groups) + self._kernel
-        return (self._channels, in_channels // self._groups if in_channels else 0) + self._kernel
+            first, second = in_channels, self._channels // self._groups
+        else:
+            first, second = self._channels, in_channels // self._groups if in_channels else 0
+        if self._channels_last:  # MXNet's channels-last weight: the second axis last
+            return (first,) + self._kernel + (second,)
+        return (first, second) + self._kernel
 
     def forward(self, x: Tensor) -> Tensor:
         """Convolve ``x`` ``(N, C, *spatial)``; the weight's input channels are inferred from the first batch.
@@ -92,20 +138,24 @@ class _ConvND(Block):
         """
         layer, nd = type(self).__name__, self._nd
         if x.ndim != nd + 2:
-            raise ValueError(f"{layer} expects {_LAYOUTS[nd]} input with {nd + 2} dimensions, got shape {x.shape}")
-        c = x.shape[1]
+            layout = _CHANNELS_LAST[nd] if self._channels_last else _LAYOUTS[nd]
+            raise ValueError(f"{layer} expects {layout} input with {nd + 2} dimensions, got shape {x.shape}")
+        c = x.shape[-1] if self._channels_last else x.shape[1]
         if not self.weight.is_initialized:
             if c % self._groups:
                 raise ValueError(f"{layer}: input channels {c} not divisible by groups {self._groups}")
             self.weight.shape = self._weight_shape(c)
         else:
-            expected = self.weight.shape[0] if self._transposed else self.weight.shape[1] * self._groups
+            per_group = self.weight.shape[-1] if self._channels_last else self.weight.shape[1]
+            expected = self.weight.shape[0] if self._transposed else per_group * self._groups
             if expected != c:
                 raise ValueError(f"{layer}: Parameter '{self.weight.label}' has shape {self.weight.shape}, so the "
                                  f"layer expects {expected} input channels, but x has {c} (x shape {x.shape})")
         _check_input_dtype(layer, x, self.weight)
         w = _ready(self.weight, x)
         b = _ready(self.bias, x) if self.bias is not None else None
+        if self._channels_last:
+            x, w = _to_channels_first(x), _to_channels_first(w)
         if self._transposed:
             y = nn_ops.conv_transpose(x, w, b, stride=self._strides, padding=self._padding,
                                       output_padding=self._output_padding, dilation=self._dilation,
@@ -113,6 +163,8 @@ class _ConvND(Block):
         else:
             y = nn_ops.conv(x, w, b, stride=self._strides, padding=self._padding, dilation=self._dilation,
                             groups=self._groups)
+        if self._channels_last:
+            y = _to_channels_last(y)
         return self._act(y) if self._act else y
 
     def _extra_repr(self) -> str:
@@ -126,7 +178,7 @@ class Conv1D(_ConvND):
         channels: output channels.
         kernel_size, strides, padding, dilation: ints or 1-tuples, in elements.
         groups: grouped convolution (in_channels and channels divisible by it).
-        layout: only 'NCW'.
+        layout: 'NCW' or 'NWC' (channels last).
         activation: applied to the output ('relu', ...), or None.
         use_bias: add a ``(channels,)`` bias.
         weight_initializer, bias_initializer: initialisers of the parameters.
@@ -174,7 +226,7 @@ class Conv1DTranspose(_ConvND):
         kernel_size, strides, padding, dilation: as the convolution this one transposes (ints or 1-tuples).
         output_padding: extra elements at the end of the output (MXNet's ``adj``), smaller than the
             stride or the dilation.
-        groups, layout ('NCW'), activation, use_bias, weight_initializer, bias_initializer,
+        groups, layout ('NCW' or 'NWC'), activation, use_bias, weight_initializer, bias_initializer,
         in_channels: as :class:`Conv1D`.
 
     Weight ``(in_channels, channels/groups, k)``. Output width:
@@ -235,7 +287,7 @@ class _PoolND(Block):
     def __init__(self, pool_size: Any, strides: Any, padding: Any, ceil_mode: bool, layout: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         layer, nd = type(self).__name__, self._nd
-        _check_layout(layer, layout, nd)
+        self._channels_last = _channels_last(layer, layout, nd)
         self._pool = _tuple(layer, "pool_size", pool_size, nd, 1)
         self._strides = _tuple(layer, "strides", strides, nd, 1) if strides is not None else self._pool
         self._padding = _tuple(layer, "padding", padding, nd, 0)
@@ -251,6 +303,7 @@ class _PoolND(Block):
 
 
 class _MaxPoolND(_PoolND):
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         """Max-pool ``x`` ``(N, C, *spatial)``.
 
@@ -267,6 +320,7 @@ class _AvgPoolND(_PoolND):
         super().__init__(pool_size, strides, padding, ceil_mode, layout, **kwargs)
         self._count_include_pad = bool(count_include_pad)
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         """Average-pool ``x`` ``(N, C, *spatial)``.
 
@@ -284,7 +338,7 @@ class MaxPool1D(_MaxPoolND):
     Args:
         pool_size: window length. strides: step between windows (None = pool_size).
         padding: implicit padding on both sides (never wins the maximum).
-        layout: only 'NCW'. ceil_mode: round the output length up (MXNet's 'full' convention).
+        layout: 'NCW' or 'NWC'. ceil_mode: round the output length up (MXNet's 'full' convention).
 
     Raises:
         TypeError, ValueError: bad arguments (at construction) or input (at the call).
@@ -346,8 +400,9 @@ class _GlobalPoolND(Block):
 
     def __init__(self, layout: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _check_layout(type(self).__name__, layout, self._nd)
+        self._channels_last = _channels_last(type(self).__name__, layout, self._nd)
 
+    @_layout_aware
     def forward(self, x: Tensor) -> Tensor:
         """Pool every spatial axis of ``x`` to length 1: ``(N, C, *S) -> (N, C, 1, ...)``.
 

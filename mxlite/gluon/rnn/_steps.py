@@ -39,7 +39,14 @@ def lstm_step(i2h: Tensor, h: Tensor, c: Tensor, h2h_weight: Tensor, h2h_bias: T
               clip: tuple[float | None, float | None] | None = None) -> tuple[Tensor, Tensor]:
     """One LSTM step (gates ``i, f, c, o``); returns ``(h', c')``. ``clip`` bounds ``c'`` (MXNet's state_clip)."""
     gates = ops.add(i2h, nn_ops.fully_connected(h, h2h_weight, h2h_bias))
-    in_gate, forget_gate, in_transform, out_gate = ops.split(gates, 4, axis=-1)
+    return lstm_gates(gates, c, activation, recurrent_activation, clip)
+
+
+def lstm_gates(gates: Tensor, c: Tensor, activation: Act = ops.tanh, recurrent_activation: Act = ops.sigmoid,
+               clip: tuple[float | None, float | None] | None = None, axis: int = -1) -> tuple[Tensor, Tensor]:
+    """The LSTM update from the summed pre-activations ``gates`` (``i, f, c, o`` stacked along ``axis``):
+    ``(h', c')``. Shared by the dense and the convolutional cells (whose gates stack on the channel axis)."""
+    in_gate, forget_gate, in_transform, out_gate = ops.split(gates, 4, axis=axis)
     c_next = ops.add(ops.multiply(recurrent_activation(forget_gate), c),
                      ops.multiply(recurrent_activation(in_gate), activation(in_transform)))
     if clip is not None:
@@ -51,9 +58,15 @@ def lstm_step(i2h: Tensor, h: Tensor, c: Tensor, h2h_weight: Tensor, h2h_bias: T
 def gru_step(i2h: Tensor, h: Tensor, h2h_weight: Tensor, h2h_bias: Tensor | None, activation: Act = ops.tanh,
              recurrent_activation: Act = ops.sigmoid) -> Tensor:
     """One GRU step (gates ``r, z, n``, MXNet's / cuDNN's variant: ``r`` multiplies ``W_hn h + b_hn``)."""
-    h2h = nn_ops.fully_connected(h, h2h_weight, h2h_bias)
-    i_r, i_z, i_n = ops.split(i2h, 3, axis=-1)
-    h_r, h_z, h_n = ops.split(h2h, 3, axis=-1)
+    return gru_gates(i2h, nn_ops.fully_connected(h, h2h_weight, h2h_bias), h, activation, recurrent_activation)
+
+
+def gru_gates(i2h: Tensor, h2h: Tensor, h: Tensor, activation: Act = ops.tanh,
+              recurrent_activation: Act = ops.sigmoid, axis: int = -1) -> Tensor:
+    """The GRU update from the input and recurrent projections (``r, z, n`` stacked along ``axis``): ``h'``.
+    Shared by the dense and the convolutional cells."""
+    i_r, i_z, i_n = ops.split(i2h, 3, axis=axis)
+    h_r, h_z, h_n = ops.split(h2h, 3, axis=axis)
     reset = recurrent_activation(ops.add(i_r, h_r))
     update = recurrent_activation(ops.add(i_z, h_z))
     candidate = activation(ops.add(i_n, ops.multiply(reset, h_n)))

@@ -22,9 +22,7 @@ A sample is ``(image, label)``: the image an ``(H, W, C)`` uint8 CPU :class:`~mx
 
 from __future__ import annotations
 
-import gzip
 import os
-import struct
 import tarfile
 import warnings
 from collections.abc import Callable
@@ -34,6 +32,7 @@ import numpy as np
 
 from ....autograd.tensor import Tensor
 from ....device import cpu
+from ....formats.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx
 from ..dataset import Dataset
 from ..download import check_sha1, download, repo_file_url
 
@@ -70,23 +69,6 @@ class _DownloadedDataset(Dataset):
         return len(self._label)
 
 
-def _read_idx(path: str, magic: int, ndim: int) -> np.ndarray:
-    """A gzip-compressed IDX file of unsigned bytes with ``ndim`` dimensions."""
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise ValueError(f"{path}: too short for an IDX header ({len(raw)} bytes)")
-    found, *dims = struct.unpack(f">{1 + ndim}I", raw[:header])
-    if found != magic:
-        raise ValueError(f"{path}: not an IDX file of this kind (magic number {found}, expected {magic})")
-    count = int(np.prod(dims))
-    if len(raw) - header != count:
-        raise ValueError(f"{path}: the header gives shape {tuple(dims)} ({count} bytes) but the file holds "
-                         f"{len(raw) - header}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
-
-
 class MNIST(_DownloadedDataset):
     """The MNIST handwritten digits (60000 training, 10000 test images of 28x28x1, labels 0-9).
 
@@ -118,8 +100,8 @@ class MNIST(_DownloadedDataset):
         data, label = (self._train_data, self._train_label) if self._train else (self._test_data, self._test_label)
         label_file = self._fetch(*label)
         data_file = self._fetch(*data)
-        labels = _read_idx(label_file, 2049, 1).astype(np.int32)
-        images = _read_idx(data_file, 2051, 3)
+        labels = read_idx(label_file, LABELS_MAGIC, 1).astype(np.int32)
+        images = read_idx(data_file, IMAGES_MAGIC, 3)
         if len(images) != len(labels):
             raise ValueError(f"{data_file} holds {len(images)} images but {label_file} {len(labels)} labels")
         self._data = images[..., None]
