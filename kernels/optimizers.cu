@@ -28,7 +28,7 @@
 // Work split (as PyTorch's multi_tensor_apply): the host cuts every parameter of the arena
 // into chunks that never straddle two parameters (mxlite/optimizer/_fused.py: GPU_CHUNK = 8192
 // elements on a GPU, CHUNK on CPU devices). Block b updates chunk b: elements
-// [chunk_start[b], chunk_end[b]) of parameter chunk_seg[b], kThreads threads moving 8 elements
+// [chunk_start[b], chunk_end[b]) of parameter chunk_seg[b], its threads (256) moving 8 elements
 // each per step with 16-byte loads and stores where the buffers allow (see "streams" below). Gradients lie in
 // the arena's gradient buffer in reverse order, so element i of parameter s has its gradient at
 // grad[i + seg_gshift[s]]. Optimizer states are float32 buffers with the weights' layout.
@@ -79,8 +79,6 @@
 
 #define HP 4  // floats per parameter in seg_hp
 
-// Threads per block on a GPU (mxlite/optimizer/_fused.py: THREADS; the host build runs one).
-constexpr int kThreads = 256;
 
 // The chunk-table arguments every kernel takes after its buffers.
 #define CHUNK_TABLES                                                                             \
@@ -406,7 +404,7 @@ __device__ __forceinline__ void sum_norms_into(double *sums, const T *weight, co
 // seg_hp: [lr, wd]. SGD with momentum, and NAG (MXNet's nag_mom_update) when nesterov != 0: one kernel,
 // the flag tested once per chunk, outside the element loops.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) sgd_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void sgd_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                        float *__restrict__ mom, float *__restrict__ master,
                                                        CHUNK_TABLES, float rescale, float clip, float momentum,
                                                        float nesterov) {
@@ -433,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) sgd_update(T *__restrict__ weight, c
 
 // seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t), wd]
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) adam_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void adam_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                         float *__restrict__ mean, float *__restrict__ var,
                                                         float *__restrict__ master, CHUNK_TABLES, float rescale,
                                                         float clip, float beta1, float one_minus_beta1,
@@ -449,7 +447,7 @@ __global__ void __launch_bounds__(kThreads) adam_update(T *__restrict__ weight, 
 
 // seg_hp: [eta = lr (times the bias correction with correct_bias), wd (decoupled)]
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) adamw_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void adamw_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                          float *__restrict__ mean, float *__restrict__ var,
                                                          float *__restrict__ master, CHUNK_TABLES, float rescale,
                                                          float clip, float beta1, float one_minus_beta1,
@@ -469,7 +467,7 @@ __global__ void __launch_bounds__(kThreads) adamw_update(T *__restrict__ weight,
 // per-parameter momentum schedule (mu_t, S_t of the parameter's update count t) folded in by the host
 // (mxlite/optimizer/nadam.py: Nadam._coefficients, which the twin Nadam.step uses too).
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) nadam_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void nadam_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                          float *__restrict__ mean, float *__restrict__ var,
                                                          float *__restrict__ master, CHUNK_TABLES, float rescale,
                                                          float clip, float beta1, float one_minus_beta1,
@@ -487,7 +485,7 @@ __global__ void __launch_bounds__(kThreads) nadam_update(T *__restrict__ weight,
 // AdaBelief. seg_hp: [lr_t = lr*sqrt(1-b2^t)/(1-b1^t) (lr without correct_bias), wd]. The weight decay
 // enters before clipping (MXNet 2.x), and only when wd != 0, as in AdaBelief.step.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) adabelief_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void adabelief_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                              float *__restrict__ mean, float *__restrict__ var,
                                                              float *__restrict__ master, CHUNK_TABLES,
                                                              float rescale, float clip, float beta1,
@@ -510,7 +508,7 @@ __global__ void __launch_bounds__(kThreads) adabelief_update(T *__restrict__ wei
 
 // seg_hp: [lr, wd]. mean and delta are null for plain RMSProp; clip_weights <= 0 disables clipping.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) rmsprop_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void rmsprop_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                            float *__restrict__ n_buf, float *__restrict__ mean,
                                                            float *__restrict__ delta, float *__restrict__ master,
                                                            CHUNK_TABLES, float rescale, float clip, float rho,
@@ -543,7 +541,7 @@ __global__ void __launch_bounds__(kThreads) rmsprop_update(T *__restrict__ weigh
 
 // seg_hp: [lr, wd]
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) adagrad_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void adagrad_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                            float *__restrict__ history, float *__restrict__ master,
                                                            CHUNK_TABLES, float rescale, float clip, float epsilon) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -558,7 +556,7 @@ __global__ void __launch_bounds__(kThreads) adagrad_update(T *__restrict__ weigh
 
 // seg_hp: [lr, wd]
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) adadelta_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void adadelta_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                             float *__restrict__ acc_g, float *__restrict__ acc_delta,
                                                             float *__restrict__ master, CHUNK_TABLES, float rescale,
                                                             float clip, float rho, float one_minus_rho,
@@ -577,7 +575,7 @@ __global__ void __launch_bounds__(kThreads) adadelta_update(T *__restrict__ weig
 
 // seg_hp: [lr, wd, decay]: decay = 1 - lr*wd_lh with momentum, 1 - lr*(wd + wd_lh) without.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) signum_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void signum_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                           float *__restrict__ mom, float *__restrict__ master,
                                                           CHUNK_TABLES, float rescale, float clip, float momentum,
                                                           float one_minus_momentum) {
@@ -599,7 +597,7 @@ __global__ void __launch_bounds__(kThreads) signum_update(T *__restrict__ weight
 
 // seg_hp: [lr (> 0, checked by the host), wd]
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) ftrl_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void ftrl_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                         float *__restrict__ z_buf, float *__restrict__ n_buf,
                                                         float *__restrict__ master, CHUNK_TABLES, float rescale,
                                                         float clip, float lamda1, float beta) {
@@ -621,7 +619,7 @@ __global__ void __launch_bounds__(kThreads) ftrl_update(T *__restrict__ weight, 
 // LAMB. seg_hp: [lr, wd, c1 = 1 - b1^t, c2 = 1 - b2^t] (1 without bias correction).
 // u = (m/c1)/(sqrt(v/c2) + eps) + wd*w; phase 1 updates m, v and adds ||w||^2, ||u||^2 to seg_sums.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) lamb_phase1(const T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void lamb_phase1(const T *__restrict__ weight, const G *__restrict__ grad,
                                                         float *__restrict__ mean, float *__restrict__ var,
                                                         const float *__restrict__ master, CHUNK_TABLES,
                                                         double *__restrict__ seg_sums, float rescale, float clip,
@@ -641,7 +639,7 @@ __global__ void __launch_bounds__(kThreads) lamb_phase1(const T *__restrict__ we
 // Phase 2: r1 = clamp(||w||, lower, upper) (a bound < 0 is absent), r2 = ||u||; w -= lr*r*u with
 // r = r1/r2, or 1 when either norm is 0.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) lamb_phase2(T *__restrict__ weight, const float *__restrict__ mean,
+__global__ void lamb_phase2(T *__restrict__ weight, const float *__restrict__ mean,
                                                         const float *__restrict__ var, float *__restrict__ master,
                                                         CHUNK_TABLES, const double *__restrict__ seg_sums,
                                                         float epsilon, float lower_bound, float upper_bound) {
@@ -662,7 +660,7 @@ __global__ void __launch_bounds__(kThreads) lamb_phase2(T *__restrict__ weight, 
 
 // LARS phase 1: ||w||^2 and ||g||^2 (raw gradient) of every parameter into seg_sums.
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) lars_norms(const T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void lars_norms(const T *__restrict__ weight, const G *__restrict__ grad,
                                                        const float *__restrict__ master, CHUNK_TABLES,
                                                        double *__restrict__ seg_sums) {
     const Chunk c = this_chunk(chunk_seg, chunk_start, chunk_end, seg_gshift);
@@ -675,7 +673,7 @@ __global__ void __launch_bounds__(kThreads) lars_norms(const T *__restrict__ wei
 // lambda = eta*||w||/(||g||*|rescale| + wd*||w|| + eps) when both norms are > 0, else 1;
 // G = clip(rescale*g) + wd*w; mom = mu*mom - lr*lambda*G; w += mom (no mom: w -= lr*lambda*G).
 template <typename T, typename G = T>
-__global__ void __launch_bounds__(kThreads) lars_update(T *__restrict__ weight, const G *__restrict__ grad,
+__global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad,
                                                         float *__restrict__ mom, float *__restrict__ master,
                                                         CHUNK_TABLES, const double *__restrict__ seg_sums,
                                                         float rescale, float clip, float momentum, float eta,

@@ -103,7 +103,7 @@ def serial_norm(x: Any) -> Any:
     return np.float32(math.sqrt(total))
 
 
-THREADS = 256  # threads per block on a GPU (kernels/optimizers.cu: kThreads, its __launch_bounds__)
+THREADS = 256  # threads per block on a GPU: 8 warps, 4-5 resident blocks per SM at the kernels' registers
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
 _KERNEL_FILE = "optimizers.cu"
