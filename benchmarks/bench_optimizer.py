@@ -21,6 +21,11 @@ Implementations are interleaved, ``--repeat`` rounds of each (the copy too), and
 is reported, so a machine shared with other work slows all of them alike. ``--chunks 4096,16384``
 also times the fused CPU twins at other chunk sizes (``mxlite.optimizer._fused.TWIN_CHUNK``).
 Prints a table; ``--json`` writes the records with the device name and versions.
+
+It also prints (and writes under ``modelled``) each rule's bandwidth on an H200 as the roofline model
+gives it (``benchmarks/roofline.py: fused_fraction``, from each kernel's counted bytes and registers and
+the block schedule over these tensors) for the 16-byte kernels and for the element-at-a-time ones
+measured before: a model, not a timing. ``--model-only`` prints just that.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.store import ParameterStore
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import roofline  # noqa: E402 - a sibling script
+
 # Bytes per float32 parameter every implementation must move: read w, g and each state, write w
 # and each state (4 B each). Adam, AdamW, AdaDelta, FTRL, LAMB: 2 states; SGD, NAG, Signum,
 # RMSProp (not centred), AdaGrad, LARS (with momentum): 1 state. (LAMB's and LARS's norms take
@@ -55,6 +63,51 @@ BYTES_PER_PARAM = {"adam": 28, "adamw": 28, "sgd": 20, "nag": 20, "rmsprop": 20,
 # its second reads w, m, v and writes w (40 B; recomputing m and v instead would read g twice: 44 B).
 # Reported as a second percentage.
 TWO_PASS_BYTES = {"lamb": 40, "lars": 28}
+
+
+def modelled(rules: list[str], sizes: list[int]) -> list[dict[str, Any]]:
+    """Per rule, the roofline model's % of the device copy on an H200 (float32 weights, no master), for the
+    16-byte kernels (``vector``) and the element-at-a-time ones (``scalar``): the rule's kernels' bytes
+    (:func:`roofline.kernel_traffic`) over their modelled bandwidths (:func:`roofline.fused_fraction`), on
+    the rule's minimal bytes (:data:`BYTES_PER_PARAM`) and, for LAMB and LARS, their two-pass bytes."""
+    total = sum(sizes)
+    f32 = np.zeros(0, np.float32)
+    out = []
+    for rule in rules:
+        name, kwargs = RULES[rule]
+        opt = mx.optimizer.create(name, **kwargs)
+        fused = _fused.fused_rule(opt, np.float32)
+        states = [f32] * len(fused.states(opt))
+        row: dict[str, Any] = {"rule": rule, "kernels": list(fused.kernels), "gpu": "h200"}
+        for geometry, key in ((roofline.FUSED_VECTOR, "vector"), (roofline.FUSED_SCALAR, "scalar")):
+            seconds = 0.0
+            for kernel in fused.kernels:
+                traffic = roofline.KERNEL_TRAFFIC[kernel]
+                buffers = [f32, *([f32] if traffic.grad else []), *(states if traffic.states else []), None]
+                if kernel == "lars_norms":  # reads the weight and the gradient only
+                    buffers = [f32, f32, None]
+                element, _ = roofline.kernel_traffic(kernel, buffers, total)
+                fraction = roofline.fused_fraction(kernel, roofline.read_bytes_per_element(kernel, buffers), sizes,
+                                                   geometry)
+                seconds += element / (roofline.H200_COPY_BYTES_PER_S * fraction)
+            row[f"{key}_ms"] = 1e3 * seconds
+            row[f"{key}_pct_of_copy"] = 100 * BYTES_PER_PARAM[rule] * total / seconds / roofline.H200_COPY_BYTES_PER_S
+            if rule in TWO_PASS_BYTES:
+                row[f"{key}_pct_of_copy_two_pass"] = row[f"{key}_pct_of_copy"] * TWO_PASS_BYTES[rule] / \
+                    BYTES_PER_PARAM[rule]
+        out.append(row)
+    return out
+
+
+def print_modelled(rows: list[dict[str, Any]], total: int, tensors: int) -> None:
+    print(f"modelled on an H200 (benchmarks/roofline.py; not a timing), {total:,} float32 parameters in {tensors} "
+          f"tensors, % of the device copy ({roofline.H200_COPY_BYTES_PER_S / 1e9:,.0f} GB/s):")
+    print(f"{'rule':<8} {'16-byte ms':>10} {'% copy':>7} {'2-pass':>7} {'scalar ms':>10} {'% copy':>7} {'2-pass':>7}")
+    for r in rows:
+        two = [f"{r[k]:>6.1f}%" if k in r else " " * 7 for k in ("vector_pct_of_copy_two_pass",
+                                                                  "scalar_pct_of_copy_two_pass")]
+        print(f"{r['rule']:<8} {r['vector_ms']:>10.2f} {r['vector_pct_of_copy']:>6.1f}% {two[0]} "
+              f"{r['scalar_ms']:>10.2f} {r['scalar_pct_of_copy']:>6.1f}% {two[1]}")
 
 
 def tensor_sizes(total: int, count: int = 300, seed: int = 0) -> list[int]:
@@ -217,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, from: {', '.join(RULES)}")
     parser.add_argument("--chunks", type=_ints, default=[], help="also time the CPU twins at these chunk sizes")
     parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--model-only", action="store_true", help="print the modelled H200 table only (no timing)")
     args = parser.parse_args(argv)
     rules = [r.strip() for r in args.rules.split(",") if r.strip()]
     unknown = sorted(set(rules) - set(RULES))
@@ -224,8 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rules {unknown}; known: {', '.join(RULES)}")
     use_gpu = args.device == "gpu" or (args.device == "auto" and mx.num_gpus() > 0)
     device = mx.gpu(0) if use_gpu else mx.cpu(0)
-    total = args.params or (100_000_000 if use_gpu else 10_000_000)
+    total = args.params or (100_000_000 if use_gpu or args.model_only else 10_000_000)
     sizes = tensor_sizes(total, args.tensors)
+    model = modelled(rules, sizes)
+    if args.model_only:
+        print_modelled(model, sum(sizes), len(sizes))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"meta": {"argv": sys.argv}, "modelled": model}, f, indent=2)
+        return 0
     default_chunk = getattr(_fused, "TWIN_CHUNK", None)
     mode = os.environ.get(CPU_KERNELS_ENV)
     cases = mxlite_cases(device, sizes, rules, args.chunks) + torch_cases(device, sizes, rules)
@@ -256,13 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['rule']:<8} {r['impl']:<32} {r['ms']:>9.2f} {r['gb_per_s']:>8.1f} {r['pct_of_copy']:>6.1f}% {two}")
     for rule, ratio in vs_torch.items():
         print(f"{rule}: mxlite fused is {ratio:.2f}x the speed of torch foreach")
+    print_modelled(model, sum(sizes), len(sizes))
     if args.json:
         meta = {"device": _device_name(device), "python": platform.python_version(), "numpy": np.__version__,
                 "mxlite": mx.__version__, "copy_gb_per_s": copy, "twin_chunk": default_chunk,
                 "cpu_update": "compiled" if not use_gpu and _fused.compiled_on_cpu() else "numpy twin",
                 "fused_vs_torch_foreach": vs_torch, "argv": sys.argv}
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "records": records}, f, indent=2)
+            json.dump({"meta": meta, "records": records, "modelled": model}, f, indent=2)
     return 0
 
 

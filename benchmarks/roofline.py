@@ -69,10 +69,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONSTANTS", "GEMM_OPS", "GPUS", "GpuSpec", "HOST", "HostSpec", "KERNEL_TRAFFIC", "PhaseCounts",
-           "allgather_s", "allreduce_s", "constants_table", "conv_flops", "counts_from_json", "counts_to_json",
-           "dense_flops", "dominant", "gpu_parts", "host_parts", "kernel_traffic", "minimum_bytes_per_element",
-           "phase_seconds", "step_seconds", "timeline_s"]
+__all__ = ["CONSTANTS", "FUSED_SCALAR", "FUSED_VECTOR", "GEMM_OPS", "GPUS", "FusedGeometry", "GpuSpec", "HOST",
+           "HostSpec", "KERNEL_TRAFFIC", "PhaseCounts", "allgather_s", "allreduce_s", "chunk_lengths",
+           "constants_table", "conv_flops", "counts_from_json", "counts_to_json", "dense_flops", "dominant",
+           "fused_fraction", "fused_latency_fraction", "fused_schedule_efficiency", "gpu_parts", "host_parts",
+           "kernel_traffic", "minimum_bytes_per_element", "phase_seconds", "read_bytes_per_element",
+           "resident_blocks", "step_seconds", "timeline_s"]
 
 # -- GPU constants: H100 SXM5 80 GB (datasheet figures and stated assumptions) ---------------------------
 HBM_BYTES_PER_S = 3.35e12  # NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, HBM3, 3.35 TB/s
@@ -107,9 +109,12 @@ FP64_PEAK_FLOPS = 66.9e12  # datasheets: FP64 Tensor Core 67 TFLOPS (H100 SXM, H
 H200_HBM_BYTES_PER_S = 4.8e12  # NVIDIA H200 datasheet: HBM3e, 4.8 TB/s
 # bench_optimizer.py's device-to-device copy (cupy.copyto, read + write counted) on the H200: 2,897 GB/s.
 H200_COPY_BYTES_PER_S = 2897e9
-# Fused optimizer kernels on 100 M float32 parameters in 300 tensors (bench_optimizer.py, H200):
+# Fused optimizer kernels on 100 M float32 parameters in 300 tensors (bench_optimizer.py, H200), as they were
+# then (one element per thread and step, 65,536-element chunks: FUSED_SCALAR below):
 # Adam 1.69 ms (28 B/element: 57% of the copy), SGD-momentum 1.32 ms (20 B/element: 52%); the mean.
-H200_FUSED_FRACTION_OF_COPY = (2.8e9 / 1.69e-3 + 2.0e9 / 1.32e-3) / 2 / H200_COPY_BYTES_PER_S
+H200_ADAM_SCALAR_FRACTION = 2.8e9 / 1.69e-3 / H200_COPY_BYTES_PER_S
+H200_SGD_SCALAR_FRACTION = 2.0e9 / 1.32e-3 / H200_COPY_BYTES_PER_S
+H200_FUSED_FRACTION_OF_COPY = (H200_ADAM_SCALAR_FRACTION + H200_SGD_SCALAR_FRACTION) / 2
 # cupy.matmul on float16 8192^3 reached 759 TFLOP/s on the H200: 77% of the dense tensor-core peak.
 H200_FP16_EFFICIENCY = 759e12 / FP16_PEAK_FLOPS
 # A capturable SGEMM replayed from a CUDA graph took 7.2 us per GEMM on the H200: the least one
@@ -138,6 +143,121 @@ MXLITE_PYTHON_PER_CALL_S = (2.20e-3 - 82 * CUPY_CALL_S - 11 * MXLITE_OP_OVERHEAD
 
 # Steps :func:`timeline_s` runs before reporting the last one (queued work carries over between steps).
 STEADY_STEPS = 4
+
+
+# -- the fused kernels' bandwidth: bytes in flight per SM, and the block schedule -------------------------
+# A streaming kernel's bandwidth follows from Little's law: an SM with X bytes of loads in flight, each
+# waiting the memory latency L0 plus its share of the transfer, moves B_sm * X / (X + B_sm * L0) per second,
+# B_sm the bandwidth one SM gets of a device copy. X is the resident threads times the bytes each thread
+# loads before it needs the first of them: one element's operands for the element-at-a-time kernels, a
+# group of 8 elements' for the 16-byte kernels. Resident threads follow from each kernel's registers
+# (ptxas) with the occupancy rules of sm_90. Then the launch's end: blocks run on SM_COUNT x (resident
+# blocks) slots in launch order, and the SMs idle while the last ones finish (fused_schedule_efficiency).
+# L0 is fitted to the two measured kernels; everything else is counted. A model, to be checked with
+# bench_optimizer.py --device gpu: it knows nothing of DRAM page effects or of read/write turnarounds
+# beyond what the device copy itself pays.
+SM_COUNT = 132  # H100 SXM and H200 SXM (datasheets)
+REGISTERS_PER_SM = 65536  # sm_90 (CUDA C++ Programming Guide, compute capability 9.0)
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
+REGISTER_UNIT = 256  # registers are allocated per warp in units of 256 (CUDA occupancy calculator, sm_90)
+
+
+@dataclass(frozen=True)
+class FusedGeometry:
+    """How a generation of the fused kernels walks memory.
+
+    Attributes:
+        name: what the tables print.
+        elements_per_step: elements whose loads a thread issues before it uses the first (1: one at a time).
+        chunk: elements per block.
+        threads: threads per block.
+        registers: registers per thread of each kernel (``kernel<float, float>``), from ptxas.
+        source: where the registers come from.
+    """
+
+    name: str
+    elements_per_step: int
+    chunk: int
+    threads: int
+    registers: Mapping[str, int]
+    source: str
+
+
+_PTXAS = "ptxas of nvcc 13.0, -arch=sm_90 --fmad=false --resource-usage, kernel<float, float>"
+FUSED_SCALAR = FusedGeometry(
+    "element at a time, 4-byte accesses, chunks of 65,536", 1, 65536, 256,
+    {"sgd_update": 32, "adam_update": 40, "adamw_update": 39, "nadam_update": 34, "adabelief_update": 36,
+     "rmsprop_update": 36, "adagrad_update": 35, "adadelta_update": 36, "signum_update": 32, "ftrl_update": 40,
+     "lamb_phase1": 60, "lamb_phase2": 40, "lars_norms": 46, "lars_update": 32},
+    _PTXAS + ", the kernels measured on the H200")
+FUSED_VECTOR = FusedGeometry(
+    "groups of 8, 16-byte accesses, chunks of 8,192", 8, 8192, 256,
+    {"sgd_update": 54, "adam_update": 47, "adamw_update": 48, "nadam_update": 48, "adabelief_update": 48,
+     "rmsprop_update": 55, "adagrad_update": 48, "adadelta_update": 51, "signum_update": 48, "ftrl_update": 49,
+     "lamb_phase1": 75, "lamb_phase2": 48, "lars_norms": 34, "lars_update": 48},
+    _PTXAS + ", kernels/optimizers.cu as it is")
+
+
+def resident_blocks(registers: int, threads: int = 256) -> int:
+    """Blocks of ``threads`` one SM holds at once for a kernel of ``registers`` per thread (sm_90 rules)."""
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    by_registers = (REGISTERS_PER_SM // per_warp) // warps
+    return max(0, min(by_registers, MAX_THREADS_PER_SM // threads, MAX_BLOCKS_PER_SM))
+
+
+def fused_schedule_efficiency(chunk_lengths: Iterable[int], slots: int) -> float:
+    """The fraction of ``slots`` x (launch time) spent on elements: blocks of ``chunk_lengths`` elements taken
+    in launch order by whichever of ``slots`` (SMs x resident blocks) frees first, time per block proportional
+    to its elements. 1 when every slot finishes together."""
+    import heapq  # noqa: PLC0415
+
+    lengths = [int(n) for n in chunk_lengths]
+    if not lengths or slots < 1:
+        return 1.0
+    ends = [0] * min(slots, len(lengths))
+    for n in lengths:
+        heapq.heapreplace(ends, ends[0] + n)
+    return sum(lengths) / (slots * max(ends))
+
+
+def fused_latency_fraction(read_bytes_per_element: float, registers: int, geometry: FusedGeometry,
+                           copy_bytes_per_s: float, latency_s: float) -> float:
+    """Little's law: the fraction of the copy's bandwidth an SM reaches with the bytes a kernel keeps in flight."""
+    in_flight = resident_blocks(registers, geometry.threads) * geometry.threads * geometry.elements_per_step \
+        * read_bytes_per_element
+    per_sm = copy_bytes_per_s / SM_COUNT
+    return in_flight / (in_flight + per_sm * latency_s) if in_flight else 0.0
+
+
+def chunk_lengths(sizes: Iterable[int], chunk: int) -> list[int]:
+    """The blocks' lengths of a plan over parameters of ``sizes`` cut into chunks of ``chunk`` elements."""
+    return [min(chunk, n - first) for n in sizes for first in range(0, n, chunk)]
+
+
+def fused_fraction(kernel: str, read_bytes_per_element: float, sizes: Iterable[int], geometry: FusedGeometry,
+                   copy_bytes_per_s: float = H200_COPY_BYTES_PER_S, latency_s: float | None = None) -> float:
+    """Modelled fraction of the device copy's bandwidth one fused kernel reaches over parameters of ``sizes``.
+
+    :func:`fused_latency_fraction` (registers from ``geometry``) times :func:`fused_schedule_efficiency`
+    (its chunks on SM_COUNT x resident-blocks slots). ``latency_s`` defaults to :data:`FUSED_LATENCY_S`.
+    """
+    registers = geometry.registers[kernel.split("<", 1)[0]]
+    slots = SM_COUNT * resident_blocks(registers, geometry.threads)
+    latency = FUSED_LATENCY_S if latency_s is None else latency_s
+    return (fused_latency_fraction(read_bytes_per_element, registers, geometry, copy_bytes_per_s, latency)
+            * fused_schedule_efficiency(chunk_lengths(sizes, geometry.chunk), slots))
+
+
+# The latency L0 that makes the model give the measured scalar Adam (16 bytes read per element, 6 blocks
+# per SM) and SGD-momentum (12 bytes, 8 blocks per SM) on bench_optimizer.py's 100 M parameters in 300
+# tensors: 0.49 us and 0.43 us fitted one by one; the mean, with which the model gives 58% and 51% for the
+# measured 57% and 52% (tests/test_roofline.py). Of the order of an unloaded DRAM access.
+FUSED_LATENCY_S = 0.46e-6
+# The same model for the 16-byte kernels on that arena: Adam 92%, SGD-momentum 88%, the mean (re-derived
+# in tests/test_roofline.py): what the step model uses for the fused kernels' bytes on the H200.
+H200_FUSED_MODELLED_FRACTION = 0.90
 
 
 @dataclass(frozen=True)
@@ -193,12 +313,13 @@ H100 = GpuSpec(
         "nvlink_alpha_s": "docs/scaling.md: one NCCL step inside a node",
         "nvlink_bytes_per_s": "docs/scaling.md: effective NCCL bandwidth per GPU"})
 H200 = GpuSpec(
-    "H200 SXM", H200_HBM_BYTES_PER_S, H200_COPY_BYTES_PER_S, H200_COPY_BYTES_PER_S * H200_FUSED_FRACTION_OF_COPY,
+    "H200 SXM", H200_HBM_BYTES_PER_S, H200_COPY_BYTES_PER_S, H200_COPY_BYTES_PER_S * H200_FUSED_MODELLED_FRACTION,
     H100.flops, {**H100.efficiency, **dict.fromkeys(_FP16_KEYS, H200_FP16_EFFICIENCY)},
     sources={**H100.sources,
              "hbm_bytes_per_s": "H200 datasheet, HBM3e 4.8 TB/s",
              "memory_bytes_per_s": "measured on an H200, CuPy 14.2: device copy 2,897 GB/s (bench_optimizer.py)",
-             "fused_bytes_per_s": "measured on an H200: fused Adam 57%, SGD-momentum 52% of the copy (100 M params)",
+             "fused_bytes_per_s": "modelled (fused_fraction, 16-byte kernels) from the measured copy; the "
+                                  "element-at-a-time kernels measured 57% (Adam) and 52% (SGD-momentum) of it",
              "flops": "H200 datasheet: FP32 67 TFLOPS, FP16 tensor 989 TFLOPS dense, FP64 tensor 67 TFLOPS",
              "efficiency": "SGEMM 70% of peak (assumption); FP16 measured on an H200: cupy.matmul 759 TFLOP/s "
                            "on 8192^3",
@@ -240,6 +361,8 @@ _SOURCES: tuple[tuple[str, str, str], ...] = (
     ("H200_COPY_BYTES_PER_S", "B/s", "measured on an H200, CuPy 14.2: cupy.copyto read + write (bench_optimizer.py)"),
     ("H200_FUSED_FRACTION_OF_COPY", "",
      "measured on an H200: fused Adam 1.69 ms and SGD-momentum 1.32 ms on 100 M params"),
+    ("FUSED_LATENCY_S", "s", "fitted: the measured scalar Adam and SGD-momentum through fused_fraction"),
+    ("H200_FUSED_MODELLED_FRACTION", "", "modelled: fused_fraction of the 16-byte Adam and SGD-momentum kernels"),
     ("H200_FP16_EFFICIENCY", "", "measured on an H200, CuPy 14.2: cupy.matmul float16 8192^3 at 759 TFLOP/s"),
     ("GEMM_MIN_S", "s", "measured on an H200, CuPy 14.2: replayed capturable SGEMM, 7.2 us"),
     ("CUPY_CALL_S", "s", "measured on the H200 host, CuPy 14.2: raw cupy.add, 1 element"),
@@ -347,19 +470,27 @@ def kernel_traffic(kernel: str, buffers: Iterable[Any], elements: int, chunks: i
     Raises:
         KeyError: a kernel that is not in :data:`KERNEL_TRAFFIC`.
     """
+    reads, writes = _element_bytes(kernel, buffers)
+    return (reads + writes) * int(elements), _TABLE_BYTES_PER_CHUNK * chunks + _TABLE_BYTES_PER_SEGMENT * segments
+
+
+def read_bytes_per_element(kernel: str, buffers: Iterable[Any]) -> int:
+    """Bytes one element of ``kernel`` loads (the weight or its master, the gradient, the states it reads)."""
+    return _element_bytes(kernel, buffers)[0]
+
+
+def _element_bytes(kernel: str, buffers: Iterable[Any]) -> tuple[int, int]:
+    """(bytes read, bytes written) per element, following :data:`KERNEL_TRAFFIC`."""
     rule = KERNEL_TRAFFIC[kernel.split("<", 1)[0]]
     bufs = list(buffers)
     weight, master = bufs[0], bufs[-1]
     grad = bufs[1] if rule.grad else None
     states = bufs[2:-1] if rule.grad else bufs[1:-1]
     w_item, m_item = _itemsize(weight), _itemsize(master)
-    if rule.weight == "rw":
-        per = (m_item + m_item + w_item) if master is not None else 2 * w_item
-    else:
-        per = m_item if master is not None else w_item
-    per += _itemsize(grad)
-    per += sum(_itemsize(s) * (2 if rule.states == "rw" else 1) for s in states)
-    return per * int(elements), _TABLE_BYTES_PER_CHUNK * chunks + _TABLE_BYTES_PER_SEGMENT * segments
+    reads = (m_item if master is not None else w_item) + _itemsize(grad) + sum(_itemsize(s) for s in states)
+    writes = (m_item + w_item if master is not None else w_item) if rule.weight == "rw" else 0
+    writes += sum(_itemsize(s) for s in states) if rule.states == "rw" else 0
+    return reads, writes
 
 
 def minimum_bytes_per_element(states: int, weight_bytes: int = 4, grad_bytes: int = 4, master: bool = False) -> int:

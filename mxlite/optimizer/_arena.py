@@ -144,8 +144,10 @@ class ArenaUpdater:
         key = tuple((id(s.key), s.offset, s.grad_offset) for _, s in entries)
         plan = self._plans.get(key)
         if plan is None:
+            chunk = _fused.chunk_for(self.arena.device)
             if self.shard is None:
-                plan = _fused.ArenaPlan([_fused.Segment(s.offset, s.grad_offset, s.size) for _, s in entries])
+                plan = _fused.ArenaPlan([_fused.Segment(s.offset, s.grad_offset, s.size) for _, s in entries],
+                                        chunk=chunk)
             else:
                 lo, hi = self.shard
                 segments, owners = [], []
@@ -154,7 +156,7 @@ class ArenaUpdater:
                     if first < last:  # offsets relative to lo (the kernels see data[lo:hi]); the gradient's own
                         segments.append(_fused.Segment(first - lo, s.grad_offset + first - s.offset, last - first))
                         owners.append(k)
-                plan = _fused.ArenaPlan(segments, owners, len(entries))
+                plan = _fused.ArenaPlan(segments, owners, len(entries), chunk)
             self._plans[key] = plan
         return plan
 
@@ -195,14 +197,8 @@ class ArenaUpdater:
                              "unless MXLITE_CPU_KERNELS=numpy: unset it, or train without shard_optimizer_states")
         self._holding.update(id(s.key) for _, s in entries)
         opt.set_current_mirror(self.mirror)
-        hp = np.zeros((len(entries), _fused.HP), np.float32)
-        counts = []
-        for k, (index, _) in enumerate(entries):
-            count = opt._update_count(index)  # counted before the rate is read (MXNet's order)
-            counts.append(count)
-            row = rule.row(opt, index, count)
-            hp[k, :len(row)] = row
         indices = [i for i, _ in entries]
+        hp, counts = _fused.table(rule, opt, indices)  # counted before the rate is read (MXNet's order)
         weight, grad, st, master = arena.data_buf, arena.grad_buf, self._states, self._states.get("master")
         if plan.owners is not None:  # sharded: the kernels see data[lo:hi]; the table has a row per segment
             weight = weight[self.shard[0]:self.shard[1]]

@@ -45,18 +45,25 @@ from ..device import Device
 from ..device.kernels import cpu_kernels_enabled, get_kernel
 from .optimizer import MultiPrecisionState, Optimizer, _xp
 
-__all__ = ["CHUNK", "FUSED_DTYPES", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin", "FusedRule",
-           "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_grad", "chunk_views", "clip_arg",
-           "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad", "from_structure",
-           "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel", "one_minus", "plain",
-           "register_fused", "rescale_arg", "scratch", "serial_norm", "step_segments", "to_structure", "weights32",
-           "zeros_f32"]
+__all__ = ["CHUNK", "FUSED_DTYPES", "GPU_CHUNK", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin",
+           "FusedRule", "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_for", "chunk_grad",
+           "chunk_views", "clip_arg", "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad",
+           "from_structure", "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel",
+           "one_minus", "plain", "register_fused", "rescale_arg", "scratch", "serial_norm", "step_segments", "table",
+           "to_structure", "weights32", "zeros_f32"]
 
-# Elements per block: on a GPU 256 threads x 256 elements, amortising the table reads; in the host
-# build (one thread per block) a chunk is one vectorised loop. Measured there with
-# benchmarks/bench_optimizer.py over 8 parameters of 2.5M: chunks of 4K, 16K and 64K elements
-# are within noise of each other (64K marginally ahead), so both use one size.
+# Elements per block in the host build (one thread per block: a chunk is one vectorised loop). Measured
+# there with benchmarks/bench_optimizer.py over 8 parameters of 2.5M: chunks of 4K, 16K and 64K elements
+# are within noise of each other (64K marginally ahead). It also fixes the order in which LAMB's and LARS's
+# norms are summed on CPU devices (serial_norm).
 CHUNK = 65536
+# Elements per block on a GPU: 256 threads x 8 elements (one 16-byte group each) x 4 steps. Smaller blocks
+# even out the end of a launch: the last blocks to finish leave SMs idle for at most one block's time.
+# On 100M parameters in 300 tensors (bench_optimizer.py) 65536 gives ~1,700 blocks, 1.7 to 2.5 waves over
+# 132 SMs, and a block schedule that keeps the SMs ~80% busy (benchmarks/roofline.py:
+# fused_schedule_efficiency); 8192 gives ~12,000 blocks and ~97%. The tables cost 20 bytes per block
+# (0.01% of Adam's bytes), so they stay: a block reads where its chunk lies instead of searching for it.
+GPU_CHUNK = 8192
 # Elements per CPU twin chunk: 1 MiB per float32 operand, so an update's operands and temporaries
 # (~7 MiB for Adam) stay in the last-level cache while each NumPy call (~1-2 us of Python) covers
 # enough elements. Measured with benchmarks/bench_optimizer.py --chunks on a 2-core EPYC (1 MiB L2
@@ -96,7 +103,7 @@ def serial_norm(x: Any) -> Any:
     return np.float32(math.sqrt(total))
 
 
-THREADS = 256  # threads per block; a multiple of the warp size with good occupancy on sm_80+
+THREADS = 256  # threads per block on a GPU: 8 warps, 4-5 resident blocks per SM at the kernels' registers
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
 _KERNEL_FILE = "optimizers.cu"
@@ -246,7 +253,8 @@ class Segment:
 
 @dataclass
 class ArenaPlan:
-    """The chunk table of a set of segments; device copies are made once per device.
+    """The chunk table of a set of segments, cut into chunks of at most ``chunk`` elements (:data:`CHUNK` for
+    CPU devices, :data:`GPU_CHUNK` on GPUs: :func:`chunk_for`); device copies are made once per device.
 
     ``owners`` (sharded optimizer states): per segment, the position of its parameter in a table of
     ``params`` whole parameters that every shard of the update shares; a segment is then the part of
@@ -258,6 +266,7 @@ class ArenaPlan:
     segments: Sequence[Segment]
     owners: Sequence[int] | None = None
     params: int = 0
+    chunk: int = CHUNK
     chunk_seg: np.ndarray = field(init=False)
     chunk_start: np.ndarray = field(init=False)
     chunk_end: np.ndarray = field(init=False)
@@ -265,12 +274,14 @@ class ArenaPlan:
     _scratch: list[np.ndarray] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not 0 < self.chunk < 2 ** 31:  # the kernels index a chunk with an int
+            raise ValueError(f"chunk must be between 1 and 2**31 - 1 elements, got {self.chunk}")
         seg, start, end = [], [], []
         for s, segment in enumerate(self.segments):
-            for first in range(segment.offset, segment.offset + segment.size, CHUNK):
+            for first in range(segment.offset, segment.offset + segment.size, self.chunk):
                 seg.append(s)
                 start.append(first)
-                end.append(min(first + CHUNK, segment.offset + segment.size))
+                end.append(min(first + self.chunk, segment.offset + segment.size))
         self.chunk_seg = np.asarray(seg, dtype=np.int32)
         self.chunk_start = np.asarray(start, dtype=np.int64)
         self.chunk_end = np.asarray(end, dtype=np.int64)
@@ -298,6 +309,11 @@ class ArenaPlan:
                                                        self.grad_shift()))
             self._on_device[device] = found
         return found
+
+
+def chunk_for(device: Device) -> int:
+    """The chunk size of plans run on ``device``: :data:`GPU_CHUNK` on a GPU, :data:`CHUNK` on a CPU device."""
+    return GPU_CHUNK if device.is_gpu else CHUNK
 
 
 @cache  # np.dtype(...).name costs microseconds, a noticeable part of a small model's update
@@ -441,6 +457,18 @@ def complete_sums(run: Any, sums: Any) -> Iterator[Any]:
     method = getattr(run, "complete_sums", None)
     if method is not None:
         yield from method(sums)
+
+
+def table(rule: FusedRule, opt: Optimizer, indices: Sequence[Any]) -> tuple[np.ndarray, list[int]]:
+    """The per-launch table of one update of ``indices`` (a row per parameter, :data:`HP` floats) and their
+    update counts, each count incremented before the parameter's row is read (MXNet's order)."""
+    hp = np.zeros((len(indices), HP), np.float32)
+    counts = []
+    for k, index in enumerate(indices):
+        counts.append(opt._update_count(index))
+        row = rule.row(opt, index, counts[-1])
+        hp[k, :len(row)] = row
+    return hp, counts
 
 
 def lr_wd_row(opt: Optimizer, index: Any, count: int) -> Row:
