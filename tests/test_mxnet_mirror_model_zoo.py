@@ -362,8 +362,8 @@ def test_summary_of_a_parameter_still_deferred_raises_as_mxnet():
 
 
 @pytest.mark.xfail(strict=True, reason="mxlite builds no symbolic graph (plain hybridize() runs eagerly; static "
-                                       "hybridize captures CUDA graphs on GPUs only), so summary() of a hybridized block "
-                                       "runs and prints; MXNet raises AssertionError (a summary needs the "
+                                       "hybridize captures CUDA graphs on GPUs only), so summary() of a hybridized "
+                                       "block runs and prints; MXNet raises AssertionError (a summary needs the "
                                        "imperative graph)")
 def test_summary_hybridized():
     """Mirrors the last check of MXNet's ``test_summary``: summary() of a hybridized resnet50_v1 raises.
