@@ -266,7 +266,7 @@ def test_conv_cell_argument_errors():
 
 
 @pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="mxlite runs eagerly (hybridize() changes nothing): no symbolic graph, so no export or "
+                   reason="mxlite builds no symbolic graph (hybridize runs eagerly or as CUDA graphs), so no export or "
                           "SymbolBlock.imports; save_parameters/load_parameters keep the weights")
 def test_rnn_cells_export_import():
     """Mirrors MXNet's ``test_rnn_cells_export_import``."""
