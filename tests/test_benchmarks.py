@@ -288,9 +288,12 @@ def test_bench_train_graphs_captures_the_mxlite_step_and_times_torch_both_ways(t
     assert sorted(r["model"] for r in mine) == ["cnn", "mlp"]  # kvstore=None only: the graphs time the step
     for r in mine:
         assert r["mode"] == "graph" and r["config"] == "graphs kvstore=None" and r["kvstore"] is None
-        assert r["captured"] and r["graph_count"] >= 2 and r["graph_launches"] > 0  # the network's and the loss's
-        assert r["gemm_backend"] == "nvmath" and r["capture_warnings"] == []
         assert r["loss_decreased"] and r["forward_ms"] > 0 and r["update_ms"] > 0
+        if r["gemm_backend"] == "cupy":  # a real GPU without nvmath-python: said, not hidden
+            assert any(f"mxlite {r['model']}: nvmath-python missing" in n for n in report["notes"])
+            continue
+        assert r["captured"] and r["graph_count"] >= 2 and r["graph_launches"] > 0  # the network's and the loss's
+        assert r["gemm_backend"] == "nvmath"
     theirs = {(r["model"], r["mode"]) for r in report["records"] if r["framework"] == "torch"}
     if _torch_cuda():
         assert theirs == {(m, mode) for m in ("mlp", "cnn") for mode in ("eager", "graph")}
@@ -299,8 +302,8 @@ def test_bench_train_graphs_captures_the_mxlite_step_and_times_torch_both_ways(t
         assert all(r["ratio_vs_torch_graph"] > 0 for r in mine)
     else:  # the emulated GPUs (or a CPU build of torch): the torch side is skipped, saying why
         assert theirs == set() and any("PyTorch skipped" in n for n in report["notes"])
-    assert not [n for n in report["notes"] if "failed" in n or "nvmath" in n]
-    assert "graphs mlp: mxlite captured" in capsys.readouterr().out
+    assert not [n for n in report["notes"] if "failed" in n]
+    assert "graphs mlp: mxlite" in capsys.readouterr().out
 
 
 @pytest.mark.gpu
@@ -339,6 +342,10 @@ def test_bfloat16_weights_are_reported_unsupported_not_run(tmp_path):
 
 @pytest.mark.gpu
 def test_bench_gpu_model_bfloat16_counts_nothing_and_says_why(tmp_path, capsys):
+    import mxlite as mx  # noqa: PLC0415
+
+    if mx.device.devices._emulated_gpus() < 1:
+        pytest.skip("bench_gpu_model counts on the GPU emulation (MXLITE_EMULATE_GPUS)")
     out = tmp_path / "bf16.json"
     assert _load("bench_gpu_model").main(["--dtype", "bfloat16", "--gpus", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
