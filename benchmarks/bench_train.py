@@ -35,6 +35,22 @@ Trainer builds no store and no bucket sync for any of the three (``Trainer._init
 The sanity check: mxlite's mean loss of the last timed step is below that of the first (the
 model memorises its batch); it is printed and recorded.
 
+``--graphs``: the step as CUDA graphs. mxlite runs the network and the loss block hybridized
+(``hybridize(static_alloc=True, static_shape=True)``: the first call runs eagerly, the second captures,
+later ones replay; ``trainer.step`` stays eager), over ``kvstore=None`` only; PyTorch runs the same step
+eagerly and as one CUDA graph of the whole step (``torch.cuda.graph``, the optimizer with
+``capturable=True`` for Adam; warm-up steps on a side stream first, as PyTorch's documentation on
+whole-network capture does). Records then carry ``mode`` (``eager``/``graph``) and mxlite's
+``captured`` (whether any CUDA graph was captured) and ``gemm_backend``: without nvmath-python
+(cuBLAS that a graph can capture) mxlite runs eagerly, and a note says "nvmath-python missing".
+``ratio_vs_torch`` is against PyTorch eager, ``ratio_vs_torch_graph`` against its CUDA graph. On
+emulated GPUs (``MXLITE_EMULATE_GPUS``) this is a smoke test of the code path; PyTorch is skipped
+wherever it has no CUDA.
+
+``--dtype bfloat16``: mxlite holds no bfloat16 tensors (NumPy, and so its arrays, have no bfloat16
+dtype; bf16 is only a gradient wire format, ``compression_params={"type": "bf16"}``), so mxlite is
+skipped with a note saying so and PyTorch alone runs in bfloat16, beside float16.
+
 Prints a table; ``--json PATH`` writes every record with the device name, library versions,
 thread settings, date and command line. Defaults fit an H100 in under 3 minutes
 (``PYTHONPATH=. python3 benchmarks/bench_train.py --device gpu --json train_gpu.json``). On a
@@ -69,6 +85,7 @@ import shlex
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -155,8 +172,8 @@ def torch_model(model: str, args: argparse.Namespace) -> Any:
 
 
 def make_batch(model: str, args: argparse.Namespace, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """One random batch for ``model``: float inputs in ``args.dtype`` and int64 labels in [0, 10) (word
-    LMs: int64 tokens and labels, ``(T, N)``)."""
+    """One random batch for ``model``: float inputs in ``args.dtype`` (float32 for bfloat16, which NumPy
+    lacks) and int64 labels in [0, 10) (word LMs: int64 tokens and labels, ``(T, N)``)."""
     rng = np.random.default_rng(seed)
     if model in LM_MODELS:  # tokens and next-token labels, (T, N) int64
         vocab, _, _, _, length, batch = _lm_sizes(args)
@@ -166,7 +183,7 @@ def make_batch(model: str, args: argparse.Namespace, seed: int = 0) -> tuple[np.
         shape: tuple[int, ...] = (args.batch, args.input)
     else:
         shape = (args.cnn_batch, 3, args.image, args.image)
-    x = rng.normal(size=shape).astype(args.dtype)
+    x = rng.normal(size=shape).astype("float32" if args.dtype == "bfloat16" else args.dtype)
     return x, rng.integers(0, CLASSES, size=shape[0]).astype(np.int64)
 
 
@@ -184,23 +201,31 @@ class Setup:
         sync: waits for the device (a no-op on CPU).
         extra: fields added to the record (mxlite: the kvstore and whether a gradient sync was built).
         losses: mxlite only: the loss tensors of the first and last timed step, read after timing.
+        check: called after the warm-up; its fields join ``extra`` (mxlite with ``--graphs``: what was
+            captured). ``parts`` of a step that is one CUDA graph is ``[("step", replay)]``: no sections.
+        warmup: the fewest warm-up steps it needs (a hybridized block captures on its second call).
     """
 
     def __init__(self, framework: str, model: str, config: str, batch: int, params: int, step: Callable[[], Any],
                  parts: list[tuple[str, Callable[[], None]]], sync: Callable[[], None],
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, check: Callable[[], dict[str, Any]] | None = None,
+                 warmup: int = 0) -> None:
         self.framework, self.model, self.config = framework, model, config
         self.batch, self.params = batch, params
         self.step, self.parts, self.sync = step, parts, sync
         self.extra = dict(extra or {})
         self.losses: list[Any] = []
+        self.check, self.warmup = check, warmup
 
 
 def warm_up(setup: Setup, steps: int) -> None:
-    """Run ``steps`` untimed steps (kernel compilation, allocator pools, lazy set-up) and wait."""
-    for _ in range(steps):
+    """Run ``steps`` untimed steps (at least ``setup.warmup``: kernel compilation, allocator pools, lazy set-up,
+    graph capture), wait, then add what ``setup.check`` reports to the record's fields."""
+    for _ in range(max(steps, setup.warmup)):
         setup.step()
     setup.sync()
+    if setup.check is not None:
+        setup.extra.update(setup.check())
 
 
 def measure(setups: list[Setup], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -237,16 +262,20 @@ def _record(s: Setup, args: argparse.Namespace, runs: list[float], times: dict[s
     per_step = statistics.median(runs) / args.steps
     names = list(times)
     opt_names = names[2:]  # everything after forward and backward is the optimizer step
+    sectioned = len(names) > 1  # a step that is one CUDA graph has no sections
     opt = [sum(times[n][i] for n in opt_names) for i in range(args.steps)]
     whole = [sum(times[n][i] for n in names) for i in range(args.steps)]
+    if not sectioned:
+        times = {**times, "forward": [], "backward": []}
     rec = {"framework": s.framework, "model": s.model, "config": s.config, "optimizer": args.optimizer,
            "dtype": args.dtype, "batch": s.batch, "params": s.params, "steps": args.steps, "repeat": args.repeat,
            "warmup": args.warmup, "seconds_per_step": per_step, "samples_per_s": s.batch / per_step,
            "run_samples_per_s": [s.batch * args.steps / t for t in runs],
            "run_spread_pct": 100 * (max(runs) - min(runs)) / statistics.median(runs),
-           **{f"{n}_ms": 1e3 * statistics.median(times[n]) for n in names},
-           "optimizer_step_ms": 1e3 * statistics.median(opt),
-           "optimizer_step_share": statistics.median(o / w for o, w in zip(opt, whole)), **s.extra}
+           **{f"{n}_ms": 1e3 * statistics.median(times[n]) if times[n] else None for n in times},
+           "optimizer_step_ms": 1e3 * statistics.median(opt) if sectioned else None,
+           "optimizer_step_share": statistics.median(o / w for o, w in zip(opt, whole)) if sectioned else None,
+           **s.extra}
     if s.losses:
         first, last = (float(t.asnumpy().astype(np.float64).mean()) for t in (s.losses[0], s.losses[-1]))
         rec.update(loss_first=first, loss_last=last, loss_decreased=last < first)
@@ -261,12 +290,16 @@ def _mx_sync(device: mx.Device) -> Callable[[], None]:
     return lambda: cuda.Device(device.device_id).synchronize()
 
 
-def setup_mxlite(model: str, device: mx.Device, kvstore: str | None, args: argparse.Namespace) -> Setup:
+def setup_mxlite(model: str, device: mx.Device, kvstore: str | None, args: argparse.Namespace,
+                 graphs: bool = False) -> Setup:
     """``model`` built by mxlite on ``device``, trained by a Trainer over ``kvstore`` (SGD-momentum or Adam).
 
     The record's ``optimizer_step_ms`` is the time of ``trainer.step``, timed as its two calls
     ``allreduce_grads`` and ``update`` (``allreduce_grads_ms``, ``update_ms``); ``sync_built`` says
-    whether the Trainer built a gradient sync (buckets over a communicator).
+    whether the Trainer built a gradient sync (buckets over a communicator). ``graphs``: the network and
+    the loss block hybridized as CUDA graphs (``static_alloc=True, static_shape=True``); the record then
+    says whether anything was captured (``captured``, ``graph_count``), which library computes the GEMMs
+    (``gemm_backend``: 'nvmath' can be captured, 'cupy' cannot) and the capture warnings' causes.
     """
     mx.random.seed(0)
     net = mxlite_model(model, args)
@@ -279,6 +312,9 @@ def setup_mxlite(model: str, device: mx.Device, kvstore: str | None, args: argpa
     loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
     with mx.autograd.record():  # first forward: deferred shapes become known, arenas are laid out
         loss_fn(net(x), y).backward()
+    if graphs:
+        net.hybridize(static_alloc=True, static_shape=True)
+        loss_fn.hybridize(static_alloc=True, static_shape=True)
     opt_params = {"learning_rate": LEARNING_RATES[args.optimizer],
                   **({"momentum": 0.9} if args.optimizer == "sgd" else {})}
     trainer = mx.Trainer(net.collect_params(), args.optimizer, opt_params, kvstore=kvstore)
@@ -300,15 +336,38 @@ def setup_mxlite(model: str, device: mx.Device, kvstore: str | None, args: argpa
     sync_built = any(sync is not None for _, sync in trainer._syncs.values())
     parts = [("forward", forward), ("backward", lambda: held["loss"].backward()),
              ("allreduce_grads", trainer.allreduce_grads), ("update", lambda: trainer.update(batch))]
-    return Setup("mxlite", model, f"kvstore={kvstore}", batch, params, step, parts, _mx_sync(device),
-                 extra={"kvstore": kvstore, "sync_built": sync_built})
+    extra: dict[str, Any] = {"kvstore": kvstore, "sync_built": sync_built}
+    if not graphs:
+        return Setup("mxlite", model, f"kvstore={kvstore}", batch, params, step, parts, _mx_sync(device), extra=extra)
+    caught: list[str] = []
+
+    def watched() -> Any:  # the same step, keeping the capture warnings' causes
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            loss = step()
+        caught.extend(str(w.message) for w in seen if str(w.message) not in caught)
+        return loss
+
+    def check() -> dict[str, Any]:
+        info = net.graph_info() + loss_fn.graph_info()
+        return {"captured": bool(info), "graph_count": len(info), "graph_launches": sum(i["launches"] for i in info),
+                "capture_warnings": caught[:5]}
+
+    backend, why = mx.device.blas.backend() if device.is_gpu else ("cpu", "a CPU device runs eagerly")
+    extra.update(mode="graph", gemm_backend=backend, gemm_backend_why=why)
+    return Setup("mxlite", model, f"graphs kvstore={kvstore}", batch, params, watched, parts, _mx_sync(device),
+                 extra=extra, check=check, warmup=3)
 
 
 # -- PyTorch ---------------------------------------------------------------------------------------
-def setup_torch(model: str, device: mx.Device, args: argparse.Namespace) -> Setup:
+def setup_torch(model: str, device: mx.Device, args: argparse.Namespace, graph: bool = False) -> Setup:
     """``model`` in PyTorch eager on the same device, batch and dtype, with a ``foreach`` optimizer.
 
     Turns PyTorch's TF32 off (matmul and cuDNN), process-wide, so that float32 compares with float32.
+    ``graph`` (a GPU only): the whole step (zeroed gradients, forward, loss, backward, optimizer step) as
+    one CUDA graph, replayed per step; Adam with ``capturable=True`` (its step count on the device). As
+    PyTorch documents for whole-network capture, three warm-up steps run on a side stream first (they
+    create the optimizer's state and cuDNN/cuBLAS workspaces), then the capture.
     """
     import torch  # noqa: PLC0415 - optional
 
@@ -318,14 +377,17 @@ def setup_torch(model: str, device: mx.Device, args: argparse.Namespace) -> Setu
     # while CuPy's GEMMs (mxlite's convolutions too) stay in full float32 unless CUPY_TF32=1.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    net = torch_model(model, args).to(device=dev, dtype=getattr(torch, args.dtype))
+    dtype = getattr(torch, args.dtype)
+    net = torch_model(model, args).to(device=dev, dtype=dtype)
     x_np, y_np = make_batch(model, args)
     x, y = torch.from_numpy(x_np).to(dev), torch.from_numpy(y_np).to(dev)
+    if x.is_floating_point():
+        x = x.to(dtype)  # bfloat16: the batch is made in float32 (NumPy has no bfloat16)
     lr = LEARNING_RATES[args.optimizer]
     if args.optimizer == "sgd":
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, foreach=True)
     else:
-        opt = torch.optim.Adam(net.parameters(), lr=lr, foreach=True)
+        opt = torch.optim.Adam(net.parameters(), lr=lr, foreach=True, **({"capturable": True} if graph else {}))
     cross_entropy = torch.nn.CrossEntropyLoss()
 
     def loss_fn(out: Any, labels: Any) -> Any:  # LMs: every token of (T, N) is a sample
@@ -348,23 +410,83 @@ def setup_torch(model: str, device: mx.Device, args: argparse.Namespace) -> Setu
     params = sum(p.numel() for p in net.parameters())
     parts = [("forward", forward), ("backward", lambda: held["loss"].backward()), ("optimizer_step", opt.step)]
     batch = x_np.shape[1] if model in LM_MODELS else x_np.shape[0]
-    return Setup("torch", model, f"eager {args.optimizer} foreach", batch, params, step, parts, sync)
+    if not graph:
+        return Setup("torch", model, f"eager {args.optimizer} foreach", batch, params, step, parts, sync,
+                     extra={"mode": "eager"})
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    whole = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(whole):
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+
+    def replay() -> Any:
+        whole.replay()
+        return loss
+
+    config = f"graph {args.optimizer}" + (" capturable" if args.optimizer == "adam" else "")
+    return Setup("torch", model, config, batch, params, replay, [("step", replay)], sync, extra={"mode": "graph"})
+
+
+def _torch_has_cuda() -> bool:
+    import torch  # noqa: PLC0415 - optional
+
+    return bool(torch.cuda.is_available())
+
+
+def bf16_unsupported() -> str | None:
+    """Why mxlite cannot train with bfloat16 weights, or None when it can (a bfloat16 array can be made)."""
+    try:
+        mx.np.zeros((1,), dtype="bfloat16")
+    except (TypeError, ValueError) as exc:
+        return (f"bfloat16 weights are not supported ({type(exc).__name__}: {exc}): mxlite's arrays take NumPy "
+                "dtypes, which have no bfloat16; bf16 is a gradient wire format only (compression_params "
+                "{'type': 'bf16'}); float16 weights with float32 master weights are")
+    return None
+
+
+def graph_notes(setups: list[Setup]) -> list[str]:
+    """Notes on mxlite's ``--graphs`` setups that did not run as CUDA graphs: "nvmath-python missing" when
+    the GEMMs go through CuPy (which a graph cannot capture), else the capture warnings."""
+    notes = []
+    for s in setups:
+        if s.framework != "mxlite" or s.extra.get("mode") != "graph":
+            continue
+        if s.extra.get("gemm_backend") == "cupy":
+            notes.append(f"mxlite {s.model}: nvmath-python missing ({s.extra['gemm_backend_why']}): the hybridized "
+                         "network ran eagerly, not as CUDA graphs")
+        elif not s.extra.get("captured"):
+            causes = "; ".join(s.extra.get("capture_warnings", [])) or s.extra.get("gemm_backend_why") or "no warning"
+            notes.append(f"mxlite {s.model}: no CUDA graph captured ({causes})")
+    return notes
 
 
 # -- report ----------------------------------------------------------------------------------------
 def _compare(records: list[dict[str, Any]]) -> None:
-    """Add to mxlite records: ``ratio_vs_torch`` (samples/s over PyTorch's), ``sync_overhead_pct``
+    """Add to mxlite records: ``ratio_vs_torch`` (samples/s over PyTorch eager's; ``ratio_vs_torch_graph``
+    over PyTorch's CUDA graph's, with ``--graphs``), ``sync_overhead_pct``
     (``allreduce_grads`` as a percentage of ``update``: what the sync machinery adds to the optimizer
     step, measured within the same steps) and ``step_vs_none_pct`` (``trainer.step`` against the
     kvstore=None setup of the same model; None for that setup).
     """
-    torch_rate = {r["model"]: r["samples_per_s"] for r in records if r["framework"] == "torch"}
+    torch_rate = {r["model"]: r["samples_per_s"] for r in records
+                  if r["framework"] == "torch" and r.get("mode", "eager") == "eager"}
+    graph_rate = {r["model"]: r["samples_per_s"] for r in records
+                  if r["framework"] == "torch" and r.get("mode") == "graph"}
     bare = {r["model"]: r["optimizer_step_ms"] for r in records
             if r["framework"] == "mxlite" and r["kvstore"] is None}
     for r in records:
         if r["framework"] != "mxlite":
             continue
         r["ratio_vs_torch"] = r["samples_per_s"] / torch_rate[r["model"]] if r["model"] in torch_rate else None
+        if r["model"] in graph_rate:
+            r["ratio_vs_torch_graph"] = r["samples_per_s"] / graph_rate[r["model"]]
         r["sync_overhead_pct"] = 100 * r["allreduce_grads_ms"] / r["update_ms"]
         base = bare.get(r["model"])
         r["step_vs_none_pct"] = (100 * (r["optimizer_step_ms"] - base) / base
@@ -382,14 +504,21 @@ def _print_table(records: list[dict[str, Any]]) -> None:
     for r in records:
         print(f"{r['model']:<7} {r['framework']:<9} {r['config']:<20} {r['params']:>10} {r['batch']:>6} "
               f"{1e3 * r['seconds_per_step']:>9.2f} {r['run_spread_pct']:>6.0f}% {r['samples_per_s']:>10.0f} "
-              f"{_fmt(r.get('ratio_vs_torch'), '.2f'):>8} {r['forward_ms']:>8.2f} {r['backward_ms']:>8.2f} "
-              f"{r['optimizer_step_ms']:>8.2f} {100 * r['optimizer_step_share']:>8.1f}% "
+              f"{_fmt(r.get('ratio_vs_torch'), '.2f'):>8} {_fmt(r['forward_ms'], '.2f'):>8} "
+              f"{_fmt(r['backward_ms'], '.2f'):>8} {_fmt(r['optimizer_step_ms'], '.2f'):>8} "
+              f"{_fmt(r['optimizer_step_share'] and 100 * r['optimizer_step_share'], '.1f'):>8}% "
               f"{_fmt(r.get('allreduce_grads_ms'), '.3f'):>8} {_fmt(r.get('sync_overhead_pct'), '.2f'):>8} "
               f"{_fmt(r.get('step_vs_none_pct'), '+.1f'):>8}")
     print("opt ms: trainer.step = allreduce_grads + update (mxlite) or optimizer.step (torch), synchronised "
           "medians; sync ms: allreduce_grads; sync +%: allreduce_grads / update; vs None: trainer.step against "
           "the kvstore=None setup (%, between setups: includes run-to-run noise); spread: (slowest - fastest run) "
-          "/ median run")
+          "/ median run; mx/torch: samples/s over PyTorch eager's; a step that is one CUDA graph has no sections")
+    for r in records:
+        if r["framework"] == "mxlite" and r.get("mode") == "graph":
+            against = (f", {r['ratio_vs_torch_graph']:.2f}x the samples/s of PyTorch's CUDA graph"
+                       if "ratio_vs_torch_graph" in r else "")
+            print(f"graphs {r['model']}: mxlite {'captured' if r['captured'] else 'NOT CAPTURED'} "
+                  f"({r['graph_count']} graphs, GEMMs by {r['gemm_backend']}){against}")
     seen = set()
     for r in records:
         if r["framework"] == "mxlite" and r["model"] not in seen:
@@ -486,8 +615,9 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join(["python3", f"benchmarks/{script}", *argv])
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model, batch, optimizer and precision options (shared with profile_step.py)."""
+def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...] = ("float32", "float16")) -> None:
+    """The model, batch, optimizer and precision options (shared with profile_step.py); ``dtypes``: the
+    ``--dtype`` choices."""
     parser.add_argument("--hidden", type=int, default=4096, help="MLP hidden units")
     parser.add_argument("--layers", type=int, default=4, help="MLP hidden layers")
     parser.add_argument("--input", type=int, default=4096, help="MLP input features")
@@ -501,14 +631,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-length", type=int, default=35, help="word LMs: steps per sequence (bptt)")
     parser.add_argument("--lm-batch", type=int, default=32, help="word LMs: sequences per batch")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    parser.add_argument("--dtype", choices=list(dtypes), default="float32")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated, from: mlp, cnn, cnn_bn")
-    add_model_arguments(parser)
+    add_model_arguments(parser, ("float32", "float16", "bfloat16"))
+    parser.add_argument("--graphs", action="store_true",
+                        help="CUDA graphs: mxlite hybridized (static_alloc, static_shape; kvstore=None), PyTorch eager "
+                             "and as one captured step")
     parser.add_argument("--steps", type=int, default=20, help="steps per timed run")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5, help="timed runs (the median is reported)")
@@ -548,18 +681,32 @@ def main(argv: list[str] | None = None) -> int:
     if not wanted or any(k not in ("none", "device", "nccl") for k in wanted):
         parser.error(f"--kvstores takes none, device and nccl, got {args.kvstores!r}")
     kvstores: list[str | None] = [None if k == "none" else k for k in wanted if use_gpu or k != "nccl"]
+    if args.graphs:
+        kvstores = [None]  # the graphs compare the step itself: no store
     have_torch = not args.no_torch and versions()["torch"] is not None
     notes = [] if have_torch else ["PyTorch skipped (--no-torch or not installed)"]
+    if have_torch and use_gpu and not _torch_has_cuda():
+        have_torch = False
+        notes.append("PyTorch skipped: it sees no CUDA device (emulated GPUs, or a CPU build of torch)")
+    mxlite_skip = bf16_unsupported() if args.dtype == "bfloat16" else None
+    if mxlite_skip:
+        notes.append(f"mxlite skipped: {mxlite_skip}")
     records: list[dict[str, Any]] = []
     if args.separate and have_torch and args.only is None:
         records, notes = _separate_children(argv)
         models = []  # measured by the children
     for model in models:
         makers: list[tuple[str, Callable[[], Setup]]] = [
-            (f"mxlite {model} kvstore={kv}", lambda kv=kv, model=model: setup_mxlite(model, device, kv, args))
-            for kv in kvstores if args.only in (None, "mxlite")]
+            (f"mxlite {model} kvstore={kv}",
+             lambda kv=kv, model=model: setup_mxlite(model, device, kv, args, graphs=args.graphs))
+            for kv in kvstores if args.only in (None, "mxlite") and not mxlite_skip]
         if have_torch and args.only in (None, "torch"):
             makers.append((f"torch {model}", lambda model=model: setup_torch(model, device, args)))
+            if args.graphs and use_gpu:
+                makers.append((f"torch {model} CUDA graph",
+                               lambda model=model: setup_torch(model, device, args, graph=True)))
+        if have_torch and args.graphs and not use_gpu:
+            notes.append(f"torch {model} CUDA graph skipped: needs a GPU")
         setups = []
         for name, make in makers:
             try:  # build and warm up; a broken path is reported and must not hide the others
@@ -568,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
                 setups.append(setup)
             except Exception as exc:
                 notes.append(f"{name} failed: {type(exc).__name__}: {exc}")
+        notes += graph_notes(setups)
         records += measure(setups, args)
     _compare(records)
     print(f"device {device_name(device)}; {args.dtype}, optimizer {args.optimizer}, "

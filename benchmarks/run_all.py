@@ -11,12 +11,17 @@ Ends with a summary of what ran, how long it took and what failed; the exit stat
 number of failures. Run from the checkout: ``PYTHONPATH=.`` is set for the children.
 
 ``--proof`` (``make gpu-proof``) runs instead what a lent GPU machine has minutes for, most
-important first: bench_train once per step of ``measured_h200.json`` at that step's sizes
-(mxlite with ``kvstore=None`` against PyTorch; 10 steps x 3 runs), bench_optimizer, profile_step's
-per-op overhead on the MLP, and bench_allreduce; then ``proof_summary.py`` prints mxlite against
-torch per model, the fused optimizer table, and measured against modelled. ``--budget SECONDS``
-bounds the whole run: each benchmark may take what is left (it is stopped when that runs out) and
-those that no longer fit are skipped; the summary is printed whatever ran.
+important first (:func:`proof_plan`): bench_train ``--graphs`` on the small MLP (Adam) and the CNN
+(mxlite hybridized as CUDA graphs against PyTorch eager and PyTorch's CUDA graph), then bench_train
+at the sizes of each step of ``measured_h200.json`` (mxlite with ``kvstore=None`` against PyTorch
+eager; CNN, CNN-BN and the float32 MLP in one process, then the float16 MLP; 10 steps x 3 runs), the
+fused Adam and SGD at 100M parameters (bench_optimizer), the Adam MLPs, profile_step's per-op overhead
+on the MLP, and bench_allreduce; then ``proof_summary.py`` prints one table of the training steps
+(mxlite, torch eager, torch graph, ratio, target, met?) and the fused optimizer table, measured
+against modelled. ``--budget SECONDS``
+bounds the whole run: each benchmark may take what is left, at most ``--run-limit SECONDS`` (it is
+stopped when that runs out), and those that no longer fit are skipped; the summary is printed
+whatever ran.
 """
 
 from __future__ import annotations
@@ -45,21 +50,30 @@ def _has_gpu() -> bool:
 
 
 def proof_plan(device: str, quick: bool) -> list[tuple[str, str, list[str]]]:
-    """(output name, benchmark script, arguments) of ``--proof``'s runs, most important first."""
+    """(output name, benchmark script, arguments) of ``--proof``'s runs, most important first.
+
+    The training steps of ``proof_summary.proof_steps`` (CUDA graphs of the small MLP and the CNN, then the
+    eager CNN, CNN-BN, MLP float32 and float16, ...), steps that can share a bench_train process run in one;
+    the fused Adam and SGD at 100M parameters come after the float16 MLP; profile_step and bench_allreduce last.
+    """
     import proof_summary  # noqa: PLC0415 - benchmarks/ is on sys.path
 
     with open(proof_summary.MEASURED) as f:
-        steps = json.load(f)["steps"]
+        measured = json.load(f)
     dev = ["--device", device]
     timing = ["--steps", "3", "--repeat", "2", "--warmup", "1"] if quick else ["--steps", "10", "--repeat", "3",
                                                                                "--warmup", "3"]
     small = ["--hidden", "256", "--input", "256", "--batch", "32", "--image", "8", "--cnn-batch", "8"]
-    runs = [(proof_summary.train_output(step), "bench_train",
-             dev + proof_summary.train_arguments(step) + (small if quick else []) + ["--kvstores", "none"] + timing)
-            for step in steps]
+    runs = [(proof_summary.train_output(group), "bench_train",
+             dev + proof_summary.train_arguments(group) + (small if quick else []) + ["--kvstores", "none"] + timing)
+            for group in proof_summary.train_groups(proof_summary.proof_steps(measured))]
+    # the fused optimizer table right after the float16 MLP: the last of the figures the open targets need
+    after = next((i + 1 for i, (name, _, _) in enumerate(runs) if "mlp-fp16" in name), len(runs))
+    runs.insert(after, ("bench_optimizer", "bench_optimizer",
+                        dev + ["--rules", "adam,sgd", "--tensors", "300"]
+                        + (["--params", "2000000", "--repeat", "2"] if quick else ["--params", "100000000",
+                                                                                    "--repeat", "5"])))
     runs += [
-        ("bench_optimizer", "bench_optimizer", dev + (["--params", "2000000", "--repeat", "2", "--rules", "adam,sgd"]
-                                                     if quick else ["--repeat", "3"])),
         ("profile_step", "profile_step", dev + ["--steps", "3"] + (["--hidden", "256", "--input", "256", "--batch",
                                                                      "32"] if quick else [])),
         ("bench_allreduce", "bench_allreduce", ["--repeat", "5", "--large-elements", "262144", "--compress-elements",
@@ -97,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated benchmark names to run (default: all)")
     parser.add_argument("--proof", action="store_true", help="make gpu-proof's runs, then proof_summary.py")
     parser.add_argument("--budget", type=float, help="seconds the whole run may take (default: no bound)")
+    parser.add_argument("--run-limit", type=float,
+                        help="seconds one benchmark may take (default: what is left of --budget)")
     parser.add_argument("--tests-log", help="with --proof: the GPU tests' log, whose outcome the summary shows")
     args = parser.parse_args(argv)
     device = args.device if args.device != "auto" else ("gpu" if _has_gpu() else "cpu")
@@ -110,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if wanted is not None and name not in wanted:
             continue
         left = None if deadline is None else deadline - time.monotonic()
+        if args.run_limit is not None:
+            left = args.run_limit if left is None else min(left, args.run_limit)
         if left is not None and left < 5:
             summary.append((name, "skipped (budget)", 0.0))
             continue
@@ -131,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             stdout, stderr = child.communicate()
-            stderr += f"\nstopped: the --budget ran out after {left:.0f} s"
+            stderr += f"\nstopped: the --budget or --run-limit ran out after {left:.0f} s"
             status = "FAILED (budget)"
         elapsed = time.perf_counter() - start
         with open(os.path.join(args.out, f"{name}.txt"), "w") as f:

@@ -229,14 +229,15 @@ def test_proof_summary_compares_torch_the_model_and_the_h200(tmp_path, capsys):
     assert summary.main(["--bench", str(tmp_path), "--tests", str(log), "--json", str(tmp_path / "s.json")]) == 0
     out = json.loads((tmp_path / "s.json").read_text())
     rows = {r["name"]: r for r in out["train"]}
-    assert set(rows) == {"small-mlp-adam", "cnn-sgd"} and len(out["notes"]) == len(steps) - 2
+    assert set(rows) == {"small-mlp-adam", "cnn-sgd"}
+    assert len(out["notes"]) == len(summary.proof_steps(measured)) - 2
     small = rows["small-mlp-adam"]
     assert small["ratio"] == pytest.approx(2.0) and small["gpu"] == "h200"
     assert small["modelled_ms"] == pytest.approx(2.20, rel=0.01) and small["error"] == pytest.approx(0.1, rel=0.05)
     assert rows["cnn-sgd"]["not_modelled"] == "other sizes than the counts"
     assert [(r["rule"], r["torch_impl"]) for r in out["optimizer"]] == [("adam", "torch-fused"), ("lamb", None)]
     text = capsys.readouterr().out
-    assert "389 passed" in text and "mx/torch" in text and "Fused optimizer step" in text
+    assert "389 passed" in text and "ratio" in text and "Fused optimizer step" in text
 
 
 def test_run_all_proof_runs_each_measured_step_and_always_summarises(tmp_path, capsys):
@@ -244,7 +245,8 @@ def test_run_all_proof_runs_each_measured_step_and_always_summarises(tmp_path, c
     plan = run_all.proof_plan("gpu", False)
     train = [(name, args) for name, script, args in plan if script == "bench_train"]
     measured = json.loads(open(os.path.join(ROOT, "benchmarks", "measured_h200.json")).read())["steps"]
-    assert [name for name, _ in train] == [f"bench_train_{s['name']}" for s in measured]
+    covered = [step for name, _ in train for step in name[len("bench_train_"):].split("+")]
+    assert sorted(covered) == sorted([s["name"] for s in measured] + ["graphs-small-mlp-adam", "graphs-cnn-sgd"])
     small = dict(train)["bench_train_small-mlp-adam"]
     assert " ".join(small).count("--hidden 512") == 1 and "--kvstores none" in " ".join(small)
     assert {script for _, script, _ in plan} == {"bench_train", "bench_optimizer", "profile_step", "bench_allreduce"}
@@ -262,3 +264,165 @@ def test_bench_autograd_runs(tmp_path, capsys):
     assert records["engine"]["ops"] == 31 and records["engine"]["backward_us_per_op"] > 0
     assert records["penalty"]["penalty_ms"] > 0 and records["penalty"]["batch"] == 4
     assert "gradient-penalty step" in capsys.readouterr().out
+
+
+# -- gpu-proof's CUDA-graph, bfloat16 and ordering additions -------------------------------------------
+_TINY_GPU = ["--device", "gpu", "--hidden", "16", "--layers", "2", "--input", "16", "--batch", "8", "--image", "8",
+             "--cnn-batch", "4", "--steps", "2", "--warmup", "1", "--repeat", "1", "--optimizer", "adam"]
+
+
+def _torch_cuda():
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+def test_bench_train_graphs_captures_the_mxlite_step_and_times_torch_both_ways(tmp_path, capsys):
+    out = tmp_path / "graphs.json"
+    assert _load("bench_train").main([*_TINY_GPU, "--graphs", "--kvstores", "none,device", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    mine = [r for r in report["records"] if r["framework"] == "mxlite"]
+    assert sorted(r["model"] for r in mine) == ["cnn", "mlp"]  # kvstore=None only: the graphs time the step
+    for r in mine:
+        assert r["mode"] == "graph" and r["config"] == "graphs kvstore=None" and r["kvstore"] is None
+        assert r["loss_decreased"] and r["forward_ms"] > 0 and r["update_ms"] > 0
+        if r["gemm_backend"] == "cupy":  # a real GPU without nvmath-python: said, not hidden
+            assert any(f"mxlite {r['model']}: nvmath-python missing" in n for n in report["notes"])
+            continue
+        assert r["captured"] and r["graph_count"] >= 2 and r["graph_launches"] > 0  # the network's and the loss's
+        assert r["gemm_backend"] == "nvmath"
+    theirs = {(r["model"], r["mode"]) for r in report["records"] if r["framework"] == "torch"}
+    if _torch_cuda():
+        assert theirs == {(m, mode) for m in ("mlp", "cnn") for mode in ("eager", "graph")}
+        graph = next(r for r in report["records"] if r["framework"] == "torch" and r["mode"] == "graph")
+        assert graph["config"] == "graph adam capturable" and graph["forward_ms"] is None and graph["step_ms"] > 0
+        assert all(r["ratio_vs_torch_graph"] > 0 for r in mine)
+    else:  # the emulated GPUs (or a CPU build of torch): the torch side is skipped, saying why
+        assert theirs == set() and any("PyTorch skipped" in n for n in report["notes"])
+    assert not [n for n in report["notes"] if "failed" in n]
+    assert "graphs mlp: mxlite" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_bench_train_graphs_says_when_nvmath_is_missing(tmp_path, monkeypatch):
+    bench = _load("bench_train")
+    monkeypatch.setattr(bench.mx.device.blas, "backend",
+                        lambda: ("cupy", "nvmath-python is not importable (ImportError: test)"))
+    out = tmp_path / "graphs.json"
+    assert bench.main([*_TINY_GPU, "--graphs", "--models", "mlp", "--no-torch", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["gemm_backend"] for r in report["records"]] == ["cupy"]
+    assert any("nvmath-python missing" in n and "ran eagerly" in n for n in report["notes"])
+
+
+def test_bench_train_graphs_on_cpu_runs_eagerly_and_says_so(tmp_path):
+    out = tmp_path / "graphs.json"
+    assert _load("bench_train").main([*_TINY_TRAIN, "--repeat", "1", "--models", "mlp", "--graphs", "--no-torch",
+                                      "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (rec,) = report["records"]
+    assert rec["mode"] == "graph" and not rec["captured"] and rec["gemm_backend"] == "cpu" and rec["loss_decreased"]
+    assert any("no CUDA graph captured" in n for n in report["notes"])
+
+
+def test_bfloat16_weights_are_reported_unsupported_not_run(tmp_path):
+    bench = _load("bench_train")
+    out = tmp_path / "bf16.json"
+    assert bench.main([*_TINY_TRAIN, "--repeat", "1", "--models", "mlp", "--dtype", "bfloat16", "--no-torch",
+                       "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["records"] == [] and report["meta"]["args"]["dtype"] == "bfloat16"
+    assert any(n.startswith("mxlite skipped: bfloat16 weights are not supported") for n in report["notes"])
+    x, _ = bench.make_batch("mlp", bench._parser().parse_args(["--dtype", "bfloat16", "--batch", "2"]))
+    assert x.dtype.name == "float32"  # PyTorch casts it; NumPy has no bfloat16
+
+
+@pytest.mark.gpu
+def test_bench_gpu_model_bfloat16_counts_nothing_and_says_why(tmp_path, capsys):
+    import mxlite as mx  # noqa: PLC0415
+
+    if mx.device.devices._emulated_gpus() < 1:
+        pytest.skip("bench_gpu_model counts on the GPU emulation (MXLITE_EMULATE_GPUS)")
+    out = tmp_path / "bf16.json"
+    assert _load("bench_gpu_model").main(["--dtype", "bfloat16", "--gpus", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["records"] == [] and data["skipped"].startswith("bfloat16 skipped: bfloat16 weights")
+    assert "bfloat16 skipped" in capsys.readouterr().out
+
+
+def test_proof_plan_puts_graphs_first_groups_steps_and_sizes_the_optimizer():
+    run_all, summary = _load("run_all"), _load("proof_summary")
+    plan = run_all.proof_plan("gpu", False)
+    names = [name for name, _, _ in plan]
+    assert names[:4] == ["bench_train_graphs-small-mlp-adam", "bench_train_graphs-cnn-sgd",
+                         "bench_train_cnn-sgd+cnn_bn-sgd+mlp-sgd", "bench_train_mlp-fp16-sgd"]
+    assert names[4] == "bench_optimizer" and names[-2:] == ["profile_step", "bench_allreduce"]
+    args = {name: " ".join(a) for name, _, a in plan}
+    assert "--params 100000000" in args["bench_optimizer"] and "--rules adam,sgd" in args["bench_optimizer"]
+    small = args["bench_train_graphs-small-mlp-adam"]
+    assert "--graphs" in small and "--hidden 512 --layers 4 --input 512 --batch 64 --optimizer adam" in small
+    assert "--models cnn,cnn_bn,mlp" in args["bench_train_cnn-sgd+cnn_bn-sgd+mlp-sgd"]
+    assert "--graphs" not in args["bench_train_mlp-fp16-sgd"] and "--dtype float16" in args["bench_train_mlp-fp16-sgd"]
+    steps = {s["name"]: s for s in summary.proof_steps(json.loads(open(summary.MEASURED).read()))}
+    assert not summary.mergeable([steps["mlp-adam"]], steps["small-mlp-adam"])  # the same model, other sizes
+    assert not summary.mergeable([steps["mlp-sgd"]], steps["mlp-fp16-sgd"])
+    assert not summary.mergeable([steps["graphs-cnn-sgd"]], steps["cnn_bn-sgd"])  # graphs and eager apart
+
+
+def test_run_all_run_limit_skips_what_cannot_fit(tmp_path, capsys):
+    assert _load("run_all").main(["--quick", "--device", "cpu", "--only", "bench_step", "--run-limit", "0",
+                                  "--out", str(tmp_path)]) == 0
+    assert "skipped (budget)" in capsys.readouterr().out
+
+
+def _records_json(path, device, args, records, notes=()):
+    path.write_text(json.dumps({"meta": {"device": device, "args": args}, "records": records, "notes": list(notes)}))
+
+
+def test_proof_summary_prints_one_table_with_graphs_targets_and_the_modelled_optimizer(tmp_path, capsys):
+    summary = _load("proof_summary")
+    graphs = {s["name"]: s for s in summary.GRAPH_STEPS}
+    mlp_args = {k: v for k, v in graphs["graphs-small-mlp-adam"].items() if k in summary.SIZE_KEYS}
+    _records_json(tmp_path / "bench_train_graphs-small-mlp-adam.json", "NVIDIA H100 80GB HBM3", mlp_args, [
+        {"framework": "mxlite", "model": "mlp", "kvstore": None, "mode": "graph", "captured": True,
+         "gemm_backend": "nvmath", "seconds_per_step": 1.2e-3},
+        {"framework": "torch", "model": "mlp", "mode": "eager", "seconds_per_step": 1.5e-3},
+        {"framework": "torch", "model": "mlp", "mode": "graph", "seconds_per_step": 1.0e-3}])
+    cnn_args = {k: v for k, v in graphs["graphs-cnn-sgd"].items() if k in summary.SIZE_KEYS}
+    _records_json(tmp_path / "bench_train_graphs-cnn-sgd.json", "NVIDIA H100 80GB HBM3", cnn_args, [
+        {"framework": "mxlite", "model": "cnn", "kvstore": None, "mode": "graph", "captured": False,
+         "gemm_backend": "cupy", "seconds_per_step": 1.0e-3},
+        {"framework": "torch", "model": "cnn", "mode": "eager", "seconds_per_step": 1.5e-3}],
+        notes=["mxlite cnn: nvmath-python missing (nvmath-python is not importable): ..."])
+    # one process for three eager steps: each finds its own records in it
+    _records_json(tmp_path / "bench_train_cnn-sgd+cnn_bn-sgd+mlp-sgd.json", "NVIDIA H100 80GB HBM3",
+                  {"optimizer": "sgd", "dtype": "float32", "image": 32, "cnn_batch": 256, "hidden": 4096},
+                  [{"framework": fw, "model": m, "kvstore": None, "seconds_per_step": ms / 1e3}
+                   for m, mx_ms, torch_ms in (("cnn", 20.0, 1.5), ("cnn_bn", 22.0, 1.8), ("mlp", 8.0, 8.0))
+                   for fw, ms in (("mxlite", mx_ms), ("torch", torch_ms))])
+    (tmp_path / "bench_optimizer.json").write_text(json.dumps({
+        "meta": {"device": "NVIDIA H100 80GB HBM3", "copy_gb_per_s": 3000},
+        "records": [{"rule": "adam", "impl": "mxlite-fused", "ms": 1.7, "pct_of_copy": 57.0, "params": 100_000_000},
+                    {"rule": "adam", "impl": "torch-fused", "ms": 1.8, "pct_of_copy": 53.0}],
+        "modelled": [{"rule": "adam", "vector_pct_of_copy": 71.5}]}))
+    assert summary.main(["--bench", str(tmp_path), "--json", str(tmp_path / "s.json")]) == 0
+    out = json.loads((tmp_path / "s.json").read_text())
+    rows = {r["name"]: r for r in out["train"]}
+    assert list(rows) == ["graphs-small-mlp-adam", "graphs-cnn-sgd", "cnn-sgd", "cnn_bn-sgd", "mlp-sgd"]
+    mlp = rows["graphs-small-mlp-adam"]
+    assert mlp["ratio"] == pytest.approx(1.2) and mlp["ratio_against"] == "torch_graph_ms" and mlp["met"] is True
+    assert mlp["torch_ms"] == pytest.approx(1.5) and mlp["torch_graph_ms"] == pytest.approx(1.0)
+    cnn = rows["graphs-cnn-sgd"]
+    assert cnn["ratio"] == pytest.approx(1 / 1.5) and cnn["captured"] is False
+    assert cnn["met"] is False  # fast enough, but not as CUDA graphs: it does not count
+    assert rows["cnn-sgd"]["ratio"] == pytest.approx(20 / 1.5) and rows["cnn-sgd"]["met"] is None
+    assert rows["cnn-sgd"]["modelled_ms"] > 0 and rows["cnn-sgd"]["reference_ms"] == 21.0
+    assert out["optimizer"][0]["modelled_pct_of_copy"] == 71.5 and out["optimizer"][0]["params"] == 100_000_000
+    text = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert " yes " in lines["graphs-small-mlp-adam"] and "NOT CAPTURED" in lines["graphs-cnn-sgd"]
+    assert "71.5%" in lines["adam"] and "57.0%" in lines["adam"]
+    assert "nvmath-python missing" in text and "bf16: not measured" in text
