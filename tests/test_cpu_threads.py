@@ -30,11 +30,16 @@ COUNTS = (1, 2, 4)
 
 @pytest.fixture
 def spread_always(monkeypatch):
-    """Every serial launch spreads over its whole budget; the policy and the constants come back after."""
+    """Every serial launch spreads over its whole budget; the policy and the constants come back after.
+
+    NumPy's BLAS stays on one thread meanwhile: its count otherwise follows the machine's load between the
+    runs, and a product may round differently on another count (docs/design.md, "CPU threads"), which
+    would blame the kernels for the BLAS."""
     monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
     before = launch.get_threads()
     launch.set_spread(0, 0)
-    yield
+    with threads.blas_threads_limited(1):
+        yield
     launch.set_spread(-1, -1)
     launch.set_threads(before)
 
