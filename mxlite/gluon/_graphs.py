@@ -23,6 +23,9 @@ from the host, cuBLAS through CuPy, forward hooks on child blocks, outputs other
 gradients, and GPUs without nvmath-python. Such a signature keeps running eagerly until ``hybridize`` is
 called again. A block called again before the backward of its previous recorded call (both calls' outputs
 alive with their history) runs that call eagerly: the graph's buffers hold one call's activations.
+
+:class:`StepGraphs` captures the Trainer's fused update the same way (one eager warm-up per signature,
+then one graph per GPU) when every parameter it updates is read by a captured block (:func:`graphed_params`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,12 @@ Behaviour:
   reduction of each bucket onto its owners, during backward as the all-reduce was), updates it, and
   an all-gather restores every mirror's weights. See docs/sharding.md.
 
+* When every parameter is read by a block captured as CUDA graphs (``hybridize(static_alloc=True,
+  static_shape=True)`` on GPUs), the fused update is captured too, one graph per GPU, and replayed; the
+  per-parameter table (rates, schedule, update counts) is written to the device before each replay. What
+  needs the host (``update_on_kvstore``, ``partial_sync``, compression, AMP, ``check_finite``, sharded
+  states, a rule without fused kernels) keeps it eager with one warning per reason. See docs/graphs.md.
+
 The kvstore (Gluon's rules, see :meth:`Trainer._init_kvstore`): a store is used when there are
 several devices or a 'dist_*' type. By default (mxlite) the store only sums gradients, through
 zero-copy buckets (:mod:`mxlite.comm.buckets`), and every mirror applies the update itself with
