@@ -196,3 +196,25 @@ def test_an_eager_model_gets_no_notice_and_no_step_graph(emu):
         for _ in range(4):
             _train_step(net, trainer, *_batch(rng, 4), devices)
     assert trainer._step_graphs.replays == 0 and trainer._step_graphs.info() == []
+
+
+def test_step_graphs_follow_the_blocks_and_a_cleared_graph_is_captured_again(emu):
+    from mxlite.device import graphs as dgraphs  # noqa: PLC0415
+
+    devices = _devices(1)
+    (eager, t_eager), (graphed, t_graphed) = _pair(devices, "adam", "device")
+    rng = np.random.default_rng(7)
+    for step in range(10):
+        if step == 4:
+            dgraphs.clear()  # every graph dropped: blocks and step run eagerly once, then are captured again
+        if step == 7:
+            graphed.hybridize(False)  # the blocks run eagerly: so does the step, and its graphs are released
+        x, y = _batch(rng, 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the blocks' notice about dropped graphs
+            _train_step(graphed, t_graphed, x, y, devices)
+        _train_step(eager, t_eager, x, y, devices)
+        _assert_same(eager, graphed, devices, step)
+        if step == 6:
+            assert len(t_graphed._step_graphs.info()) == 1
+    assert t_graphed._step_graphs.info() == []

@@ -648,6 +648,7 @@ class Trainer(TrainerStates):
         """Whether this step's update runs as CUDA graphs: every parameter's block is captured (else no notice:
         nothing asked for graphs) and nothing in the step needs the host; otherwise one notice per reason."""
         if not self._step_graphs.wanted(self._params):
+            self._step_graphs.release()  # the blocks stopped being captured (hybridize(False)): give the memory back
             return False
         why = self._eager_step_reason(fused, sharded_syncs)
         if why is not None:
