@@ -614,7 +614,7 @@ class Trainer(TrainerStates):
         # mirror updates its own slice, and the mirrors of one arena are driven together (norm sums).
         together: dict[int, tuple[Communicator, list[Any]]] = {}
         captured = bool(groups) and self._step_capturable(fused, sharded_syncs)
-        prepared = []  # unsharded updates: tables written first, then every launch (eager or one graph per device)
+        prepared = []  # captured: every table written first, then the launches replayed (one graph per GPU)
         for key, (arena, entries) in groups.items():
             sync, layout = self._shard_layout(arena)
             shard = layout.shard(key[1]) if layout is not None else None
@@ -628,16 +628,14 @@ class Trainer(TrainerStates):
             # On a GPU the bucket sums may still sit in the arena's half-precision wire (fp16/bf16
             # codecs): the comm layer says whether it holds all of them, the update then reads it.
             narrow = narrow_gradient(arena, {id(s.key) for _, s in entries}) if arena.device.is_gpu else None
-            if layout is None:
-                prepared.append((updater, updater.prepare(entries), narrow))
+            if layout is None and captured:
+                prepared.append((updater, updater.prepare(entries)))  # no narrow wire: compression keeps it eager
+            elif layout is None:
+                updater.step(entries, narrow)
             else:
                 together.setdefault(id(layout), (sync.comm, []))[1].append(updater.steps(entries, narrow))
-        if captured:
-            self._step_graphs.run([(u, p) for u, p, _ in prepared], opt)
-        else:
-            for updater, ready, narrow in prepared:
-                for _ in updater.launch(ready, narrow):
-                    raise RuntimeError("an unsharded update has no partial sums to complete")
+        if prepared:
+            self._step_graphs.run(prepared, opt)
         for comm, steps in together.values():
             _drive_shards(comm, steps)
         opt.set_current_mirror(0)

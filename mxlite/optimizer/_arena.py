@@ -9,6 +9,11 @@ exactly as in the per-parameter path, and hands everything to one fused update: 
 (one launch, two for LAMB and LARS) on a GPU, and on a CPU device too when they can be compiled
 for the host (``MXLITE_CPU_KERNELS``, :func:`mxlite._kernels.cpu_kernels_enabled`); else the NumPy twin.
 
+An update has a host half and a device half (:meth:`ArenaUpdater.prepare`, :meth:`ArenaUpdater.launch`): the
+host advances the counts and writes the per-parameter table into a device buffer kept per plan (one copy),
+and the kernels read it there, so the Trainer can capture the launches in a CUDA graph and replay them
+after writing the next step's table (docs/graphs.md, "The Trainer's step as a graph").
+
 Arenas grow while a model is being built (deferred initialisation); when the data buffer is
 replaced the state buffers are rebuilt in the new layout, each parameter's state copied over.
 
