@@ -183,8 +183,9 @@ def test_each_reason_keeps_the_step_eager_with_one_notice(emu, case):
             x, y = _batch(rng, 4 * gpus)
             emu.reset_counters()
             _train_step(net, trainer, x, y, devices)
-    notices = [str(w.message) for w in caught if _NOTICE in str(w.message)]
-    assert len(notices) == 1 and words in notices[0], notices
+    notices = [w for w in caught if _NOTICE in str(w.message)]
+    assert len(notices) == 1 and words in str(notices[0].message), [str(w.message) for w in notices]
+    assert notices[0].filename == __file__  # the warning points at the caller of trainer.step
     assert emu.counters()[0]["graph_launches"] == 2  # the blocks' graphs only
     assert trainer._step_graphs.replays == 0
 

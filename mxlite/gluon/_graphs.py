@@ -30,6 +30,7 @@ then one graph per GPU) when every parameter it updates is read by a captured bl
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections import OrderedDict
@@ -260,8 +261,11 @@ class StepGraphs:
         if cause in self._warned:
             return
         self._warned.add(cause)
+        frame, level = sys._getframe(), 1  # point at the user's call (trainer.step or trainer.update)
+        while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("mxlite."):
+            frame, level = frame.f_back, level + 1
         warnings.warn(f"mxlite: Trainer.step runs eagerly (its blocks are captured as CUDA graphs, the step is "
-                      f"not): {cause}", stacklevel=5)
+                      f"not): {cause}", stacklevel=level)
 
     def run(self, updates: Sequence[tuple[Any, Any]], optimizer: Any) -> None:
         """Launch the prepared ``updates`` = [(updater, prepared)]: by replaying their graphs when captured,
