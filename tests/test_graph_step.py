@@ -110,6 +110,20 @@ def test_captured_step_is_bit_identical_to_eager(emu, optimizer, gpus, kvstore):
     assert all(i["launches"] == 18 for i in info)
 
 
+@pytest.mark.parametrize("kvstore", ["device", "nccl"])
+def test_without_overlap_the_sums_precede_the_replayed_update(emu, kvstore):
+    """overlap=False: every bucket is summed in step, before the graphs of the update are launched."""
+    devices = _devices(2)
+    (eager, t_eager), (graphed, t_graphed) = _pair(devices, "sgd", kvstore, overlap=False)
+    rng = np.random.default_rng(11)
+    for step in range(6):
+        x, y = _batch(rng, 8)
+        _train_step(graphed, t_graphed, x, y, devices)
+        _train_step(eager, t_eager, x, y, devices)
+        _assert_same(eager, graphed, devices, step)
+    assert t_graphed._step_graphs.replays == 3
+
+
 def test_a_replayed_step_is_one_graph_launch_and_no_host_sync(emu):
     devices = _devices(1)
     _, (net, trainer) = _pair(devices, "adam", "device")
