@@ -44,7 +44,9 @@ def _optimizer(name):
         return "adam", {"learning_rate": 0.01, "lr_scheduler": mx.lr_scheduler.FactorScheduler(step=3, factor=0.7)}
     if name == "lamb":  # two launches per arena, per-parameter norms summed in a buffer made inside the capture
         return "lamb", {"learning_rate": 0.01}
-    return "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3}
+    if name == "sgd":
+        return "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3}
+    return name, {"learning_rate": 0.01}
 
 
 def _pair(devices, optimizer, kvstore, **trainer_kwargs):
@@ -180,6 +182,7 @@ _REFUSALS = {
     "sharded": (2, "nccl", {"shard_optimizer_states": True}, "shard_optimizer_states"),
     "check_finite": (1, "device", {"check_finite": True}, "check_finite"),
     "amp": (1, "device", {}, "dynamic loss scaling"),
+    "sgld": (1, "device", {}, "without a fused update"),  # the per-parameter path
 }
 
 
@@ -187,7 +190,7 @@ _REFUSALS = {
 def test_each_reason_keeps_the_step_eager_with_one_notice(emu, case):
     gpus, kvstore, kwargs, words = _REFUSALS[case]
     devices = _devices(gpus)
-    _, (net, trainer) = _pair(devices, "adam", kvstore, **kwargs)
+    _, (net, trainer) = _pair(devices, "sgld" if case == "sgld" else "adam", kvstore, **kwargs)
     if case == "amp":
         mx.amp.init_trainer(trainer)
     rng = np.random.default_rng(5)

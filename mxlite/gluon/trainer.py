@@ -613,7 +613,7 @@ class Trainer(TrainerStates):
         # One fused update per (arena, mirror): every parameter of the arena in one launch. Sharded, every
         # mirror updates its own slice, and the mirrors of one arena are driven together (norm sums).
         together: dict[int, tuple[Communicator, list[Any]]] = {}
-        captured = bool(groups) and self._step_capturable(fused, sharded_syncs)
+        captured = bool(todo) and self._step_capturable(fused, sharded_syncs)
         prepared = []  # captured: every table written first, then the launches replayed (one graph per GPU)
         for key, (arena, entries) in groups.items():
             sync, layout = self._shard_layout(arena)
