@@ -23,19 +23,25 @@ from the host, cuBLAS through CuPy, forward hooks on child blocks, outputs other
 gradients, and GPUs without nvmath-python. Such a signature keeps running eagerly until ``hybridize`` is
 called again. A block called again before the backward of its previous recorded call (both calls' outputs
 alive with their history) runs that call eagerly: the graph's buffers hold one call's activations.
+
+:class:`StepGraphs` captures the Trainer's fused update the same way (one eager warm-up per signature,
+then one graph per GPU) when every parameter it updates is read by a captured block (:func:`graphed_params`).
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
+import weakref
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..autograd._graphed import GraphedFunction, capture, signature
 from ..autograd.tensor import Tensor
 from ..device import graphs as _device_graphs
 
-__all__ = ["MAX_GRAPHS", "BlockGraphs"]
+__all__ = ["MAX_GRAPHS", "BlockGraphs", "StepGraphs", "graphed_params"]
 
 # Signatures (input shapes and flags) whose graphs one block keeps: training and inference calls at the
 # batch size and at a smaller last batch, on two devices, fit.
@@ -78,6 +84,7 @@ class BlockGraphs:
         self._unavailable: str | None = None
         self._hook_stamp = -1
         self._hooked: str | None = None
+        _LIVE.add(self)
 
     def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         block = self._block
@@ -190,3 +197,169 @@ class BlockGraphs:
             out.append({"label": entry.label, "device": str(g.device), "bytes": g.nbytes,
                         "launches": g.forward_graph.launches, "backward": g.backward_graph is not None})
         return out
+
+
+_LIVE: weakref.WeakSet[BlockGraphs] = weakref.WeakSet()
+
+
+def graphed_params() -> set[int]:
+    """``id()`` of the parameters read by a live captured signature with a backward graph (a block replayed in
+    training): the Trainer captures its step only when every parameter it updates is among them."""
+    found: set[int] = set()
+    for graphs in list(_LIVE):
+        for entry in graphs._entries.values():
+            if entry.graphed.alive and entry.graphed.backward_graph is not None:
+                found.update(id(p[0]) for p in entry.params)
+    return found
+
+
+# Optimizer attributes that change from step to step and reach the kernels through the table, not as kernel
+# arguments: a change of them needs no new capture.
+_PER_STEP = frozenset({"lr", "num_update", "_warned_low_precision"})
+_SCALARS = (int, float, bool, str, type(None))
+
+
+class _StepEntry:
+    """A captured step: one graph per device, and the objects whose buffers the graphs read (held, so their
+    ``id()`` in the signature is never reused)."""
+
+    __slots__ = ("graphs", "refs")
+
+    def __init__(self, graphs: list[Any], refs: list[Any]) -> None:
+        self.graphs = graphs
+        self.refs = refs
+
+
+class StepGraphs:
+    """The Trainer's fused update captured as CUDA graphs: one graph per device, replayed at every step.
+
+    The Trainer hands :meth:`run` the updates it prepared (:meth:`mxlite.optimizer._arena.ArenaUpdater.prepare`
+    has advanced the update counts and written each per-parameter table into its device buffer). They are
+    looked up by their *signature*: the buffers they read and write (arena, states, tables, plans) and the
+    optimizer's scalar attributes that reach the kernels as arguments (``rescale_grad``, hence the batch size;
+    ``clip_gradient``, betas, momentum, ...). A signature seen for the first time is launched eagerly (the
+    warm-up: kernels compiled, plan tables copied); the second time it is captured, one graph per device, and
+    from then on replayed with one graph launch per device. The learning rate, its schedule, weight decays and
+    update counts travel in the table, so changing them needs no new capture.
+    """
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple, _StepEntry] = OrderedDict()
+        self._seen: OrderedDict[tuple, list[Any]] = OrderedDict()
+        self._failed: dict[tuple, str] = {}
+        self._warned: set[str] = set()
+        self.replays = 0  # steps run by launching graphs
+
+    @staticmethod
+    def wanted(params: Iterable[Any]) -> bool:
+        """Whether every gradient-carrying parameter is read by a captured block (a GPU, replayed in training)."""
+        graphed = graphed_params()
+        return bool(graphed) and all(id(p) in graphed for p in params if p.grad_req != "null")
+
+    def notice(self, cause: str) -> None:
+        """One warning per cause: the step runs eagerly, and why."""
+        if cause in self._warned:
+            return
+        self._warned.add(cause)
+        frame, level = sys._getframe(), 1  # point at the user's call (trainer.step or trainer.update)
+        while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("mxlite."):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(f"mxlite: Trainer.step runs eagerly (its blocks are captured as CUDA graphs, the step is "
+                      f"not): {cause}", stacklevel=level)
+
+    def run(self, updates: Sequence[tuple[Any, Any]], optimizer: Any) -> None:
+        """Launch the prepared ``updates`` = [(updater, prepared)]: by replaying their graphs when captured,
+        eagerly for a signature's first step (or one that could not be captured)."""
+        key, refs = _signature(updates, optimizer)
+        entry = self._entries.get(key)
+        if entry is not None and all(g.alive for g in entry.graphs):
+            self._entries.move_to_end(key)
+            for graph in entry.graphs:
+                graph.launch()
+            self.replays += 1
+            return
+        if entry is not None:
+            del self._entries[key]  # mx.device.graphs.clear() dropped them: this step is the warm-up
+            self._seen.pop(key, None)
+        if key in self._failed or key not in self._seen:
+            self._seen[key] = refs
+            while len(self._seen) > 2 * MAX_GRAPHS:
+                self._seen.popitem(last=False)
+            _launch(updates)
+            return
+        try:
+            entry = self._capture(updates, refs)
+        except _device_graphs.GraphUnavailableError as exc:
+            self._failed[key] = str(exc)
+            self.notice(str(exc))
+            _launch(updates)
+            return
+        except _device_graphs.CaptureError as exc:
+            self._failed[key] = exc.cause
+            self.notice(exc.cause)
+            _launch(updates)
+            return
+        self._entries[key] = entry
+        while len(self._entries) > MAX_GRAPHS:
+            self._drop(next(iter(self._entries)))
+        for graph in entry.graphs:
+            graph.launch()  # a capture records the step; this launch runs it
+
+    @staticmethod
+    def _capture(updates: Sequence[tuple[Any, Any]], refs: list[Any]) -> _StepEntry:
+        devices: list[Any] = []
+        for updater, prepared in updates:
+            device = updater.arena.device
+            prepared.plan.tables(device)  # made on the first launch; never copied from the host inside a capture
+            if device not in devices:
+                devices.append(device)
+        graphs = []
+        try:
+            for device in devices:
+                mine = [(u, p) for u, p in updates if u.arena.device == device]
+                label = f"Trainer.step {type(mine[0][0].optimizer).__name__} ({len(mine)} arena update(s))"
+                graph, _ = _device_graphs.capture(device, lambda mine=mine: _launch(mine), label)
+                graphs.append(graph)
+        except BaseException:
+            for graph in graphs:
+                graph.drop()
+            raise
+        return _StepEntry(graphs, refs)
+
+    def _drop(self, key: tuple) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            for graph in entry.graphs:
+                graph.drop()
+
+    def release(self) -> None:
+        """Drop every captured step."""
+        for key in list(self._entries):
+            self._drop(key)
+
+    def info(self) -> list[dict[str, Any]]:
+        """One dict per captured graph: ``label``, ``device``, ``bytes`` held and ``launches``."""
+        return [{"label": g.label, "device": str(g.device), "bytes": g.nbytes, "launches": g.launches}
+                for entry in self._entries.values() for g in entry.graphs]
+
+
+def _launch(updates: Sequence[tuple[Any, Any]]) -> None:
+    """The fused kernels of every prepared update (unsharded updates yield nothing between their launches)."""
+    for updater, prepared in updates:
+        for _ in updater.launch(prepared):
+            raise RuntimeError("an unsharded update has no partial sums to complete")
+
+
+def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any) -> tuple[tuple, list[Any]]:
+    """The key of a step (the buffers its launches read and write, the optimizer's kernel arguments) and the
+    objects it names by ``id()``."""
+    refs: list[Any] = []
+    parts = []
+    for updater, prepared in updates:
+        arena = updater.arena
+        held = (updater, arena.data_buf, arena.grad_buf, prepared.plan, prepared.table, *updater.buffers())
+        refs.append(held)
+        parts.append(tuple(id(x) for x in held))
+    scalars = tuple(sorted((k, v) for k, v in vars(optimizer).items()
+                           if type(v) in _SCALARS and k not in _PER_STEP))
+    return (tuple(parts), type(optimizer), scalars), refs

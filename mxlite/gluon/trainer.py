@@ -27,6 +27,12 @@ Behaviour:
   reduction of each bucket onto its owners, during backward as the all-reduce was), updates it, and
   an all-gather restores every mirror's weights. See docs/sharding.md.
 
+* When every parameter is read by a block captured as CUDA graphs (``hybridize(static_alloc=True,
+  static_shape=True)`` on GPUs), the fused update is captured too, one graph per GPU, and replayed; the
+  per-parameter table (rates, schedule, update counts) is written to the device before each replay. What
+  needs the host (``update_on_kvstore``, ``partial_sync``, compression, AMP, ``check_finite``, sharded
+  states, a rule without fused kernels) keeps it eager with one warning per reason. See docs/graphs.md.
+
 The kvstore (Gluon's rules, see :meth:`Trainer._init_kvstore`): a store is used when there are
 several devices or a 'dist_*' type. By default (mxlite) the store only sums gradients, through
 zero-copy buckets (:mod:`mxlite.comm.buckets`), and every mirror applies the update itself with
@@ -54,6 +60,7 @@ from ..comm.narrow import narrow_gradient
 from ..formats.archive import as_host
 from ..optimizer._arena import ArenaUpdater, fused_rule
 from ..optimizer._fused import from_structure
+from ._graphs import StepGraphs
 from ._trainer_states import TrainerStates, copy_state
 from .parameter import Parameter
 
@@ -194,6 +201,7 @@ class Trainer(TrainerStates):
         self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
         self._applied: set[tuple[int, int]] = set()  # (index, mirror) that received its loaded state
         self._loaded_residuals: dict[tuple[int, int], np.ndarray] = {}  # (index, mirror) -> residual to restore
+        self._step_graphs = StepGraphs()  # the update as CUDA graphs when every block is captured (docs/graphs.md)
         self._init_kvstore()  # as soon as the devices are known (deferred parameters know theirs)
         if all(p.is_initialized for p in self._params if p.grad_req != "null"):
             # Start in sync (rank 0's values) and hook the buckets before the first backward;
@@ -346,6 +354,8 @@ class Trainer(TrainerStates):
         self._check_batch_size(batch_size)
         self._init_kvstore()
         self._check_devices_unchanged()
+        if (self._update_on_kvstore or self._partial_sync) and self._step_graphs.wanted(self._params):
+            self._step_graphs.notice(self._eager_step_reason())
         if self._update_on_kvstore:
             self._step_on_kvstore(batch_size, ignore_stale_grad)
         elif self._partial_sync:
@@ -603,6 +613,8 @@ class Trainer(TrainerStates):
         # One fused update per (arena, mirror): every parameter of the arena in one launch. Sharded, every
         # mirror updates its own slice, and the mirrors of one arena are driven together (norm sums).
         together: dict[int, tuple[Communicator, list[Any]]] = {}
+        captured = bool(todo) and self._step_capturable(fused, sharded_syncs)
+        prepared = []  # captured: every table written first, then the launches replayed (one graph per GPU)
         for key, (arena, entries) in groups.items():
             sync, layout = self._shard_layout(arena)
             shard = layout.shard(key[1]) if layout is not None else None
@@ -616,15 +628,53 @@ class Trainer(TrainerStates):
             # On a GPU the bucket sums may still sit in the arena's half-precision wire (fp16/bf16
             # codecs): the comm layer says whether it holds all of them, the update then reads it.
             narrow = narrow_gradient(arena, {id(s.key) for _, s in entries}) if arena.device.is_gpu else None
-            if layout is None:
+            if layout is None and captured:
+                prepared.append((updater, updater.prepare(entries)))  # no narrow wire: compression keeps it eager
+            elif layout is None:
                 updater.step(entries, narrow)
             else:
                 together.setdefault(id(layout), (sync.comm, []))[1].append(updater.steps(entries, narrow))
+        if prepared:
+            self._step_graphs.run(prepared, opt)
         for comm, steps in together.values():
             _drive_shards(comm, steps)
         opt.set_current_mirror(0)
         for sync in sharded_syncs:
             sync.gather_weights()  # every mirror gets every shard's updated weights
+
+    def _step_capturable(self, fused: list[bool], sharded_syncs: list[GradientSync]) -> bool:
+        """Whether this step's update runs as CUDA graphs: every parameter's block is captured (else no notice:
+        nothing asked for graphs) and nothing in the step needs the host; otherwise one notice per reason."""
+        if not self._step_graphs.wanted(self._params):
+            self._step_graphs.release()  # the blocks stopped being captured (hybridize(False)): give the memory back
+            return False
+        why = self._eager_step_reason(fused, sharded_syncs)
+        if why is not None:
+            self._step_graphs.notice(why)
+        return why is None
+
+    def _eager_step_reason(self, fused: list[bool] | None = None, sharded_syncs: list[GradientSync] | None = None
+                           ) -> str | None:
+        """Why the step cannot be captured (None when it can); see docs/graphs.md."""
+        if any(not d.is_gpu for p in self._params if p.is_initialized for d in p.list_device()):
+            return "a parameter lives on a CPU device"
+        if self._update_on_kvstore:
+            return "update_on_kvstore=True (the store applies the optimizer)"
+        if self._partial_sync:
+            return "partial_sync (its parameter averaging waits for the collectives)"
+        if self._codec is not None:
+            return (f"gradient compression {self._codec.params.get('type')!r} (its exchange or wire is driven from "
+                    "the host)")
+        if self._amp_loss_scaler is not None:
+            return "dynamic loss scaling (mx.amp reads the overflow flag on the host to skip a step)"
+        if self._check_finite:
+            return "check_finite=True (reads the gradients' finiteness on the host)"
+        if sharded_syncs:
+            return "shard_optimizer_states=True (its all-gather of the updated shards runs after the update)"
+        if fused is not None and not all(fused):
+            return (f"a parameter without a fused update ({type(self._optimizer).__name__} on float64 weights, a "
+                    "rule without fused kernels, or a row-sparse gradient)")
+        return None
 
     def _check_shardable(self, update_on_kvstore: bool | None) -> None:
         """ValueError when ``shard_optimizer_states`` cannot work with the other arguments."""

@@ -9,6 +9,11 @@ exactly as in the per-parameter path, and hands everything to one fused update: 
 (one launch, two for LAMB and LARS) on a GPU, and on a CPU device too when they can be compiled
 for the host (``MXLITE_CPU_KERNELS``, :func:`mxlite._kernels.cpu_kernels_enabled`); else the NumPy twin.
 
+An update has a host half and a device half (:meth:`ArenaUpdater.prepare`, :meth:`ArenaUpdater.launch`): the
+host advances the counts and writes the per-parameter table into a device buffer kept per plan (one copy),
+and the kernels read it there, so the Trainer can capture the launches in a CUDA graph and replay them
+after writing the next step's table (docs/graphs.md, "The Trainer's step as a graph").
+
 Arenas grow while a model is being built (deferred initialisation); when the data buffer is
 replaced the state buffers are rebuilt in the new layout, each parameter's state copied over.
 
@@ -36,6 +41,7 @@ float32 copy of the gradient.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,7 +52,20 @@ from . import _fused
 from ._fused import fused_rule, to_structure
 from .optimizer import Optimizer
 
-__all__ = ["ArenaUpdater", "fused_rule"]
+__all__ = ["ArenaUpdater", "Prepared", "fused_rule"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One update made ready by :meth:`ArenaUpdater.prepare`: its plan, the optimizer indices and update counts
+    of its segments, the per-segment table on the host (``hp``) and, where kernels run, in its device buffer
+    (``table``; None for the NumPy twins)."""
+
+    plan: _fused.ArenaPlan
+    indices: list[Any]
+    counts: list[int]
+    hp: np.ndarray
+    table: Any
 
 
 class ArenaUpdater:
@@ -80,6 +99,7 @@ class ArenaUpdater:
         self._states: dict[str, Any] = {}
         self._plans: dict[tuple[Any, ...], _fused.ArenaPlan] = {}
         self._holding: set[int] = set()  # id(parameter) of parameters with state (stepped or loaded)
+        self._tables: dict[int, tuple[_fused.ArenaPlan, Any]] = {}  # id(plan) -> (plan, its device table buffer)
 
     @property
     def _has_master(self) -> bool:
@@ -127,6 +147,7 @@ class ArenaUpdater:
         self._offsets = {id(s.key): s.offset for s in arena.slots}
         self._buffer = arena.data_buf
         self._plans.clear()
+        self._tables.clear()
 
     def _ensure_layout(self, slots: Sequence[Slot]) -> None:
         if self.shard is not None:
@@ -187,6 +208,20 @@ class ArenaUpdater:
             ValueError: a sharded update of a rule with per-parameter norms on the NumPy twins
                 (``MXLITE_CPU_KERNELS=numpy``, or no host build), which take norms over whole parameters.
         """
+        prepared = self.prepare(entries)
+        yield from self.launch(prepared, narrow)
+
+    def prepare(self, entries: Sequence[tuple[int, Slot]]) -> Prepared:
+        """The host half of one update of ``entries``: advance the update counts, compute the per-parameter
+        table (learning rates, weight decays, bias corrections) and, where kernels run, write it into this
+        updater's persistent table buffer for the plan (one host-to-device copy on a GPU).
+
+        The kernels read the table from that buffer, so a launch captured in a CUDA graph reads the values
+        written before each replay (:meth:`launch` issues no copy from the host).
+
+        Raises:
+            ValueError: as :meth:`steps`.
+        """
         opt, arena, rule = self.optimizer, self.arena, self.rule
         self._ensure_layout([s for _, s in entries])
         plan = self._plan(entries)
@@ -199,24 +234,55 @@ class ArenaUpdater:
         opt.set_current_mirror(self.mirror)
         indices = [i for i, _ in entries]
         hp, counts = _fused.table(rule, opt, indices)  # counted before the rate is read (MXNet's order)
-        weight, grad, st, master = arena.data_buf, arena.grad_buf, self._states, self._states.get("master")
         if plan.owners is not None:  # sharded: the kernels see data[lo:hi]; the table has a row per segment
-            weight = weight[self.shard[0]:self.shard[1]]
             hp = hp[np.asarray(plan.owners, dtype=np.int64)] if plan.owners else hp[:0]
             indices, counts = [indices[k] for k in plan.owners], [counts[k] for k in plan.owners]
-        if compiled:  # a GPU, or a CPU device running the same kernels built for the host
+        table = self._write_table(plan, hp) if compiled else None
+        return Prepared(plan, indices, counts, hp, table)
+
+    def _write_table(self, plan: _fused.ArenaPlan, hp: np.ndarray) -> Any:
+        """``hp`` copied into the plan's persistent device table (made once per plan; one copy per step)."""
+        dev = self.arena.device
+        buf = self._tables.get(id(plan))
+        if buf is None or buf[0] is not plan:
+            with dev.use():
+                buf = self._tables[id(plan)] = (plan, dev.xp.zeros(hp.shape, np.float32))
+        with dev.use():
+            if dev.is_gpu:
+                buf[1].set(hp)
+            else:
+                buf[1][...] = hp
+        return buf[1]
+
+    def launch(self, prepared: Prepared, narrow: Any = None) -> Iterator[Any]:
+        """The device half of one update prepared by :meth:`prepare`: the fused kernels (reading the table from
+        its device buffer, so the launches can be captured in a CUDA graph), or the NumPy twin; a generator,
+        as :meth:`steps`."""
+        opt, arena, rule = self.optimizer, self.arena, self.rule
+        plan = prepared.plan
+        weight, grad, st, master = arena.data_buf, arena.grad_buf, self._states, self._states.get("master")
+        if plan.owners is not None:
+            weight = weight[self.shard[0]:self.shard[1]]
+        if prepared.table is not None:  # a GPU, or a CPU device running the same kernels built for the host
             if narrow is not None and arena.device.is_gpu:  # the bucket sums in half precision: read them as they are
-                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp, narrow.dtype, narrow.scale)
+                launcher = _fused.Launcher(arena.device, plan, arena.dtype, prepared.table, narrow.dtype,
+                                           narrow.scale)
                 grad = narrow.wire
             else:
-                launcher = _fused.Launcher(arena.device, plan, arena.dtype, hp)
+                launcher = _fused.Launcher(arena.device, plan, arena.dtype, prepared.table)
             launched = rule.launch(launcher, opt, weight, grad, st, master)
             if launched is not None:  # a rule with per-parameter norms: its sums may need the other shards
                 yield from launched
         elif rule.twin is not None:
-            rule.twin(opt, plan, weight, grad, st, master, hp)
+            rule.twin(opt, plan, weight, grad, st, master, prepared.hp)
         else:
-            _fused.step_segments(opt, plan, indices, counts, weight, grad, self.state_names, st, master)
+            _fused.step_segments(opt, plan, prepared.indices, prepared.counts, weight, grad, self.state_names, st,
+                                 master)
+
+    def buffers(self) -> tuple[Any, ...]:
+        """The device buffers a launch reads and writes besides the arena's (states and table buffers), for a
+        caller that must know they stay the same (a captured step)."""
+        return (*self._states.values(), *(t for _, t in self._tables.values()))
 
     # -- per-parameter views of the state, for saving and loading ------------------------------
     def get_state(self, slot: Slot) -> Any:

@@ -11,7 +11,7 @@ with the data buffer's layout. An :class:`ArenaPlan` lists the segments (paramet
 and cuts them into chunks of at most :data:`CHUNK` elements that never straddle two
 parameters; on a GPU one kernel launch (``kernels/optimizers.cu``) updates every chunk, reading
 the per-parameter values (learning rate, weight decay, ...) from a small table, ``HP`` floats
-per parameter, that the host refreshes before each launch (:class:`Launcher`).
+per parameter, that the host writes into a persistent device buffer before each launch (:class:`Launcher`).
 
 On a CPU device the same kernels run compiled for the host (the serial build of
 :mod:`mxlite.device._hostcuda`: one thread per block, the block loop vectorised by g++) when
@@ -326,8 +326,10 @@ class Launcher:
     """Launches kernels of ``optimizers.cu`` over one plan with one per-parameter table (GPU, or a
     CPU device through the host build).
 
-    Made once per fused update: it copies ``hp`` (shape ``(segments, HP)``, float32) to the
-    device, then each call launches one kernel over every chunk of the plan.
+    Made once per fused update: ``hp`` (shape ``(segments, HP)``, float32) is the per-parameter table, a
+    host array (copied to the device here) or a device array used in place (the persistent table buffer
+    :meth:`mxlite.optimizer._arena.ArenaUpdater.prepare` writes before each step, which a captured update
+    reads at every replay); then each call launches one kernel over every chunk of the plan.
 
     ``grad_dtype`` (default: the weights' dtype) is the type of the gradient buffer the kernels
     read; 'float16' or 'bfloat16' for a gradient summed on a narrow wire (bfloat16 arrays hold
@@ -356,7 +358,10 @@ class Launcher:
         self.grad_type_name = _TYPE_NAMES[grad_name]
         self.grad_scale = float(grad_scale)
         with device.use():
-            self._tables = (*plan.tables(device), device.xp.asarray(hp, dtype=np.float32))
+            # A device array is the caller's persistent table (ArenaUpdater.prepare wrote it): used as it is, so
+            # a launch issues no copy from the host and can be captured in a CUDA graph.
+            table = device.xp.asarray(hp, dtype=np.float32) if isinstance(hp, np.ndarray) else hp
+            self._tables = (*plan.tables(device), table)
 
     def rescale(self, rescale_grad: float) -> np.float32:
         """The ``rescale`` argument of a kernel: ``rescale_grad * grad_scale`` (float64 product, one rounding)."""
