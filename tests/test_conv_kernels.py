@@ -38,6 +38,7 @@ GEOMETRIES = {
     "2d-s3-gap": (2, 1, (10, 11), (2, 2), (3, 3), (0, 1), (1, 1)),  # stride > kernel: elements no tap reaches
     "3d-mixed": (2, 2, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2)),
     "3d-tiles": (1, 3, (4, 4, 4), (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)),
+    "2d-wide-pad": (1, 2, (4, 5), (2, 3), (1, 2), (3, 2), (1, 1)),  # whole lines and windows of padding
 }
 
 
@@ -92,8 +93,7 @@ def mode(monkeypatch):
 def test_im2col_and_col2im_match_the_twins_in_both_layouts(name, dtype, mode):
     geo = _conv_geom(GEOMETRIES[name])
     rng = np.random.default_rng(1)
-    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)
-    xpad = geo.pad_input(np, x)
+    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)  # the kernels pad it, the twin pads a copy
     dcols_shape = (geo.n, 1, geo.kg, geo.l)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf in the twin's sums
@@ -103,7 +103,7 @@ def test_im2col_and_col2im_match_the_twins_in_both_layouts(name, dtype, mode):
             results = {}
             for m in ("numpy", "compiled"):
                 mode(m)
-                results[m] = (geo.im2col(np, xpad), geo.col2im(np, dcols))
+                results[m] = (geo.im2col(np, x), geo.col2im(np, dcols))
             what = f"{name}, {'merged' if merged else 'per-sample'}"
             _same_bits(results["compiled"][0], results["numpy"][0], f"im2col, {what}")
             _same_bits(results["compiled"][1], results["numpy"][1], f"col2im, {what}")
@@ -119,7 +119,7 @@ def test_col2im_writes_a_block_into_out_and_keeps_negative_zero(mode):
     results = {}
     for m in ("numpy", "compiled"):
         mode(m)
-        out = np.zeros((geo.n + 1, geo.c) + geo.padded, np.float32)
+        out = np.zeros((geo.n + 1, geo.c) + geo.spatial, np.float32)
         got = geo.col2im(np, dcols[:1], out=out[1:2])
         assert np.shares_memory(got, out)
         results[m] = out
@@ -261,7 +261,9 @@ def test_numpy_mode_launches_nothing(mode, monkeypatch):
 
 
 def test_geometry_packs_fewer_axes_as_leading_ones():
-    assert ck.geometry(2, 3, (9,), (3,), (2,), (1,), (4,)) == (2, 3, 1, 1, 9, 1, 1, 3, 1, 1, 4, 1, 1, 2, 1, 1, 1)
+    assert ck.geometry(2, 3, (9,), (3,), (2,), (1,), (4,)) == (2, 3, 1, 1, 9, 1, 1, 3, 1, 1, 4, 1, 1, 2, 1, 1, 1,
+                                                                0, 0, 0)
+    assert ck.geometry(2, 3, (7, 9), (3, 3), (1, 2), (1, 1), (7, 5), (1, 2))[-6:] == (1, 1, 1, 0, 1, 2)
     with pytest.raises(ValueError, match="1 to 3 spatial axes"):
         ck.geometry(1, 1, (5,) * 4, (1,) * 4, (1,) * 4, (1,) * 4, (5,) * 4)
 
@@ -269,7 +271,7 @@ def test_geometry_packs_fewer_axes_as_leading_ones():
 # -- GPUs (emulated where there is none): the kernels with real block sizes against the twins ----------
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
-GPU_GEOMETRIES = ["1d-s2-d3", "2d-k3-p1", "2d-tiles", "2d-s3-gap", "3d-mixed"]
+GPU_GEOMETRIES = ["1d-s2-d3", "2d-k3-p1", "2d-tiles", "2d-s3-gap", "3d-mixed", "2d-wide-pad"]
 GPU_THREADS = [None, 1, 7, 64]  # default (a multiple of 32 sized to the plane), one thread, odd, several warps
 
 
@@ -298,7 +300,7 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
     geo = _conv_geom(GEOMETRIES[name])
     rng = np.random.default_rng(8)
     dtype = np.float32 if threads != 7 else np.float16
-    xpad = geo.pad_input(np, _values(rng, (geo.n, geo.c) + geo.spatial, dtype))
+    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)
     accumulate = nn_ops._overlapping(geo.kernel, geo.stride, geo.dilation, geo.out_sp)
     mode("numpy")
     for layout in ("per_sample", "merged"):
@@ -306,8 +308,8 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
         dcols = _values(rng, (1, geo.kg, geo.n * geo.l) if geo.merged else (geo.n, 1, geo.kg, geo.l), dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            want_cols, want_img = geo.im2col(np, xpad), geo.col2im(np, dcols)
-        got_cols = ck.im2col(mx.gpu(0).xp, _on_gpu(xpad), geo.kernel_geometry(geo.n), layout, threads=threads)
+            want_cols, want_img = geo.im2col(np, x), geo.col2im(np, dcols)
+        got_cols = ck.im2col(mx.gpu(0).xp, _on_gpu(x), geo.kernel_geometry(geo.n), layout, threads=threads)
         got_img = ck.col2im(mx.gpu(0).xp, _on_gpu(dcols), geo.kernel_geometry(geo.n), layout, accumulate,
                             threads=threads)
         _same_bits_or_nan(got_cols, want_cols, f"im2col {name} {layout}")

@@ -7,10 +7,12 @@ results bit for bit. A CPU device runs the serial host build (one thread per blo
 sample and channel per block, vectorised) when :func:`mxlite._kernels.cpu_kernels_enabled` allows
 it; a GPU runs the same source through CuPy instead of the composed CuPy operations.
 
-Geometry: :func:`geometry` packs ``(n, c, padded, kernel, stride, dilation, out_sp)`` into 17 ints,
+Geometry: :func:`geometry` packs ``(n, c, image, kernel, stride, dilation, out_sp, pad)`` into 20 ints,
 1-D and 2-D problems as 3-D ones with leading axes of size 1; a launch passes them, with the column
-strides and the accumulate flag, as 21 int64 kernel arguments by value (NumPy scalars made once per
+strides and the accumulate flag, as 24 int64 kernel arguments by value (NumPy scalars made once per
 geometry): no host-to-device copy per launch, and nothing on the device for streams to share.
+The zero padding of a convolution is applied inside the kernels (im2col reads zeros outside the
+image, col2im drops what falls outside it): neither direction makes a padded copy of the image.
 Column layouts (``layout``): ``'per_sample'`` (N, C, *K, *O), ``'merged'`` (C, *K, N, *O) and
 ``'taps_first'`` (*K, N, C, *O), as ``_ConvGeom`` and max pooling use them.
 """
@@ -36,7 +38,7 @@ _MAX_BLOCKS = 65535  # blocks loop over planes past it
 _MAX_THREADS = 256  # threads per block on a GPU (fewer for small planes)
 _LAYOUTS = ("per_sample", "merged", "taps_first")
 
-Geometry = tuple[int, ...]  # n, c, then (d, h, w) of padded, kernel, output, stride, dilation: 17 ints
+Geometry = tuple[int, ...]  # n, c, then (d, h, w) of image, kernel, output, stride, dilation, pad: 20 ints
 
 
 def enabled(xp: Any, dtype: Any, nd: int) -> bool:
@@ -54,18 +56,25 @@ def enabled(xp: Any, dtype: Any, nd: int) -> bool:
     return xp is not np or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
 
 
-def geometry(n: int, c: int, padded: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
-             dilation: tuple[int, ...], out_sp: tuple[int, ...]) -> Geometry:
-    """n, c, then padded, kernel, output, stride and dilation as (d, h, w) each (leading axes of size 1).
+def geometry(n: int, c: int, image: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+             dilation: tuple[int, ...], out_sp: tuple[int, ...], pad: tuple[int, ...] | None = None) -> Geometry:
+    """n, c, then image, kernel, output, stride, dilation and pad as (d, h, w) each (leading axes of size 1,
+    padding 0 there).
+
+    ``image``: the extents of the image as stored; ``pad``: the zero padding the windows see before each
+    axis (none by default: the image is already padded). Output position o, tap k reads image element
+    ``o*stride + k*dilation - pad``; outside the image it reads zero.
 
     Raises:
         ValueError: more than 3 spatial axes, or fields of different lengths.
     """
-    lead = (1,) * (_MAX_ND - len(kernel))
-    fields = (padded, kernel, out_sp, stride, dilation)
+    pad = (0,) * len(kernel) if pad is None else pad
+    fields = (image, kernel, out_sp, stride, dilation, pad)
     if any(len(f) != len(kernel) for f in fields) or len(kernel) > _MAX_ND:
         raise ValueError(f"geometry needs 1 to {_MAX_ND} spatial axes, the same number in every field, got {fields}")
-    return (int(n), int(c), *(int(v) for f in fields for v in lead + tuple(f)))
+    lead = (1,) * (_MAX_ND - len(kernel))
+    return (int(n), int(c), *(int(v) for f in fields[:5] for v in lead + tuple(f)),
+            *(int(v) for v in (0,) * len(lead) + tuple(pad)))
 
 
 def _split(geom: Geometry) -> tuple[int, int, int, int, int]:
@@ -94,7 +103,7 @@ def _cols_shape(geom: Geometry, layout: str) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1024)
 def _geometry_args(values: tuple[int, ...]) -> tuple[np.int64, ...]:
-    """The kernels' 21 geometry arguments (kernels/conv.cu: GEOMETRY_PARAMS) as int64 scalars, made once per
+    """The kernels' 24 geometry arguments (kernels/conv.cu: GEOMETRY_PARAMS) as int64 scalars, made once per
     geometry (a NumPy scalar packs faster than a Python int on the host build and the same on CuPy)."""
     return tuple(np.int64(v) for v in values)
 
@@ -137,7 +146,7 @@ def _image_shape(geom: Geometry, shape: tuple[int, ...] | None) -> tuple[int, ..
 
 def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None = None,
            shape: tuple[int, ...] | None = None) -> Any:
-    """The columns of ``img`` (N, C, *padded), in ``layout``: shape (N, C, taps, positions) for per_sample,
+    """The columns of ``img`` (N, C, *image), in ``layout``: shape (N, C, taps, positions) for per_sample,
     (C, taps, N, positions) for merged, (taps, N, C, positions) for taps_first. Kernel ``im2col``.
 
     ``threads``: block size (tests; default 1 on a CPU device, up to 256 on a GPU). ``shape``: the
@@ -159,7 +168,9 @@ def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None =
 
 def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, out: Any = None,
            threads: int | None = None, shape: tuple[int, ...] | None = None) -> Any:
-    """The image summing ``cols`` (in ``layout``) tap by tap, as (N, C, pd, ph, pw) or ``shape``. Kernel ``col2im``.
+    """The image summing ``cols`` (in ``layout``) tap by tap, as (N, C, *image) or ``shape``. Kernel ``col2im``.
+
+    Values whose window element falls in the padding (outside the image) are dropped.
 
     ``accumulate``: whether two (tap, position) pairs may reach one element (``_overlapping``); when
     not, values are assigned, as the twin does. ``out``: a C-contiguous array of the image's size to

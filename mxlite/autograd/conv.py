@@ -185,27 +185,26 @@ class _ConvGeom:
             return data
         return xp.pad(data, widths)
 
-    def crop(self, gpad: Any) -> Any:
-        """The (N, C, *S) interior of a padded gradient."""
-        return _crop(gpad, self.pad, self.spatial)
-
     def kernel_geometry(self, n: int) -> tuple[int, ...]:
-        """The geometry arguments of kernels/conv.cu for ``n`` samples of this convolution's padded input."""
-        return _ck.geometry(n, self.c, self.padded, self.kernel, self.stride, self.dilation, self.out_sp)
+        """The geometry arguments of kernels/conv.cu for ``n`` samples of this convolution's input, the
+        padding applied by the kernels."""
+        return _ck.geometry(n, self.c, self.spatial, self.kernel, self.stride, self.dilation, self.out_sp, self.pad)
 
-    def im2col(self, xp: Any, xpad: Any) -> Any:
-        """Column matrices: (N, groups, Kg, L) per-sample, (groups, Kg, N*L) merged, or the input viewed.
+    def im2col(self, xp: Any, x: Any) -> Any:
+        """Column matrices of the input ``x`` (N, C, *S): (N, groups, Kg, L) per-sample, (groups, Kg, N*L)
+        merged, or the input viewed.
 
-        Kernel ``im2col`` of kernels/conv.cu where :func:`_conv_kernels.enabled`; else (the twin) a
-        copy of the strided window view.
+        Kernel ``im2col`` of kernels/conv.cu where :func:`_conv_kernels.enabled`, which reads the padding
+        as zeros; else (the twin) a copy of the strided window view of the zero-padded input.
         """
         g, n = self.groups, self.n
         if self.pointwise:
-            return xpad.reshape(n, g, self.kg, self.l)
-        if _ck.enabled(xp, xpad.dtype, self.nd):
+            return x.reshape(n, g, self.kg, self.l)
+        if _ck.enabled(xp, x.dtype, self.nd):
             shape = (g, self.kg, n * self.l) if self.merged else (n, g, self.kg, self.l)
-            return _ck.im2col(xp, xpad, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
+            return _ck.im2col(xp, x, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
                               shape=shape)
+        xpad = self.pad_input(xp, x)
         view = _windows(xp, xpad, self.kernel, self.stride, self.dilation, self.out_sp, taps_first=self.merged)
         if self.merged:  # (*K, N, C, *O) -> (C, *K, N, *O): the one copy of the forward pass
             order = (self.nd + 1, *range(self.nd), self.nd, *range(self.nd + 2, 2 * self.nd + 2))
@@ -248,7 +247,7 @@ class _ConvGeom:
         return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
     def input_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
-        """The padded input's gradient: :meth:`col_grad` then :meth:`col2im`, a block of samples at a time.
+        """The input's gradient (N, C, *S): :meth:`col_grad` then :meth:`col2im`, a block of samples at a time.
 
         Per sample the column gradient is prod(K) times the input's size; made and scattered a few
         samples at a time it is read back from cache instead of memory. The merged layout (small
@@ -259,38 +258,43 @@ class _ConvGeom:
         block = max(1, _DCOLS_BLOCK // max(1, self.c * math.prod(self.kernel) * self.l))
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
-        dtype = xp.result_type(w_mat, g_mat)
-        # the kernel writes every element of each block; the twin sums into zeros
-        alloc = xp.empty if _ck.enabled(xp, dtype, self.nd) else xp.zeros
-        gpad = alloc((self.n, self.c) + self.padded, dtype=dtype)
+        gx = xp.empty((self.n, self.c) + self.spatial, dtype=xp.result_type(w_mat, g_mat))  # col2im writes it all
         for start in range(0, self.n, block):
             part = g_mat[start: start + block]
-            self.col2im(xp, self.col_grad(xp, w_mat, part), out=gpad[start: start + part.shape[0]])
-        return gpad
+            self.col2im(xp, self.col_grad(xp, w_mat, part), out=gx[start: start + part.shape[0]])
+        return gx
 
     def col2im(self, xp: Any, dcols: Any, out: Any = None) -> Any:
-        """Sum column gradients back onto the padded input: (N, C, *padded) (the inverse of im2col).
+        """Sum column gradients back onto the input: (N, C, *S) (the inverse of im2col; what falls in the
+        padding is dropped).
 
-        ``dcols`` may hold a block of samples (per-sample layout); ``out``, a (block, C, *padded) array,
-        receives them (zeroed for the twin; the kernel writes every element). Kernel ``col2im`` of
-        kernels/conv.cu where :func:`_conv_kernels.enabled`; else (the twin) :func:`_scatter_taps`.
+        ``dcols`` may hold a block of samples (per-sample layout); ``out``, a C-contiguous (block, C, *S)
+        array, receives them (every element written). Kernel ``col2im`` of kernels/conv.cu where
+        :func:`_conv_kernels.enabled`, straight into the unpadded image; else (the twin)
+        :func:`_scatter_taps` into a zero-padded image, cropped.
         """
         c, nd = self.c, self.nd
         n = self.n if self.merged else dcols.shape[0]
+        shape = (n, c) + self.spatial
         if self.pointwise:
-            return dcols.reshape((n, c) + self.spatial)
+            return dcols.reshape(shape)
         if _ck.enabled(xp, dcols.dtype, nd):
             accumulate = _overlapping(self.kernel, self.stride, self.dilation, self.out_sp)
-            gpad = _ck.col2im(xp, dcols, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
-                              accumulate, out, shape=(n, c) + self.padded)
-            return gpad if gpad.shape == (n, c) + self.padded else gpad.reshape((n, c) + self.padded)
+            gx = _ck.col2im(xp, dcols, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
+                            accumulate, out, shape=shape)
+            return gx if gx.shape == shape else gx.reshape(shape)
         if self.merged:  # (C, *K, N, *O) -> taps-first (*K, N, C, *O) view
             d = dcols.reshape((c, *self.kernel, n, *self.out_sp))
             d = d.transpose((*range(1, nd + 1), nd + 1, 0, *range(nd + 2, 2 * nd + 2)))
         else:  # (N, C, *K, *O) -> (*K, N, C, *O) view
             d = dcols.reshape((n, c, *self.kernel, *self.out_sp))
             d = d.transpose((*range(2, nd + 2), 0, 1, *range(nd + 2, 2 * nd + 2)))
-        return _scatter_taps(xp, d, (n, c) + self.padded, self.kernel, self.stride, self.dilation, self.out_sp, out)
+        gpad = _scatter_taps(xp, d, (n, c) + self.padded, self.kernel, self.stride, self.dilation, self.out_sp)
+        gx = _crop(gpad, self.pad, self.spatial)
+        if out is None:
+            return gx
+        out.reshape(shape)[...] = gx
+        return out
 
     # -- GPUs: whole-batch GEMMs (see _GPU_COLS_BYTES) ---------------------------------------------------
     def pieces(self, itemsize: int) -> list[tuple[int, int]]:
@@ -313,7 +317,7 @@ class _ConvGeom:
         return t.reshape(self.groups, channels // self.groups, a.shape[0] * math.prod(a.shape[2:]))
 
     def gpu_forward(self, xp: Any, xpad: Any, w_mat: Any, bias: Any) -> tuple[Any, Any]:
-        """The convolution of ``xpad`` (N, C, *padded) on a GPU, ``bias`` (C_out,) or None added.
+        """The convolution of ``xpad`` (N, C, *S; padded by im2col) on a GPU, ``bias`` (C_out,) or None added.
 
         Returns ``(out, cols)``: out (N, C_out, *O), C-contiguous, from one GEMM per piece (:meth:`pieces`);
         cols the columns for :meth:`gpu_backward` when the batch was one piece, else None.
@@ -346,9 +350,9 @@ class _ConvGeom:
         """The gradients of :meth:`gpu_forward` on a GPU for the output gradient ``g`` (N, C_out, *O).
 
         ``cols``: the forward's columns, or None (made again from ``xpad``, a piece at a time). Returns
-        ``(gpad, gw)``: the padded input's gradient (N, C, *padded; for a pointwise convolution the
-        input's, (N, C, *S)) when ``need_x``, and the weight gradient (groups, C_out/groups, Kg),
-        written into ``gw_out`` when given, when ``need_w``; None for what is not needed.
+        ``(gpad, gw)``: the input's gradient (N, C, *S) when ``need_x``, and the weight gradient
+        (groups, C_out/groups, Kg), written into ``gw_out`` when given, when ``need_w``; None for what is not
+        needed.
         """
         n, co, gr = self.n, self.c_out, self.groups
         gw = gpad = None
@@ -363,9 +367,8 @@ class _ConvGeom:
         spans = self.pieces(g.dtype.itemsize)
         whole = len(spans) == 1
         if need_x:
-            # the kernel writes every element of each piece; the twin (no kernel) sums into zeros
-            alloc = xp.empty if _ck.enabled(xp, g.dtype, self.nd) else xp.zeros
-            gpad = alloc((n, self.c) + self.padded, dtype=np.result_type(w_mat.dtype, g.dtype))
+            # col2im writes every element of each piece
+            gpad = xp.empty((n, self.c) + self.spatial, dtype=np.result_type(w_mat.dtype, g.dtype))
             w_t = w_mat.transpose(0, 2, 1)
         for i, (start, stop) in enumerate(spans):
             geo = self if whole else self.piece(stop - start)
@@ -442,7 +445,7 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
                     whole_batch=xp is not np)
     wdata = weight._data
     w_mat = wdata.reshape(groups, c_out // groups, geo.kg)
-    xpad = geo.pad_input(xp, x._data)
+    xpad = x._data  # im2col applies the padding
     if geo.whole_batch:
         out, cols = geo.gpu_forward(xp, xpad, w_mat, None if bias is None else bias._data)
         xpad = xpad if cols is None else None  # the backward makes the columns again from it
@@ -468,8 +471,6 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
                 gx = geo.input_grad(xp, w_mat, g_mat)
         if need_w:
             gw = buf if buf is not None else gw.reshape(weight.shape)
-        if need_x and not geo.pointwise:
-            gx = geo.crop(gx)
         if bias is not None and bias._requires_grad():
             gb = _bias_grad(xp, g, bias)
         return (gx, gw) if bias is None else (gx, gw, gb)
@@ -580,7 +581,6 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
     else:
         x_mat = geo.g_matrix(xp, x._data)
         out = geo.input_grad(xp, w_mat, x_mat)
-    out = out if geo.pointwise else geo.crop(out)
     out = out + bias._data.reshape((1, c_out) + (1,) * nd) if bias is not None else xp.ascontiguousarray(out)
 
     def backward(g: Any) -> tuple[Any, ...]:
@@ -589,7 +589,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         buf = grad_out(weight, np.result_type(g.dtype, wdata.dtype)) if need_w else None
         w_out = None if buf is None else buf.reshape(w_mat.shape)
         if geo.whole_batch:
-            gpad = geo.pad_input(xp, g) if need_w or need_x else None
+            gpad = g if need_w or need_x else None  # im2col applies the padding
             cols = None
             if need_x:
                 gx, cols = geo.gpu_forward(xp, gpad, w_mat, None)
@@ -597,7 +597,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
                 _, gw = geo.gpu_backward(xp, x_mat, gpad, cols, w_mat, False, w_out)
         else:
             if need_w or need_x:
-                cols = geo.im2col(xp, geo.pad_input(xp, g))
+                cols = geo.im2col(xp, g)
             if need_x:
                 gx = geo.forward(xp, w_mat, cols)
             if need_w:
