@@ -345,3 +345,39 @@ def test_gpu_max_pool_backward_matches_the_twin(name, threads, mode):
                                 threads=threads)
     got = nn_ops._crop(_host(gpad).reshape(xpad.shape), padv, shape[2:])
     _same_bits_or_nan(np.ascontiguousarray(got), want, f"max-pool backward {name}")
+
+
+def test_host_buffers_hand_out_only_what_nobody_holds():
+    pool = nn_ops._HostBuffers(per_shape=2, shapes=2)
+    a = pool.empty((3, 4), np.float32)
+    b = pool.empty((3, 4), np.float32)
+    assert not np.shares_memory(a, b)
+    view = a.reshape(12)  # a view holds its base
+    del a
+    c = pool.empty((3, 4), np.float32)
+    assert not np.shares_memory(c, view) and not np.shares_memory(c, b)  # a third, not kept
+    del view
+    d = pool.empty((3, 4), np.float32)
+    assert d.shape == (3, 4) and d.dtype == np.float32 and d.flags.c_contiguous
+    pool.empty((5,), np.float64)
+    pool.empty((6,), np.float64)  # the least recently used shape is dropped
+    assert len(pool._buffers) == 2 and ((3, 4), np.dtype(np.float32)) not in pool._buffers
+
+
+def test_convolutions_alive_together_keep_their_own_columns(mode):
+    """Two recorded convolutions of one shape, both backward after both forwards: reused column buffers
+    must not mix them (the gradients equal the twin's)."""
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((2, 3, 9, 9)).astype(np.float32) for _ in range(2)]
+    w_data = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        w = mx.array(w_data)
+        w.attach_grad()
+        with mx.autograd.record():
+            ys = [nn_ops.conv2d(mx.array(x), w, padding=1) for x in xs]
+            loss = (ys[0] * ys[0]).sum() + (ys[1] * 2).sum()
+        loss.backward()
+        results[m] = w.grad.asnumpy()
+    _same_bits(results["compiled"], results["numpy"], "weight gradient of two convolutions")

@@ -145,25 +145,30 @@ def _image_shape(geom: Geometry, shape: tuple[int, ...] | None) -> tuple[int, ..
 
 
 def im2col(xp: Any, img: Any, geom: Geometry, layout: str, threads: int | None = None,
-           shape: tuple[int, ...] | None = None) -> Any:
+           shape: tuple[int, ...] | None = None, out: Any = None) -> Any:
     """The columns of ``img`` (N, C, *image), in ``layout``: shape (N, C, taps, positions) for per_sample,
     (C, taps, N, positions) for merged, (taps, N, C, positions) for taps_first. Kernel ``im2col``.
 
     ``threads``: block size (tests; default 1 on a CPU device, up to 256 on a GPU). ``shape``: the
     columns' shape instead (the same elements, e.g. ``(groups, Kg, N*L)``), so no reshape follows.
+    ``out``: a C-contiguous array of that shape and ``img``'s dtype to write instead of a new one.
 
     Raises:
-        ValueError: ``img`` or ``shape`` do not fit the geometry.
+        ValueError: ``img``, ``shape`` or ``out`` do not fit the geometry.
     """
     img = _contiguous(xp, img)
     _check_size(img, (geom[0], geom[1], *geom[2:5]), "img")
     cols_shape = _cols_shape(geom, layout)
     if shape is not None and math.prod(shape) != math.prod(cols_shape):
         raise ValueError(f"shape {shape} does not hold the columns {cols_shape}")
-    with device_of(img).use():
-        cols = xp.empty(cols_shape if shape is None else shape, dtype=img.dtype)
-    _launch("im2col", geom, layout, False, (img, cols), threads)
-    return cols
+    shape = cols_shape if shape is None else tuple(shape)
+    if out is None:
+        with device_of(img).use():
+            out = xp.empty(shape, dtype=img.dtype)
+    elif out.dtype != img.dtype or not out.flags.c_contiguous or tuple(out.shape) != shape:
+        raise ValueError(f"out must be a C-contiguous {img.dtype} array of shape {shape}, got {out.dtype} {out.shape}")
+    _launch("im2col", geom, layout, False, (img, out), threads)
+    return out
 
 
 def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, out: Any = None,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import importlib
 import math
+import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,6 +96,43 @@ _DCOLS_BLOCK = 1 << 18  # column-gradient elements made and scattered at a time 
 # (1.7 GiB of columns) are cut into 7 pieces; the CNNs of benchmarks/bench_train.py (32x32 images,
 # 75 MB of columns at batch 256) stay whole up to a batch of 910.
 _GPU_COLS_BYTES = 256 << 20
+
+
+class _HostBuffers:
+    """Column buffers of CPU convolutions, kept and handed out again once nothing else holds them.
+
+    A training step makes each layer's columns anew (tens of MB: 38 MB for the 32->64 3x3 layer of
+    benchmarks/bench_train.py's CNN at batch 128). glibc serves a block that large with a fresh mmap, so
+    every step paid a page fault per 4 KiB page as im2col first wrote it (about half of im2col's time on
+    one thread). This keeps up to ``per_shape`` buffers for each of the ``shapes`` most recent (shape,
+    dtype) pairs and gives out one that only the pool references (CPython's reference count: the
+    columns a forward keeps for its backward, and every view of them, hold it), else a new one it keeps
+    if there is room. Memory held: at most ``per_shape`` buffers per shape in use.
+    """
+
+    def __init__(self, per_shape: int = 2, shapes: int = 16) -> None:
+        self.per_shape, self.shapes = per_shape, shapes
+        self._buffers: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised C-contiguous NumPy array of ``shape`` and ``dtype`` that nobody else holds."""
+        key = (tuple(shape), np.dtype(dtype))
+        with self._lock:
+            kept = self._buffers.pop(key, [])
+            self._buffers[key] = kept  # most recently used last
+            for buf in kept:
+                if sys.getrefcount(buf) <= 3:  # the list, this loop and the call: nobody else
+                    return buf
+            buf = np.empty(key[0], dtype=key[1])
+            if len(kept) < self.per_shape:
+                kept.append(buf)
+            while len(self._buffers) > self.shapes:
+                del self._buffers[next(iter(self._buffers))]
+            return buf
+
+
+_COLUMNS = _HostBuffers()
 
 
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
@@ -202,8 +241,9 @@ class _ConvGeom:
             return x.reshape(n, g, self.kg, self.l)
         if _ck.enabled(xp, x.dtype, self.nd):
             shape = (g, self.kg, n * self.l) if self.merged else (n, g, self.kg, self.l)
+            out = _COLUMNS.empty(shape, x.dtype) if xp is np else None  # see _HostBuffers
             return _ck.im2col(xp, x, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
-                              shape=shape)
+                              shape=shape, out=out)
         xpad = self.pad_input(xp, x)
         view = _windows(xp, xpad, self.kernel, self.stride, self.dilation, self.out_sp, taps_first=self.merged)
         if self.merged:  # (*K, N, C, *O) -> (C, *K, N, *O): the one copy of the forward pass
