@@ -198,13 +198,15 @@ def col2im(xp: Any, cols: Any, geom: Geometry, layout: str, accumulate: bool, ou
 
 
 def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry, accumulate: bool,
-                      threads: int | None = None, shape: tuple[int, ...] | None = None) -> Any:
+                      threads: int | None = None, shape: tuple[int, ...] | None = None,
+                      allocate: Any = None) -> Any:
     """Max pooling's padded input gradient (N, C, pd, ph, pw), or ``shape``: each window's gradient to its
     first maximum.
 
     ``taps``: the forward's window values, (taps, N*C*positions) taps first; ``maxima``: their
     maxima; ``grad``: the output gradient (N*C*positions elements); all of one dtype; ``geom`` with
-    dilation 1. Kernel ``max_pool_backward``.
+    dilation 1. Kernel ``max_pool_backward``. ``allocate(shape, dtype)``: where the result and the
+    kernel's scratch come from (default ``xp.empty``).
 
     Raises:
         ValueError: an array or ``shape`` does not fit the geometry.
@@ -213,8 +215,9 @@ def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry
     _check_size(taps, _cols_shape(geom, "taps_first"), "taps")
     for array, name in ((maxima, "maxima"), (grad, "grad")):
         _check_size(array, _cols_shape(geom, "taps_first")[1:], name)
+    allocate = xp.empty if allocate is None else allocate
     with device_of(taps).use():
-        out = xp.empty(_image_shape(geom, shape), dtype=grad.dtype)
-        first = xp.empty(maxima.size, dtype=np.int32)
+        out = allocate(_image_shape(geom, shape), grad.dtype)
+        first = allocate((maxima.size,), np.int32)
     _launch("max_pool_backward", geom, "taps_first", accumulate, (taps, maxima, grad, first, out), threads)
     return out

@@ -99,15 +99,16 @@ _GPU_COLS_BYTES = 256 << 20
 
 
 class _HostBuffers:
-    """Column buffers of CPU convolutions, kept and handed out again once nothing else holds them.
+    """Large buffers of CPU convolutions and max pooling, kept and handed out again once nothing holds them.
 
-    A training step makes each layer's columns anew (tens of MB: 38 MB for the 32->64 3x3 layer of
-    benchmarks/bench_train.py's CNN at batch 128). glibc serves a block that large with a fresh mmap, so
-    every step paid a page fault per 4 KiB page as im2col first wrote it (about half of im2col's time on
-    one thread). This keeps up to ``per_shape`` buffers for each of the ``shapes`` most recent (shape,
-    dtype) pairs and gives out one that only the pool references (CPython's reference count: the
-    columns a forward keeps for its backward, and every view of them, hold it), else a new one it keeps
-    if there is room. Memory held: at most ``per_shape`` buffers per shape in use.
+    A training step makes each layer's columns, GEMM output, max pooling's window taps and input gradient
+    anew (tens of MB: 38 MB of columns for the 32->64 3x3 layer of benchmarks/bench_train.py's CNN at
+    batch 128). glibc serves a block that large with a fresh mmap, or gives freed ones back to the
+    system, so the first write of every page faulted, every step (about half of im2col's time on one
+    thread). This keeps up to ``per_shape`` buffers for each of the ``shapes`` most recent (shape,
+    dtype) pairs and gives out one that only the pool references (CPython's reference count: whoever
+    keeps the array, or any view of it, holds it), else a new one it keeps if there is room. Memory
+    held: at most ``per_shape`` buffers of each such shape.
     """
 
     def __init__(self, per_shape: int = 2, shapes: int = 16) -> None:
@@ -253,6 +254,10 @@ class _ConvGeom:
 
     def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
+        if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (_HostBuffers)
+            shape = (self.n, self.groups, self.c_out // self.groups, self.l)
+            return blas.matmul(w_mat, cols, out=_COLUMNS.empty(shape, cols.dtype)).reshape(
+                (self.n, self.c_out) + self.out_sp)
         out = blas.matmul(w_mat, cols)
         if self.merged:  # (groups, C_out/g, N*L) -> (N, C_out, *O)
             out = out.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
@@ -714,8 +719,11 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     # kernel im2col (taps first) of kernels/conv.cu where it applies; the twin copies the strided view
     kernels = _ck.enabled(xp, data.dtype, len(kernel))
     geom = _ck.geometry(n, c, padded, kernel, stride, ones, out_sp) if kernels else ()
+    host = xp is np  # CPU devices: buffers from _COLUMNS (see _HostBuffers)
     if kernels:  # (taps, N*C*prod(O))
-        cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
+        shape = (taps, n * c * math.prod(out_sp))
+        cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=shape,
+                          out=_COLUMNS.empty(shape, data.dtype) if host else None)
     else:
         cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
         cols = cols.reshape(taps, -1)
@@ -727,7 +735,8 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
         # The gradient of a window goes to its first maximum in row-major tap order (MXNet's rule).
         overlap = _overlapping(kernel, stride, ones, out_sp)
         if kernels and g.dtype == cols.dtype:  # kernel max_pool_backward of kernels/conv.cu; below, its twin
-            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape)
+            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape,
+                                         allocate=_COLUMNS.empty if host else None)
             return (_crop(gpad, pad, spatial),)
         g_flat = g.reshape(-1)
         free = xp.ones(flat.shape, dtype=bool)  # windows whose maximum is not yet found
