@@ -381,3 +381,79 @@ def test_convolutions_alive_together_keep_their_own_columns(mode):
         loss.backward()
         results[m] = w.grad.asnumpy()
     _same_bits(results["compiled"], results["numpy"], "weight gradient of two convolutions")
+
+
+# -- kernels/bias_act.cu: a convolution's bias and ReLU in one pass ----------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_bias_relu_matches_its_twin(dtype, mode):
+    """NaN stays NaN, -0.0 and negative sums become +0, subnormals and infinities as NumPy's add makes them."""
+    rng = np.random.default_rng(12)
+    y = _values(rng, (3, 5, 7, 6), dtype)
+    bias = _values(rng, (5,), dtype, special=False)
+    bias[1] = -0.0
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got = ck.bias_relu(np, y.copy(), bias)
+        results[m] = got
+    _same_bits(results["compiled"], results["numpy"], "bias_relu")
+    got = results["compiled"]
+    assert (got == 0).any() and not np.signbit(got[~np.isnan(got)]).any()
+
+
+def _conv_layer_run(x_data, weight, bias, channels_last=False, create_graph=False):
+    net = mx.gluon.nn.Conv2D(4, 3, padding=1, activation="relu", in_channels=3)
+    net.initialize()
+    net.weight.set_data(mx.nd.array(weight))
+    net.bias.set_data(mx.nd.array(bias))
+    x = mx.nd.array(x_data)
+    x.attach_grad()
+    with mx.autograd.record():
+        y = net(x)
+        loss = (y * y).sum()
+    if create_graph:
+        (gx,) = mx.autograd.grad(loss, [x], create_graph=True)
+        return [y.asnumpy(), gx.asnumpy()]
+    loss.backward()
+    return [y.asnumpy(), x.grad.asnumpy(), net.weight.grad().asnumpy(), net.bias.grad().asnumpy()]
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["grad", "create_graph"])
+def test_conv2d_relu_layer_fused_gives_the_composed_bits(create_graph, mode, monkeypatch):
+    """Conv2D(activation='relu') on a CPU device runs conv_relu (one bias + ReLU pass); its output and
+    gradients (first and, through the recorded plain ops, second order) are those of conv2d then relu."""
+    from mxlite.gluon.nn import conv_layers
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = (0.3 * rng.standard_normal((4, 3, 3, 3))).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    mode("compiled")
+    calls = []
+    real = conv_layers.conv_relu
+    monkeypatch.setattr(conv_layers, "conv_relu", lambda *a: calls.append(1) or real(*a))
+    fused = _conv_layer_run(x, w, b, create_graph=create_graph)
+    assert calls, "the layer did not take the fused path"
+    monkeypatch.setattr(conv_layers, "conv_relu", lambda *a: None)
+    composed = _conv_layer_run(x, w, b, create_graph=create_graph)
+    for i, (a, c) in enumerate(zip(fused, composed)):
+        _same_bits(a, c, f"result {i}")
+    assert (fused[0] == 0).any() and (fused[0] > 0).any()
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("threads", [None, 1, 7], ids=str)
+def test_gpu_bias_relu_matches_its_twin(threads, mode):
+    rng = np.random.default_rng(14)
+    dtype = np.float32 if threads != 7 else np.float16
+    y = _values(rng, (2, 3, 5, 11), dtype)
+    bias = _values(rng, (3,), dtype, special=False)
+    mode("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = ck.bias_relu(np, y.copy(), bias)
+    got = ck.bias_relu(mx.gpu(0).xp, _on_gpu(y), _on_gpu(bias), threads=threads)
+    _same_bits_or_nan(got, want, "bias_relu on a GPU")

@@ -27,8 +27,13 @@ import numpy as np
 
 from ..device import device_of
 from ..device.kernels import cpu_kernels_enabled, get_kernel
+from .activations import _ALL_NAMES as _ACT_NAMES
+from .activations import KERNEL_FILE as _ACT_FILE
+from .activations import _relu_backward_twin, _relu_forward_twin
+from .activations import _relu_launch as _act_launch
 
-__all__ = ["KERNEL_FILE", "col2im", "enabled", "geometry", "im2col", "max_pool_backward"]
+__all__ = ["BIAS_ACT_FILE", "KERNEL_FILE", "bias_relu", "bias_relu_enabled", "col2im", "enabled", "geometry", "im2col",
+           "max_pool_backward", "relu_backward_into"]
 
 KERNEL_FILE = "conv.cu"
 _TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
@@ -220,4 +225,68 @@ def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry
         out = allocate(_image_shape(geom, shape), grad.dtype)
         first = allocate((maxima.size,), np.int32)
     _launch("max_pool_backward", geom, "taps_first", accumulate, (taps, maxima, grad, first, out), threads)
+    return out
+
+
+# -- a convolution's bias and ReLU in one pass (kernels/bias_act.cu) -------------------------------------
+BIAS_ACT_FILE = "bias_act.cu"
+_BIAS_ACT_NAMES = tuple(f"bias_relu_forward<{t}>" for t in _TYPE_NAMES.values())
+_CPU_ROWS = 1 << 16  # elements of the planes one block of the host build takes at least (a share of L2)
+
+
+def _bias_relu_twin(y: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``bias_relu_forward``'s twin, in place: ``y + b`` in y's dtype, then activations' ReLU select."""
+    np.add(y, bias.reshape((1, -1) + (1,) * (y.ndim - 2)), out=y)
+    y[...] = _relu_forward_twin(y)
+    return y
+
+
+def bias_relu_enabled(xp: Any, dtype: Any) -> bool:
+    """Whether :func:`bias_relu` runs the kernel for ``dtype`` under ``xp`` (a GPU, or the host build allowed).
+
+    Raises:
+        ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
+    """
+    if np.dtype(dtype).name not in _TYPE_NAMES:
+        return False
+    return xp is not np or cpu_kernels_enabled(BIAS_ACT_FILE, _BIAS_ACT_NAMES)
+
+
+def bias_relu(xp: Any, y: Any, bias: Any, threads: int | None = None) -> Any:
+    """``y`` (N, C, *O), C-contiguous, replaced by ``relu(y + bias)`` (``bias`` (C,), y's dtype); returns ``y``.
+
+    Kernel ``bias_relu_forward`` of kernels/bias_act.cu where :func:`bias_relu_enabled`, else its twin
+    (NumPy only). ``threads``: GPU block size (tests; default 256).
+
+    Raises:
+        ValueError: ``y`` is not C-contiguous, or ``bias`` does not match its channels or dtype.
+    """
+    if not y.flags.c_contiguous or y.ndim < 2 or bias.shape != (y.shape[1],) or bias.dtype != y.dtype:
+        raise ValueError(f"bias_relu needs a C-contiguous (N, C, ...) y and a (C,) bias of its dtype, got y "
+                         f"{y.dtype} {y.shape} and bias {bias.dtype} {bias.shape}")
+    if not bias_relu_enabled(xp, y.dtype):
+        return _bias_relu_twin(y, bias)
+    planes, plane = y.shape[0] * y.shape[1], math.prod(y.shape[2:])
+    if planes * plane == 0:
+        return y
+    device = device_of(y)
+    function = get_kernel(BIAS_ACT_FILE, f"bias_relu_forward<{_TYPE_NAMES[y.dtype.name]}>", device, _BIAS_ACT_NAMES)
+    if device.is_gpu:
+        blocks, threads = min(planes, _MAX_BLOCKS), threads or _MAX_THREADS
+    else:  # a block per group of planes of about _CPU_ROWS elements, for the thread pool to deal out
+        blocks, threads = min(planes, _MAX_BLOCKS, max(1, planes * plane // _CPU_ROWS)), 1
+    bias = _contiguous(xp, bias)
+    with device.use():
+        function((blocks,), (threads,), (y, bias, np.int64(planes), np.int64(y.shape[1]), np.int64(plane)))
+    return y
+
+
+def relu_backward_into(xp: Any, g: Any, y: Any, out: Any) -> Any:
+    """``out`` = ``g`` where ``y`` > 0, else 0 (the gradient through :func:`bias_relu` of its output ``y``):
+    kernels/activation.cu's ``relu_backward`` where it runs, else its twin. All C-contiguous, one dtype."""
+    device = device_of(y)
+    if np.dtype(y.dtype).name not in _TYPE_NAMES or (xp is np and not cpu_kernels_enabled(_ACT_FILE, _ACT_NAMES)):
+        out[...] = _relu_backward_twin(g, y)
+        return out
+    _act_launch(device, "relu_backward", (g, y), y.size, out=out)
     return out

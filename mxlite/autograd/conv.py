@@ -24,12 +24,13 @@ import numpy as np
 from ..device import blas
 from . import _conv_kernels as _ck
 from . import _cudnn_ops
-from .ops import _check_float, _op, mean
+from . import activations as _activations
+from .ops import _check_float, _named_error, _op, mean
 from .ops import max as _max
 from .tensor import Tensor, _result, grad_out
 
-__all__ = ["avg_pool", "avg_pool2d", "conv", "conv2d", "conv_transpose", "global_avg_pool", "global_avg_pool2d",
-           "global_max_pool", "global_max_pool2d", "max_pool", "max_pool2d"]
+__all__ = ["avg_pool", "avg_pool2d", "conv", "conv2d", "conv_relu", "conv_transpose", "global_avg_pool",
+           "global_avg_pool2d", "global_max_pool", "global_max_pool2d", "max_pool", "max_pool2d"]
 
 IntPair = int | Sequence[int]
 IntTuple = int | Sequence[int]  # an int, or one per spatial axis
@@ -470,7 +471,9 @@ def _bias_grad(xp: Any, g: Any, bias: Tensor) -> Any:
 
 
 def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, padding: IntTuple,
-             dilation: IntTuple, groups: int, nd: int | None) -> Tensor:
+             dilation: IntTuple, groups: int, nd: int | None, relu: bool = False) -> Tensor:
+    """The convolution ``name``; with ``relu`` (CPU devices, a bias of the output's dtype: see
+    :func:`conv_relu`) its output data is ``relu(conv + bias)``, made in one pass (kernels/bias_act.cu)."""
     xp = x._device.xp
     nd = _conv_check(name, x, weight, bias, nd, False, groups)
     stride_t, pad_t = _ntuple("stride", stride, nd, 1), _ntuple("padding", padding, nd, 0)
@@ -498,7 +501,9 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
         cols = geo.im2col(xp, xpad)
         xpad = None
         out = geo.forward(xp, w_mat, cols)
-        if bias is not None:
+        if relu:
+            _ck.bias_relu(xp, out, bias._data)
+        elif bias is not None:
             out += bias._data.reshape((1, c_out) + (1,) * nd)
 
     def backward(g: Any) -> tuple[Any, ...]:
@@ -522,6 +527,45 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
 
     parents = (x, weight) if bias is None else (x, weight, bias)
     return _result(name, out, x._device, parents, backward)
+
+
+def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, padding: IntTuple,
+               dilation: IntTuple, groups: int, nd: int | None) -> Tensor | None:
+    """``relu(conv(x, weight, bias))`` (``conv2d`` when ``nd`` is 2) with the bias and the ReLU in one pass
+    over the output, for convolution layers with ``activation='relu'``; None where that does not apply
+    (GPUs, no bias, a bias of another dtype than the output: the caller composes the two ops).
+
+    Recorded as the two ops it stands for: the convolution's node, whose output data is already the
+    ReLU's (its backward reads only its inputs and the gradient it is given), and a ``relu`` node on it
+    sharing that data, whose backward masks with it (y > 0 exactly where conv + bias > 0). Both nodes
+    keep their calls as :func:`conv`/:func:`conv2d` and ``activations.relu``, so higher-order gradients
+    see the plain ops. CPU devices only: one pass saves the ReLU's read and write of the whole output.
+
+    Raises:
+        ValueError: as :func:`conv`.
+    """
+    if x._device.xp is not np or bias is None or bias.dtype != np.result_type(x.dtype, weight.dtype):
+        return None
+    name = "conv2d" if nd == 2 else "conv"
+    kwargs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    try:
+        z = _conv_nd(name, x, weight, bias, stride, padding, dilation, groups, nd, relu=True)
+    except (ValueError, TypeError) as exc:
+        raise _named_error(name, exc, [x, weight, bias]) from exc
+    if z._node is not None:
+        z._node.call = (conv2d if nd == 2 else conv, (x, weight, bias), kwargs)
+    data, xp = z._data, np
+
+    def backward(g: Any) -> tuple[Any]:
+        out = _COLUMNS.empty(data.shape, data.dtype) if g.dtype == data.dtype and g.flags.c_contiguous else None
+        if out is None:
+            return (xp.where(data > 0, g, g.dtype.type(0)),)
+        return (_ck.relu_backward_into(xp, g, data, out),)
+
+    y = _result("relu", data, z._device, (z,), backward)
+    if y._node is not None:
+        y._node.call = (_activations.relu, (z,), {})
+    return y
 
 
 @_op("conv")
