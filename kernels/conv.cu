@@ -6,6 +6,8 @@
 //   im2col<T>             cols[n, c, k, o] = img[n, c, o*stride + k*dilation - pad]   (a copy; 0 outside)
 //   col2im<T>             img[n, c, p] = the sum, in tap order, of cols[n, c, k, o] over every
 //                         (tap k, position o) with o*stride + k*dilation - pad == p; 0 where none reaches p
+//   max_pool_forward<T>   each window's maximum and the tap that first holds it, from the image
+//   max_pool_scatter<T>   col2im of grad[n, c, o] * (k == that tap): max_pool_forward's backward
 //   max_pool_backward<T>  col2im of grad[n, c, o] * (k is the first maximum of window o), the
 //                         first maximum in tap order found from the forward's tap columns
 //
@@ -180,35 +182,45 @@ __device__ __forceinline__ int position_of(int p, int t, int stride, int dilatio
     return x < out ? x : -1;
 }
 
-// The one-thread form of sum_taps_into_plane: tap by tap in order, an output line (x, y) of ow
-// positions at a time, with the store (assign or add) and the unit stride compile-time constants
-// and the line pointers stepped, not recomputed, so that the short line loops run vectorised.
-template <bool kAccumulate, bool kUnitStride, typename T, typename Value>
-__device__ __forceinline__ void sum_taps_serially(T *__restrict__ out, const Geometry &g, Value value) {
-    const long long sw = kUnitStride ? 1 : g.sw;
-    const int od = g.od, oh = g.oh, ow = g.ow;
+// Calls line(k, o, row, lo, hi) for every tap k, in tap order, and every output line (x, y) of ow
+// positions, o the line's first position: row is the offset in the plane of the image element tap k reads
+// at position lo of the line, or -1 where the whole line reads padding; positions [lo, hi) of the line
+// read inside the image (Geometry::inside_w), the others padding. The one-thread kernels walk a plane
+// with it, so that their short line loops (in `line`) run vectorised over a plane that stays in cache.
+template <typename Line>
+__device__ __forceinline__ void for_each_line(const Geometry &g, Line line) {
     int k = 0;
     for (int a = 0; a < g.kd; ++a)
         for (int b = 0; b < g.kh; ++b)
             for (int e = 0; e < g.kw; ++e, ++k) {
                 int lo, hi;
                 g.inside_w(e, &lo, &hi);
-                const int width = hi - lo;
-                for (int x = 0; x < od; ++x) {
+                const long long w0 = image_coordinate(lo, e, g.sw, g.dw, g.qw);
+                for (int x = 0; x < g.od; ++x) {
                     const int i = image_coordinate(x, a, g.sd, g.dd, g.qd);
-                    if (i < 0 || i >= g.pd) continue;
-                    for (int y = 0; y < oh; ++y) {
+                    for (int y = 0; y < g.oh; ++y) {
                         const int j = image_coordinate(y, b, g.sh, g.dh, g.qh);
-                        if (j < 0 || j >= g.ph) continue;
-                        T *__restrict__ line = out + ((long long)i * g.ph + j) * g.pw + image_coordinate(lo, e, g.sw, g.dw, g.qw);
-                        const long long o = ((long long)x * oh + y) * ow + lo;
-                        for (int z = 0; z < width; ++z) {
-                            if constexpr (kAccumulate) line[z * sw] = add(line[z * sw], value(k, o + z));
-                            else line[z * sw] = value(k, o + z);
-                        }
+                        const bool inside = i >= 0 && i < g.pd && j >= 0 && j < g.ph;
+                        line(k, ((long long)x * g.oh + y) * g.ow, inside ? ((long long)i * g.ph + j) * g.pw + w0 : -1LL,
+                             lo, hi);
                     }
                 }
             }
+}
+
+// The one-thread form of sum_taps_into_plane: tap by tap in order, a line at a time (for_each_line),
+// the store (assign or add) and the unit stride compile-time constants.
+template <bool kAccumulate, bool kUnitStride, typename T, typename Value>
+__device__ __forceinline__ void sum_taps_serially(T *__restrict__ out, const Geometry &g, Value value) {
+    const long long sw = kUnitStride ? 1 : g.sw;
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        if (row < 0) return;
+        T *__restrict__ line = out + row;
+        for (int z = lo; z < hi; ++z) {
+            if constexpr (kAccumulate) line[(z - lo) * sw] = add(line[(z - lo) * sw], value(k, o + z));
+            else line[(z - lo) * sw] = value(k, o + z);
+        }
+    });
 }
 
 // Writes one plane of the image, `out` (plane_size() elements): element p gets the sum, in tap
@@ -257,35 +269,22 @@ __device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const G
 
 }  // namespace
 
-// The one-thread form of im2col for one plane: tap by tap, an output line (x, y) of ow positions at
-// a time (a unit-stride copy when the stride along w is 1), line pointers stepped, not recomputed.
+// The one-thread form of im2col for one plane: tap by tap, a line at a time (for_each_line), a
+// unit-stride copy when the stride along w is 1; padding reads +0.
 template <bool kUnitStride, typename T>
 __device__ __forceinline__ void copy_lines_serially(const T *__restrict__ src, T *__restrict__ dst,
                                                     const Geometry &g) {
-    const long long sw = kUnitStride ? 1 : g.sw, positions = g.positions();
-    const int od = g.od, oh = g.oh, ow = g.ow;
+    const long long sw = kUnitStride ? 1 : g.sw;
+    const int ow = g.ow;
     const T zero_value = zero<T>();
-    for (int a = 0; a < g.kd; ++a)
-        for (int b = 0; b < g.kh; ++b)
-            for (int e = 0; e < g.kw; ++e, dst += g.s_k - positions) {
-                int lo, hi;
-                g.inside_w(e, &lo, &hi);
-                for (int x = 0; x < od; ++x) {
-                    const int i = image_coordinate(x, a, g.sd, g.dd, g.qd);
-                    for (int y = 0; y < oh; ++y, dst += ow) {
-                        const int j = image_coordinate(y, b, g.sh, g.dh, g.qh);
-                        if (i < 0 || i >= g.pd || j < 0 || j >= g.ph) {  // a line of padding
-                            for (int z = 0; z < ow; ++z) dst[z] = zero_value;
-                            continue;
-                        }
-                        const T *__restrict__ line =
-                            src + ((long long)i * g.ph + j) * g.pw + image_coordinate(lo, e, g.sw, g.dw, g.qw);
-                        for (int z = 0; z < lo; ++z) dst[z] = zero_value;
-                        for (int z = lo; z < hi; ++z) dst[z] = line[(z - lo) * sw];
-                        for (int z = hi; z < ow; ++z) dst[z] = zero_value;
-                    }
-                }
-            }
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        T *__restrict__ out = dst + k * g.s_k + o;
+        if (row < 0) lo = hi = ow;  // a line of padding
+        const T *__restrict__ line = src + (row < 0 ? 0 : row);
+        for (int z = 0; z < lo; ++z) out[z] = zero_value;
+        for (int z = lo; z < hi; ++z) out[z] = line[(z - lo) * sw];
+        for (int z = hi; z < ow; ++z) out[z] = zero_value;
+    });
 }
 
 // cols[n, c, k, o] = img[n, c, o*stride + k*dilation], the columns at n*s_n + c*s_c + k*s_k + o.
@@ -361,13 +360,109 @@ __global__ void max_pool_backward(const T *__restrict__ taps, const T *__restric
     }
 }
 
+// One step of max_pool_forward's running maximum: tap k's value t replaces (b, f) when strictly greater
+// or the first NaN; the first tap always sets them.
+template <typename T>
+__device__ __forceinline__ void keep_max(T &b, int &f, T t, int k) {
+    const auto tv = arith(t), bv = arith(b);
+    const bool take = k == 0 || tv > bv || (tv != tv && bv == bv);
+    b = take ? t : b;
+    f = take ? k : f;
+}
+
+// The one-thread form of max_pool_forward for one plane: tap by tap, a line at a time (for_each_line,
+// a strided read of the image line, selects only), the running maxima and taps kept in the outputs;
+// padding reads +0, as im2col.
+template <bool kUnitStride, typename T>
+__device__ __forceinline__ void max_lines_serially(const T *__restrict__ src, T *__restrict__ best,
+                                                   int *__restrict__ at, const Geometry &g) {
+    const long long sw = kUnitStride ? 1 : g.sw;
+    const int ow = g.ow;
+    const T zero_value = zero<T>();
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        T *__restrict__ bl = best + o;
+        int *__restrict__ al = at + o;
+        if (row < 0) lo = hi = ow;  // a line of padding
+        const T *__restrict__ line = src + (row < 0 ? 0 : row);
+        for (int z = 0; z < lo; ++z) keep_max(bl[z], al[z], zero_value, k);
+        for (int z = lo; z < hi; ++z) keep_max(bl[z], al[z], line[(z - lo) * sw], k);
+        for (int z = hi; z < ow; ++z) keep_max(bl[z], al[z], zero_value, k);
+    });
+    const long long positions = g.positions();
+    const int count = g.taps();
+    for (long long o = 0; o < positions; ++o) {
+        const auto bv = arith(best[o]);
+        at[o] = bv == bv ? at[o] : count;
+    }
+}
+
+// Max pooling's forward without a copy of the windows: maxima[n, c, o] = the maximum of window o of the
+// image (NaN where a tap is NaN), first[n, c, o] = the tap, in tap order, that first holds it (taps()
+// where it is NaN: no tap takes the gradient). Tap by tap over the window lines, a later tap replacing
+// the running maximum only when strictly greater or the first NaN, so the value kept is the first
+// maximum's own (its sign, for +-0 ties). Twin: conv.py's _max_pool_twin_forward. Dilation 1; the
+// image may be padded (it is read with the geometry's padding, which max pooling leaves at 0).
+template <typename T>
+__global__ void max_pool_forward(const T *__restrict__ img, T *__restrict__ maxima, int *__restrict__ first,
+                                 GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
+    const long long positions = g.positions();
+    const int count = g.taps();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const T *__restrict__ src = img + plane * g.plane_size();
+        T *__restrict__ best = maxima + plane * positions;
+        int *__restrict__ at = first + plane * positions;
+        if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
+            if (g.sw == 1) max_lines_serially<true>(src, best, at, g);
+            else max_lines_serially<false>(src, best, at, g);
+            continue;
+        }
+        for (long long o = threadIdx.x; o < positions; o += blockDim.x) {
+            const int x = (int)(o / ((long long)g.oh * g.ow)), y = (int)(o / g.ow % g.oh), z = (int)(o % g.ow);
+            int k = 0, f = 0;
+            T b = zero<T>();
+            for (int a = 0; a < g.kd; ++a)
+                for (int c = 0; c < g.kh; ++c)
+                    for (int e = 0; e < g.kw; ++e, ++k) {
+                        const int u = image_coordinate(x, a, g.sd, g.dd, g.qd);
+                        const int v = image_coordinate(y, c, g.sh, g.dh, g.qh);
+                        const int w = image_coordinate(z, e, g.sw, g.dw, g.qw);
+                        const bool inside = u >= 0 && u < g.pd && v >= 0 && v < g.ph && w >= 0 && w < g.pw;
+                        keep_max(b, f, inside ? src[((long long)u * g.ph + v) * g.pw + w] : zero<T>(), k);
+                    }
+            const auto bv = arith(b);
+            best[o] = b;
+            at[o] = bv == bv ? f : count;
+        }
+    }
+}
+
+// Max pooling's input gradient from the forward's `first` (max_pool_forward): col2im of
+// grad[n, c, o] * (k == first[n, c, o]), summed as col2im sums (see the header). img is written whole.
+template <typename T>
+__global__ void max_pool_scatter(const int *__restrict__ first, const T *__restrict__ grad, T *__restrict__ img,
+                                 GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
+    const long long positions = g.positions();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const int *__restrict__ hit = first + plane * positions;
+        const T *__restrict__ gw = grad + plane * positions;
+        sum_taps_into_plane(img + plane * g.plane_size(), g,
+                            [&](int k, long long o) { return times_hit(gw[o], hit[o] == k); });
+    }
+}
+
 // Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
 #define CONV_INSTANTIATE(T)                                                                                   \
     template __global__ void im2col<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
     template __global__ void col2im<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
     template __global__ void max_pool_backward<T>(const T *__restrict__, const T *__restrict__,               \
                                                   const T *__restrict__, int *__restrict__, T *__restrict__,   \
-                                                  GEOMETRY_TYPES);
+                                                  GEOMETRY_TYPES);                                        \
+    template __global__ void max_pool_forward<T>(const T *__restrict__, T *__restrict__, int *__restrict__,      \
+                                                 GEOMETRY_TYPES);                                                \
+    template __global__ void max_pool_scatter<T>(const int *__restrict__, const T *__restrict__, T *__restrict__, \
+                                                 GEOMETRY_TYPES);
 CONV_INSTANTIATE(float)
 CONV_INSTANTIATE(double)
 CONV_INSTANTIATE(__half)

@@ -316,37 +316,6 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
         _same_bits_or_nan(got_img, want_img, f"col2im {name} {layout}")
 
 
-@gpu
-@needs_gpu
-@pytest.mark.parametrize("threads", GPU_THREADS, ids=str)
-@pytest.mark.parametrize("name", ["1d k3 s1 (overlap)", "2d k2 tiles", "2d k3 s2 p1 (overlap)", "3d k2 s1 (overlap)"])
-def test_gpu_max_pool_backward_matches_the_twin(name, threads, mode):
-    pool, strides, pad, ceil, shape = POOL_CASES[name]
-    kw = {"pool_size": pool, "strides": strides, "padding": pad, "ceil_mode": ceil}
-    dtype = np.float32 if threads != 7 else np.float16
-    rng = np.random.default_rng(9)
-    x = rng.integers(-3, 4, size=shape).astype(dtype)
-    x.reshape(-1)[:2] = [np.nan, -np.inf]
-    mode("numpy")
-    head = _pool_head(x, kw, rng)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        _, want = _pool_run(x, head, kw)
-    # the forward's tap columns, as _max_pool makes them, then the kernel on the GPU
-    kernel, stride, padv, out_sp, padded = nn_ops._pool_geometry("max_pool", mx.array(x), pool, strides, pad, ceil)
-    xpad = nn_ops._pad_to(np, x, padv, padded, -np.inf)
-    ones = (1,) * len(kernel)
-    cols = np.ascontiguousarray(nn_ops._windows(np, xpad, kernel, stride, ones, out_sp, taps_first=True))
-    cols = cols.reshape(math.prod(kernel), -1)
-    maxima = cols.max(axis=0)
-    geom = ck.geometry(shape[0], shape[1], padded, kernel, stride, ones, out_sp)
-    overlap = nn_ops._overlapping(kernel, stride, ones, out_sp)
-    gpad = ck.max_pool_backward(mx.gpu(0).xp, _on_gpu(cols), _on_gpu(maxima), _on_gpu(head), geom, overlap,
-                                threads=threads)
-    got = nn_ops._crop(_host(gpad).reshape(xpad.shape), padv, shape[2:])
-    _same_bits_or_nan(np.ascontiguousarray(got), want, f"max-pool backward {name}")
-
-
 def test_host_buffers_hand_out_only_what_nobody_holds():
     pool = nn_ops._HostBuffers(per_shape=2, shapes=2)
     a = pool.empty((3, 4), np.float32)
@@ -457,3 +426,59 @@ def test_gpu_bias_relu_matches_its_twin(threads, mode):
         want = ck.bias_relu(np, y.copy(), bias)
     got = ck.bias_relu(mx.gpu(0).xp, _on_gpu(y), _on_gpu(bias), threads=threads)
     _same_bits_or_nan(got, want, "bias_relu on a GPU")
+
+
+def test_max_pool_keeps_the_first_maximum_of_signed_zero_ties(mode):
+    """A window of -0.0 and +0.0 gives the first one's value and its gradient, kernel and twin alike."""
+    x = np.array([[[[-0.0, 0.0, 0.0, -0.0], [0.0, 0.0, -0.0, -0.0]]]], np.float32)
+    head = np.array([[[[2.0, 3.0]]]], np.float32)
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        results[m] = _pool_run(x, head, {"pool_size": 2, "strides": 2})
+    for i in range(2):
+        _same_bits(results["compiled"][i], results["numpy"][i], f"result {i}")
+    np.testing.assert_array_equal(np.signbit(results["compiled"][0]).reshape(-1), [True, False])
+    np.testing.assert_array_equal(results["compiled"][1], [[[[2.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("threads", GPU_THREADS, ids=str)
+@pytest.mark.parametrize("name", ["1d k3 s1 (overlap)", "2d k2 tiles", "2d k3 s2 p1 (overlap)", "3d k2 s1 (overlap)"])
+def test_gpu_max_pool_kernels_match_the_twins(name, threads, mode):
+    """With real block sizes, against the twins (the window copy, _max_pool_twin_forward and the backward):
+    max_pool_backward from the forward's tap columns (GPUs), max_pool_forward then max_pool_scatter (CPU
+    devices)."""
+    pool, strides, pad, ceil, shape = POOL_CASES[name]
+    kw = {"pool_size": pool, "strides": strides, "padding": pad, "ceil_mode": ceil}
+    dtype = np.float32 if threads != 7 else np.float16
+    rng = np.random.default_rng(9)
+    x = rng.integers(-3, 4, size=shape).astype(dtype)
+    x.reshape(-1)[:2] = [np.nan, -np.inf]
+    mode("numpy")
+    head = _pool_head(x, kw, rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want_out, want = _pool_run(x, head, kw)
+    kernel, stride, padv, out_sp, padded = nn_ops._pool_geometry("max_pool", mx.array(x), pool, strides, pad, ceil)
+    xpad = nn_ops._pad_to(np, x, padv, padded, -np.inf)
+    ones = (1,) * len(kernel)
+    geom = ck.geometry(shape[0], shape[1], padded, kernel, stride, ones, out_sp)
+    overlap = nn_ops._overlapping(kernel, stride, ones, out_sp)
+    xp = mx.gpu(0).xp
+
+    def image_grad(gpad):
+        return np.ascontiguousarray(nn_ops._crop(_host(gpad).reshape(xpad.shape), padv, shape[2:]))
+
+    # the forward's tap columns, as _max_pool makes them on a GPU, then max_pool_backward
+    cols = np.ascontiguousarray(nn_ops._windows(np, xpad, kernel, stride, ones, out_sp, taps_first=True))
+    cols = cols.reshape(math.prod(kernel), -1)
+    maxima = cols.max(axis=0)
+    gpad = ck.max_pool_backward(xp, _on_gpu(cols), _on_gpu(maxima), _on_gpu(head), geom, overlap, threads=threads)
+    _same_bits_or_nan(image_grad(gpad), want, f"max-pool backward {name}")
+    # CPU devices' pair, straight from the image
+    got_max, first = ck.max_pool_forward(xp, _on_gpu(xpad), geom, threads=threads)
+    _same_bits_or_nan(_host(got_max).reshape(want_out.shape), want_out, f"max-pool forward {name}")
+    gpad = ck.max_pool_scatter(xp, first, _on_gpu(head), geom, overlap, threads=threads)
+    _same_bits_or_nan(image_grad(gpad), want, f"max-pool scatter {name}")

@@ -33,11 +33,12 @@ from .activations import _relu_backward_twin, _relu_forward_twin
 from .activations import _relu_launch as _act_launch
 
 __all__ = ["BIAS_ACT_FILE", "KERNEL_FILE", "bias_relu", "bias_relu_enabled", "col2im", "enabled", "geometry", "im2col",
-           "max_pool_backward", "relu_backward_into"]
+           "max_pool_backward", "max_pool_forward", "max_pool_scatter", "relu_backward_into"]
 
 KERNEL_FILE = "conv.cu"
 _TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
-_ALL_NAMES = tuple(f"{k}<{t}>" for k in ("im2col", "col2im", "max_pool_backward") for t in _TYPE_NAMES.values())
+_KERNELS = ("im2col", "col2im", "max_pool_backward", "max_pool_forward", "max_pool_scatter")
+_ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
 _MAX_ND = 3  # spatial axes the kernels take; more go to the NumPy code
 _MAX_BLOCKS = 65535  # blocks loop over planes past it
 _MAX_THREADS = 256  # threads per block on a GPU (fewer for small planes)
@@ -120,14 +121,16 @@ def _check_size(array: Any, shape: tuple[int, ...], name: str) -> None:
 
 def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: tuple[Any, ...],
             threads: int | None) -> None:
-    """Run ``name<T>`` (T: the first buffer's dtype) on ``(*buffers, *geometry)`` over the planes of ``geom``."""
+    """Run ``name<T>`` (T: the first floating buffer's dtype) on ``(*buffers, *geometry)`` over the planes of
+    ``geom``."""
     n, c, size, taps, positions = _split(geom)
     if n * c == 0:
         return
     device = device_of(buffers[0])
-    function = get_kernel(KERNEL_FILE, f"{name}<{_TYPE_NAMES[buffers[0].dtype.name]}>", device, _ALL_NAMES)
+    dtype = next(b.dtype for b in buffers if b.dtype.kind == "f")
+    function = get_kernel(KERNEL_FILE, f"{name}<{_TYPE_NAMES[dtype.name]}>", device, _ALL_NAMES)
     if threads is None:  # a GPU block per plane, sized to its work; CPU devices: one thread per block
-        work = taps * positions if name == "im2col" else size
+        work = {"im2col": taps * positions, "max_pool_forward": positions}.get(name, size)
         threads = 1 if not device.is_gpu else min(_MAX_THREADS, max(32, -(-work // 32) * 32))
     values = _geometry_args((*geom, *_strides(geom, layout), int(bool(accumulate))))
     with device.use():
@@ -225,6 +228,45 @@ def max_pool_backward(xp: Any, taps: Any, maxima: Any, grad: Any, geom: Geometry
         out = allocate(_image_shape(geom, shape), grad.dtype)
         first = allocate((maxima.size,), np.int32)
     _launch("max_pool_backward", geom, "taps_first", accumulate, (taps, maxima, grad, first, out), threads)
+    return out
+
+
+def max_pool_forward(xp: Any, img: Any, geom: Geometry, threads: int | None = None,
+                     allocate: Any = None) -> tuple[Any, Any]:
+    """Max pooling of ``img`` (N, C, *image) without a copy of its windows: ``(maxima, first)``, each
+    N*C*positions long: every window's maximum (NaN where a tap is NaN) and the tap, in tap order, that
+    first holds it (``taps`` where the maximum is NaN). ``geom`` with dilation 1. Kernel
+    ``max_pool_forward``; ``allocate(shape, dtype)`` gives the outputs (default ``xp.empty``).
+
+    Raises:
+        ValueError: ``img`` does not fit the geometry.
+    """
+    img = _contiguous(xp, img)
+    _check_size(img, (geom[0], geom[1], *geom[2:5]), "img")
+    n, c, _, _, positions = _split(geom)
+    allocate = xp.empty if allocate is None else allocate
+    with device_of(img).use():
+        maxima, first = allocate((n * c * positions,), img.dtype), allocate((n * c * positions,), np.int32)
+    _launch("max_pool_forward", geom, "taps_first", False, (img, maxima, first), threads)
+    return maxima, first
+
+
+def max_pool_scatter(xp: Any, first: Any, grad: Any, geom: Geometry, accumulate: bool, threads: int | None = None,
+                     shape: tuple[int, ...] | None = None, allocate: Any = None) -> Any:
+    """The input gradient of :func:`max_pool_forward` (N, C, *image), or ``shape``: window o's gradient to
+    tap ``first[o]`` (none where it is ``taps``), summed as :func:`col2im` sums. Kernel ``max_pool_scatter``.
+
+    Raises:
+        ValueError: ``first`` or ``grad`` does not fit the geometry.
+    """
+    first, grad = _contiguous(xp, first), _contiguous(xp, grad)
+    n, c, _, _, positions = _split(geom)
+    for array, name in ((first, "first"), (grad, "grad")):
+        _check_size(array, (n * c * positions,), name)
+    allocate = xp.empty if allocate is None else allocate
+    with device_of(grad).use():
+        out = allocate(_image_shape(geom, shape), grad.dtype)
+    _launch("max_pool_scatter", geom, "taps_first", accumulate, (first, grad, out), threads)
     return out
 
 

@@ -750,6 +750,18 @@ def _crop(a: Any, pad: tuple[int, ...], spatial: tuple[int, ...]) -> Any:
     return a[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(pad, spatial))]
 
 
+def _max_pool_twin_forward(cols: Any) -> Any:
+    """The maxima of the (taps, M) window values ``cols`` as kernel ``max_pool_forward`` finds them (its twin):
+    the first tap's values, replaced tap by tap where a tap is strictly greater or the first NaN, so a
+    maximum keeps the first maximum's own value (its sign, for +-0 ties) and any NaN makes it NaN."""
+    best = cols[0].copy()
+    for t in range(1, cols.shape[0]):
+        tap = cols[t]
+        take = (tap > best) | ((tap != tap) & (best == best))
+        np.copyto(best, tap, where=take)
+    return best
+
+
 def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | None, padding: IntTuple,
               ceil_mode: bool, nd: int | None) -> Tensor:
     xp = x._device.xp
@@ -760,24 +772,38 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     ones = (1,) * len(kernel)
     taps = math.prod(kernel)
     n, c = data.shape[:2]
-    # kernel im2col (taps first) of kernels/conv.cu where it applies; the twin copies the strided view
+    # CPU devices: kernel max_pool_forward of kernels/conv.cu (maxima and first maxima straight from the
+    # image, no copy of the windows; its twin: the window copy, then _max_pool_twin_forward). GPUs: kernel
+    # im2col (taps first), then CuPy's maximum over the taps. Elsewhere the window copy and NumPy's.
     kernels = _ck.enabled(xp, data.dtype, len(kernel))
     geom = _ck.geometry(n, c, padded, kernel, stride, ones, out_sp) if kernels else ()
     host = xp is np  # CPU devices: buffers from _COLUMNS (see _HostBuffers)
-    if kernels:  # (taps, N*C*prod(O))
-        shape = (taps, n * c * math.prod(out_sp))
-        cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=shape,
-                          out=_COLUMNS.empty(shape, data.dtype) if host else None)
+    first = cols = None
+    if kernels and host:
+        flat, first = _ck.max_pool_forward(xp, xpad, geom, allocate=_COLUMNS.empty)
     else:
-        cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
-        cols = cols.reshape(taps, -1)
-    flat = cols.max(axis=0) if taps > 1 else cols[0].copy()
+        if kernels:  # (taps, N*C*prod(O))
+            cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
+        else:
+            cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
+            cols = cols.reshape(taps, -1)
+        if host:
+            flat = _max_pool_twin_forward(cols)
+        else:
+            flat = cols.max(axis=0) if taps > 1 else cols[0].copy()
     out = flat.reshape((n, c) + out_sp)
     spatial = data.shape[2:]
 
     def backward(g: Any) -> tuple[Any]:
         # The gradient of a window goes to its first maximum in row-major tap order (MXNet's rule).
+        nonlocal cols
         overlap = _overlapping(kernel, stride, ones, out_sp)
+        if first is not None and g.dtype == flat.dtype:  # kernel max_pool_scatter of kernels/conv.cu
+            gpad = _ck.max_pool_scatter(xp, first, g, geom, overlap, shape=xpad.shape, allocate=_COLUMNS.empty)
+            return (_crop(gpad, pad, spatial),)
+        if cols is None:  # the kernel's forward with a gradient of another dtype: the twin's windows
+            cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
+            cols = cols.reshape(taps, -1)
         if kernels and g.dtype == cols.dtype:  # kernel max_pool_backward of kernels/conv.cu; below, its twin
             gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape,
                                          allocate=_COLUMNS.empty if host else None)
