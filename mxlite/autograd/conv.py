@@ -259,6 +259,12 @@ class _ConvGeom:
             shape = (self.n, self.groups, self.c_out // self.groups, self.l)
             return blas.matmul(w_mat, cols, out=_COLUMNS.empty(shape, cols.dtype)).reshape(
                 (self.n, self.c_out) + self.out_sp)
+        if xp is np and self.merged and w_mat.dtype == cols.dtype:  # both products into reused buffers
+            res = blas.matmul(w_mat, cols, out=_COLUMNS.empty(w_mat.shape[:2] + cols.shape[2:], cols.dtype))
+            out = _COLUMNS.empty((self.n, self.c_out) + self.out_sp, cols.dtype)
+            res = res.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
+            np.copyto(out.reshape(self.n, self.c_out, self.l), res)
+            return out
         out = blas.matmul(w_mat, cols)
         if self.merged:  # (groups, C_out/g, N*L) -> (N, C_out, *O)
             out = out.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
@@ -269,7 +275,12 @@ class _ConvGeom:
         """The output gradient (N, C_out, *O) in the layout of the columns."""
         if self.merged:
             gm = g.reshape(self.n, self.c_out, self.l).transpose(1, 0, 2)
-            return xp.ascontiguousarray(gm).reshape(self.groups, self.c_out // self.groups, self.n * self.l)
+            shape = (self.groups, self.c_out // self.groups, self.n * self.l)
+            if xp is np:  # into a reused buffer (_HostBuffers)
+                buf = _COLUMNS.empty(shape, g.dtype)
+                np.copyto(buf.reshape(gm.shape), gm)
+                return buf
+            return xp.ascontiguousarray(gm).reshape(shape)
         return g.reshape(self.n, self.groups, self.c_out // self.groups, self.l)
 
     def weight_grad(self, xp: Any, g_mat: Any, cols: Any, out: Any = None) -> Any:
@@ -290,6 +301,9 @@ class _ConvGeom:
 
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
         """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col`."""
+        if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (_HostBuffers)
+            out = _COLUMNS.empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
+            return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
         return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
     def input_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
