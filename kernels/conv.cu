@@ -159,6 +159,11 @@ struct Geometry {
     __device__ long long positions() const { return (long long)od * oh * ow; }
     // Offset of plane (sample, channel) = plane in the columns.
     __device__ long long cols_offset(long long plane) const { return plane / c * s_n + plane % c * s_c; }
+    // Whether the windows tile the image: each element is read by exactly one (tap, position) pair.
+    __device__ bool tiles() const {
+        return kd == sd && kh == sh && kw == sw && dd == 1 && dh == 1 && dw == 1 && od * sd == pd && oh * sh == ph &&
+               ow * sw == pw && qd == 0 && qh == 0 && qw == 0;
+    }
     // The output positions z of a line whose tap e reads inside the image along w: [*lo, *hi).
     __device__ void inside_w(int e, int *lo, int *hi) const {
         const int first = qw - e * dw, end = pw + qw - e * dw;  // z*sw must reach first and stay below end
@@ -232,7 +237,8 @@ __device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const G
     if (blockDim.x == 1) {
         // One thread: tap by tap, as the twin, over a plane that stays in cache.
         const long long size = g.plane_size();
-        for (long long p = 0; p < size; ++p) out[p] = zero<T>();
+        if (accumulate || !g.tiles())  // where the windows tile the plane, every element is assigned below
+            for (long long p = 0; p < size; ++p) out[p] = zero<T>();
         if (accumulate) {
             if (g.sw == 1) sum_taps_serially<true, true>(out, g, value);
             else sum_taps_serially<true, false>(out, g, value);

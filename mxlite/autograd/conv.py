@@ -75,7 +75,12 @@ def _as_strided(xp: Any) -> Any:
 #   MXLITE_CPU_KERNELS=numpy or it cannot be built. The NumPy code here is their twin and gives the
 #   same bits (tests/test_conv_kernels.py). On one CPU thread, the kernels walk one (sample, channel)
 #   plane at a time, tap by tap, so the plane stays in cache: col2im of the CNN layer above runs
-#   about 4x faster than the strided adds, max pooling's backward 2x, im2col 1.5x.
+#   about 4x faster than the strided adds, max pooling's backward 2x, im2col 1.5x. The kernels apply the
+#   zero padding themselves (the twin pads a copy and crops), and on CPU devices max pooling reads its
+#   windows straight from the image (max_pool_forward, max_pool_scatter; no copy of the windows).
+# * CPU devices: the large per-step arrays (columns, GEMM outputs, pooling taps and gradients) come from
+#   _HostBuffers, reused once nothing holds them, so that no step pays the page faults of fresh memory;
+#   Conv2D(activation='relu') adds the bias and applies the ReLU in one pass (conv_relu).
 #
 # On GPUs none of that blocking applies: a cache-sized block is a launch and, on the host, a dozen
 # Python calls into CuPy, and the host's dispatch, not the GEMMs, bounds a small network's step. There
