@@ -537,7 +537,7 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
     out2 = blas.matmul(x2, wdata.T)
     if bias is not None:
         b = bias._data
-        if xp.result_type(out2, b) == out2.dtype:  # into the GEMM's own fresh output: no second array
+        if xp is np and out2.dtype == np.result_type(out2, b):  # CPU devices: into the GEMM's own fresh output
             out2 += b
         else:
             out2 = out2 + b
