@@ -3,9 +3,11 @@
 // Templated on the element type T (float, double, __half); no arithmetic beyond the sums of
 // col2im and the gradient-times-hit products of max pooling, done as the NumPy twins do them.
 //
-//   im2col<T>             cols[n, c, k, o] = img[n, c, o*stride + k*dilation]   (a copy)
+//   im2col<T>             cols[n, c, k, o] = img[n, c, o*stride + k*dilation - pad]   (a copy; 0 outside)
 //   col2im<T>             img[n, c, p] = the sum, in tap order, of cols[n, c, k, o] over every
-//                         (tap k, position o) with o*stride + k*dilation == p; 0 where none reaches p
+//                         (tap k, position o) with o*stride + k*dilation - pad == p; 0 where none reaches p
+//   max_pool_forward<T>   each window's maximum and the tap that first holds it, from the image
+//   max_pool_scatter<T>   col2im of grad[n, c, o] * (k == that tap): max_pool_forward's backward
 //   max_pool_backward<T>  col2im of grad[n, c, o] * (k is the first maximum of window o), the
 //                         first maximum in tap order found from the forward's tap columns
 //
@@ -13,12 +15,18 @@
 // backward) and are what mxlite/autograd/_conv_kernels.py runs when a CPU device does not use the
 // compiled kernels; tests/test_conv_kernels.py holds the kernels to them bit for bit.
 //
-// Geometry: every kernel takes 21 int64 values by value (GEOMETRY_PARAMS, see Geometry below): n
-// samples of c channels, each an image ("plane") of pd x ph x pw elements, already padded (contiguous,
-// (n, c, pd, ph, pw)); a kd x kh x kw kernel with strides sd/sh/sw and dilations dd/dh/dw; od x oh
-// x ow output positions; the column strides s_n, s_c, s_k; and `accumulate` (below). Fewer spatial
-// axes are the same geometry with leading axes of size 1 (extent, kernel, output, stride and
-// dilation 1). Taps k count in row-major order over (kd, kh, kw), positions o in row-major order
+// Geometry: every kernel takes 24 int64 values by value (GEOMETRY_PARAMS, see Geometry below): n
+// samples of c channels, each an image ("plane") of pd x ph x pw elements (contiguous, (n, c, pd, ph,
+// pw)); a kd x kh x kw kernel with strides sd/sh/sw and dilations dd/dh/dw; od x oh x ow output
+// positions; the zero padding qd/qh/qw before each axis; the column strides s_n, s_c, s_k; and
+// `accumulate` (below). Fewer spatial axes are the same geometry with leading axes of size 1 (extent,
+// kernel, output, stride and dilation 1, padding 0).
+//
+// Padding: tap (a, b, e) at output position (x, y, z) reads image element (x*sd + a*dd - qd,
+// y*sh + b*dh - qh, z*sw + e*dw - qw); where that lies outside the image, im2col writes +0.0 (the
+// value the twin's zero-padded copy holds) and col2im and max_pool_backward drop the value (the twin
+// sums into a zero-padded image and crops the margin away; the sums of the elements it keeps are the
+// same). No padded copy of the image is made in either direction. Taps k count in row-major order over (kd, kh, kw), positions o in row-major order
 // over (od, oh, ow). The columns put element (n, c, k, o) at n*s_n + c*s_c + k*s_k + o, positions
 // contiguous; the strides give every layout the host uses: per sample (n, c, k, o), merged
 // (c, k, n, o) and taps first (k, n, c, o). Values, not a pointer to a geometry array: a launch
@@ -114,32 +122,35 @@ template <typename T> __device__ __forceinline__ T times_hit(T g, bool hit) {
     return store_as<T>(mul_ieee(arith(g), hit ? A(1) : A(0)));
 }
 
-// The geometry, passed by value as 21 int64 kernel arguments (GEOMETRY_PARAMS: 168 bytes of the 4 KB
+// The geometry, passed by value as 24 int64 kernel arguments (GEOMETRY_PARAMS: 192 bytes of the 4 KB
 // of parameters a kernel may take), in this order (mxlite/autograd/_conv_kernels.py: geometry, then the
 // column strides and the accumulate flag): n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd,
-// dh, dw, s_n, s_c, s_k, accumulate.
+// dh, dw, qd, qh, qw, s_n, s_c, s_k, accumulate.
 #define GEOMETRY_PARAMS                                                                                        \
     long long geo_n, long long geo_c, long long geo_pd, long long geo_ph, long long geo_pw, long long geo_kd, \
         long long geo_kh, long long geo_kw, long long geo_od, long long geo_oh, long long geo_ow,             \
         long long geo_sd, long long geo_sh, long long geo_sw, long long geo_dd, long long geo_dh,             \
-        long long geo_dw, long long geo_s_n, long long geo_s_c, long long geo_s_k, long long geo_accumulate
+        long long geo_dw, long long geo_qd, long long geo_qh, long long geo_qw, long long geo_s_n,               \
+        long long geo_s_c, long long geo_s_k, long long geo_accumulate
 #define GEOMETRY_TYPES                                                                                         \
     long long, long long, long long, long long, long long, long long, long long, long long, long long,       \
         long long, long long, long long, long long, long long, long long, long long, long long, long long,   \
-        long long, long long, long long
+        long long, long long, long long, long long, long long, long long
 #define GEOMETRY_FROM_PARAMS                                                                                   \
     Geometry(geo_n, geo_c, geo_pd, geo_ph, geo_pw, geo_kd, geo_kh, geo_kw, geo_od, geo_oh, geo_ow, geo_sd,    \
-             geo_sh, geo_sw, geo_dd, geo_dh, geo_dw, geo_s_n, geo_s_c, geo_s_k, geo_accumulate)
+             geo_sh, geo_sw, geo_dd, geo_dh, geo_dw, geo_qd, geo_qh, geo_qw, geo_s_n, geo_s_c, geo_s_k,         \
+             geo_accumulate)
 
 struct Geometry {
-    int n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw;
+    int n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd, dh, dw, qd, qh, qw;
     long long s_n, s_c, s_k;
     int accumulate;
 
     __device__ Geometry(GEOMETRY_PARAMS)
         : n((int)geo_n), c((int)geo_c), pd((int)geo_pd), ph((int)geo_ph), pw((int)geo_pw), kd((int)geo_kd),
           kh((int)geo_kh), kw((int)geo_kw), od((int)geo_od), oh((int)geo_oh), ow((int)geo_ow), sd((int)geo_sd),
-          sh((int)geo_sh), sw((int)geo_sw), dd((int)geo_dd), dh((int)geo_dh), dw((int)geo_dw), s_n(geo_s_n),
+          sh((int)geo_sh), sw((int)geo_sw), dd((int)geo_dd), dh((int)geo_dh), dw((int)geo_dw), qd((int)geo_qd),
+          qh((int)geo_qh), qw((int)geo_qw), s_n(geo_s_n),
           s_c(geo_s_c), s_k(geo_s_k), accumulate((int)geo_accumulate) {}
 
     __device__ long long planes() const { return (long long)n * c; }
@@ -148,15 +159,25 @@ struct Geometry {
     __device__ long long positions() const { return (long long)od * oh * ow; }
     // Offset of plane (sample, channel) = plane in the columns.
     __device__ long long cols_offset(long long plane) const { return plane / c * s_n + plane % c * s_c; }
-    // Offset in a plane of the image element tap (a, b, e) reads at output position (0, 0, 0).
-    __device__ long long tap_offset(int a, int b, int e) const {
-        return ((long long)a * dd * ph + (long long)b * dh) * pw + (long long)e * dw;
+    // Whether the windows tile the image: each element is read by exactly one (tap, position) pair.
+    __device__ bool tiles() const {
+        return kd == sd && kh == sh && kw == sw && dd == 1 && dh == 1 && dw == 1 && od * sd == pd && oh * sh == ph &&
+               ow * sw == pw && qd == 0 && qh == 0 && qw == 0;
     }
-    // Offset in a plane of the image element tap (a, b, e) reads at output position (x, y, z).
-    __device__ long long at(int a, int b, int e, int x, int y, int z) const {
-        return ((long long)(x * sd + a * dd) * ph + (y * sh + b * dh)) * pw + ((long long)z * sw + (long long)e * dw);
+    // The output positions z of a line whose tap e reads inside the image along w: [*lo, *hi).
+    __device__ void inside_w(int e, int *lo, int *hi) const {
+        const int first = qw - e * dw, end = pw + qw - e * dw;  // z*sw must reach first and stay below end
+        const int l = first <= 0 ? 0 : (first + sw - 1) / sw;
+        const int h = end <= 0 ? 0 : (end + sw - 1) / sw;
+        *lo = l < ow ? l : ow;
+        *hi = h < *lo ? *lo : (h < ow ? h : ow);
     }
 };
+
+// The image coordinate read along one axis at output coordinate x by tap t (may lie outside [0, extent)).
+__device__ __forceinline__ int image_coordinate(int x, int t, int stride, int dilation, int pad) {
+    return x * stride + t * dilation - pad;
+}
 
 // The output coordinate reached along one axis by tap t from image coordinate p, or -1 if none.
 __device__ __forceinline__ int position_of(int p, int t, int stride, int dilation, int out) {
@@ -166,30 +187,45 @@ __device__ __forceinline__ int position_of(int p, int t, int stride, int dilatio
     return x < out ? x : -1;
 }
 
-// The one-thread form of sum_taps_into_plane: tap by tap in order, an output line (x, y) of ow
-// positions at a time, with the store (assign or add) and the unit stride compile-time constants
-// and the line pointers stepped, not recomputed, so that the short line loops run vectorised.
-template <bool kAccumulate, bool kUnitStride, typename T, typename Value>
-__device__ __forceinline__ void sum_taps_serially(T *__restrict__ out, const Geometry &g, Value value) {
-    const long long step_x = (long long)g.sd * g.ph * g.pw, step_y = (long long)g.sh * g.pw;
-    const long long sw = kUnitStride ? 1 : g.sw;
-    const int od = g.od, oh = g.oh, ow = g.ow;
+// Calls line(k, o, row, lo, hi) for every tap k, in tap order, and every output line (x, y) of ow
+// positions, o the line's first position: row is the offset in the plane of the image element tap k reads
+// at position lo of the line, or -1 where the whole line reads padding; positions [lo, hi) of the line
+// read inside the image (Geometry::inside_w), the others padding. The one-thread kernels walk a plane
+// with it, so that their short line loops (in `line`) run vectorised over a plane that stays in cache.
+template <typename Line>
+__device__ __forceinline__ void for_each_line(const Geometry &g, Line line) {
     int k = 0;
     for (int a = 0; a < g.kd; ++a)
         for (int b = 0; b < g.kh; ++b)
             for (int e = 0; e < g.kw; ++e, ++k) {
-                T *__restrict__ tap = out + g.tap_offset(a, b, e);
-                long long o = 0;
-                for (int x = 0; x < od; ++x) {
-                    T *__restrict__ line = tap + x * step_x;
-                    for (int y = 0; y < oh; ++y, line += step_y, o += ow) {
-                        for (int z = 0; z < ow; ++z) {
-                            if constexpr (kAccumulate) line[z * sw] = add(line[z * sw], value(k, o + z));
-                            else line[z * sw] = value(k, o + z);
-                        }
+                int lo, hi;
+                g.inside_w(e, &lo, &hi);
+                const long long w0 = image_coordinate(lo, e, g.sw, g.dw, g.qw);
+                for (int x = 0; x < g.od; ++x) {
+                    const int i = image_coordinate(x, a, g.sd, g.dd, g.qd);
+                    for (int y = 0; y < g.oh; ++y) {
+                        const int j = image_coordinate(y, b, g.sh, g.dh, g.qh);
+                        const bool inside = i >= 0 && i < g.pd && j >= 0 && j < g.ph;
+                        line(k, ((long long)x * g.oh + y) * g.ow, inside ? ((long long)i * g.ph + j) * g.pw + w0 : -1LL,
+                             lo, hi);
                     }
                 }
             }
+}
+
+// The one-thread form of sum_taps_into_plane: tap by tap in order, a line at a time (for_each_line),
+// the store (assign or add) and the unit stride compile-time constants.
+template <bool kAccumulate, bool kUnitStride, typename T, typename Value>
+__device__ __forceinline__ void sum_taps_serially(T *__restrict__ out, const Geometry &g, Value value) {
+    const long long sw = kUnitStride ? 1 : g.sw;
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        if (row < 0) return;
+        T *__restrict__ line = out + row;
+        for (int z = lo; z < hi; ++z) {
+            if constexpr (kAccumulate) line[(z - lo) * sw] = add(line[(z - lo) * sw], value(k, o + z));
+            else line[(z - lo) * sw] = value(k, o + z);
+        }
+    });
 }
 
 // Writes one plane of the image, `out` (plane_size() elements): element p gets the sum, in tap
@@ -201,7 +237,8 @@ __device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const G
     if (blockDim.x == 1) {
         // One thread: tap by tap, as the twin, over a plane that stays in cache.
         const long long size = g.plane_size();
-        for (long long p = 0; p < size; ++p) out[p] = zero<T>();
+        if (accumulate || !g.tiles())  // where the windows tile the plane, every element is assigned below
+            for (long long p = 0; p < size; ++p) out[p] = zero<T>();
         if (accumulate) {
             if (g.sw == 1) sum_taps_serially<true, true>(out, g, value);
             else sum_taps_serially<true, false>(out, g, value);
@@ -214,7 +251,9 @@ __device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const G
     // Several threads: each element of the plane is a gather over the taps that reach it, in tap order.
     const long long size = g.plane_size();
     for (long long p = threadIdx.x; p < size; p += blockDim.x) {
-        const int i = (int)(p / ((long long)g.ph * g.pw)), j = (int)(p / g.pw % g.ph), m = (int)(p % g.pw);
+        // the element's coordinates in the padded image
+        const int i = (int)(p / ((long long)g.ph * g.pw)) + g.qd, j = (int)(p / g.pw % g.ph) + g.qh;
+        const int m = (int)(p % g.pw) + g.qw;
         T acc = zero<T>();
         for (int a = 0; a < g.kd; ++a) {
             const int x = position_of(i, a, g.sd, g.dd, g.od);
@@ -236,24 +275,22 @@ __device__ __forceinline__ void sum_taps_into_plane(T *__restrict__ out, const G
 
 }  // namespace
 
-// The one-thread form of im2col for one plane: tap by tap, an output line (x, y) of ow positions at
-// a time (a unit-stride copy when the stride along w is 1), line pointers stepped, not recomputed.
+// The one-thread form of im2col for one plane: tap by tap, a line at a time (for_each_line), a
+// unit-stride copy when the stride along w is 1; padding reads +0.
 template <bool kUnitStride, typename T>
 __device__ __forceinline__ void copy_lines_serially(const T *__restrict__ src, T *__restrict__ dst,
                                                     const Geometry &g) {
-    const long long step_x = (long long)g.sd * g.ph * g.pw, step_y = (long long)g.sh * g.pw;
-    const long long sw = kUnitStride ? 1 : g.sw, positions = g.positions();
-    const int od = g.od, oh = g.oh, ow = g.ow;
-    for (int a = 0; a < g.kd; ++a)
-        for (int b = 0; b < g.kh; ++b)
-            for (int e = 0; e < g.kw; ++e, dst += g.s_k - positions) {
-                const T *__restrict__ tap = src + g.tap_offset(a, b, e);
-                for (int x = 0; x < od; ++x) {
-                    const T *__restrict__ line = tap + x * step_x;
-                    for (int y = 0; y < oh; ++y, line += step_y, dst += ow)
-                        for (int z = 0; z < ow; ++z) dst[z] = line[z * sw];
-                }
-            }
+    const long long sw = kUnitStride ? 1 : g.sw;
+    const int ow = g.ow;
+    const T zero_value = zero<T>();
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        T *__restrict__ out = dst + k * g.s_k + o;
+        if (row < 0) lo = hi = ow;  // a line of padding
+        const T *__restrict__ line = src + (row < 0 ? 0 : row);
+        for (int z = 0; z < lo; ++z) out[z] = zero_value;
+        for (int z = lo; z < hi; ++z) out[z] = line[(z - lo) * sw];
+        for (int z = hi; z < ow; ++z) out[z] = zero_value;
+    });
 }
 
 // cols[n, c, k, o] = img[n, c, o*stride + k*dilation], the columns at n*s_n + c*s_c + k*s_k + o.
@@ -276,7 +313,10 @@ __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY
             const long long o = i % positions;
             const int a = k / (g.kh * g.kw), b = k / g.kw % g.kh, e = k % g.kw;
             const int x = (int)(o / ((long long)g.oh * g.ow)), y = (int)(o / g.ow % g.oh), z = (int)(o % g.ow);
-            dst[k * s_k + o] = src[g.at(a, b, e, x, y, z)];
+            const int u = image_coordinate(x, a, g.sd, g.dd, g.qd), v = image_coordinate(y, b, g.sh, g.dh, g.qh);
+            const int w = image_coordinate(z, e, g.sw, g.dw, g.qw);
+            const bool inside = u >= 0 && u < g.pd && v >= 0 && v < g.ph && w >= 0 && w < g.pw;
+            dst[k * s_k + o] = inside ? src[((long long)u * g.ph + v) * g.pw + w] : zero<T>();
         }
     }
 }
@@ -326,13 +366,109 @@ __global__ void max_pool_backward(const T *__restrict__ taps, const T *__restric
     }
 }
 
+// One step of max_pool_forward's running maximum: tap k's value t replaces (b, f) when strictly greater
+// or the first NaN; the first tap always sets them.
+template <typename T>
+__device__ __forceinline__ void keep_max(T &b, int &f, T t, int k) {
+    const auto tv = arith(t), bv = arith(b);
+    const bool take = k == 0 || tv > bv || (tv != tv && bv == bv);
+    b = take ? t : b;
+    f = take ? k : f;
+}
+
+// The one-thread form of max_pool_forward for one plane: tap by tap, a line at a time (for_each_line,
+// a strided read of the image line, selects only), the running maxima and taps kept in the outputs;
+// padding reads +0, as im2col.
+template <bool kUnitStride, typename T>
+__device__ __forceinline__ void max_lines_serially(const T *__restrict__ src, T *__restrict__ best,
+                                                   int *__restrict__ at, const Geometry &g) {
+    const long long sw = kUnitStride ? 1 : g.sw;
+    const int ow = g.ow;
+    const T zero_value = zero<T>();
+    for_each_line(g, [&](int k, long long o, long long row, int lo, int hi) {
+        T *__restrict__ bl = best + o;
+        int *__restrict__ al = at + o;
+        if (row < 0) lo = hi = ow;  // a line of padding
+        const T *__restrict__ line = src + (row < 0 ? 0 : row);
+        for (int z = 0; z < lo; ++z) keep_max(bl[z], al[z], zero_value, k);
+        for (int z = lo; z < hi; ++z) keep_max(bl[z], al[z], line[(z - lo) * sw], k);
+        for (int z = hi; z < ow; ++z) keep_max(bl[z], al[z], zero_value, k);
+    });
+    const long long positions = g.positions();
+    const int count = g.taps();
+    for (long long o = 0; o < positions; ++o) {
+        const auto bv = arith(best[o]);
+        at[o] = bv == bv ? at[o] : count;
+    }
+}
+
+// Max pooling's forward without a copy of the windows: maxima[n, c, o] = the maximum of window o of the
+// image (NaN where a tap is NaN), first[n, c, o] = the tap, in tap order, that first holds it (taps()
+// where it is NaN: no tap takes the gradient). Tap by tap over the window lines, a later tap replacing
+// the running maximum only when strictly greater or the first NaN, so the value kept is the first
+// maximum's own (its sign, for +-0 ties). Twin: conv.py's _max_pool_twin_forward. Dilation 1; the
+// image may be padded (it is read with the geometry's padding, which max pooling leaves at 0).
+template <typename T>
+__global__ void max_pool_forward(const T *__restrict__ img, T *__restrict__ maxima, int *__restrict__ first,
+                                 GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
+    const long long positions = g.positions();
+    const int count = g.taps();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const T *__restrict__ src = img + plane * g.plane_size();
+        T *__restrict__ best = maxima + plane * positions;
+        int *__restrict__ at = first + plane * positions;
+        if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
+            if (g.sw == 1) max_lines_serially<true>(src, best, at, g);
+            else max_lines_serially<false>(src, best, at, g);
+            continue;
+        }
+        for (long long o = threadIdx.x; o < positions; o += blockDim.x) {
+            const int x = (int)(o / ((long long)g.oh * g.ow)), y = (int)(o / g.ow % g.oh), z = (int)(o % g.ow);
+            int k = 0, f = 0;
+            T b = zero<T>();
+            for (int a = 0; a < g.kd; ++a)
+                for (int c = 0; c < g.kh; ++c)
+                    for (int e = 0; e < g.kw; ++e, ++k) {
+                        const int u = image_coordinate(x, a, g.sd, g.dd, g.qd);
+                        const int v = image_coordinate(y, c, g.sh, g.dh, g.qh);
+                        const int w = image_coordinate(z, e, g.sw, g.dw, g.qw);
+                        const bool inside = u >= 0 && u < g.pd && v >= 0 && v < g.ph && w >= 0 && w < g.pw;
+                        keep_max(b, f, inside ? src[((long long)u * g.ph + v) * g.pw + w] : zero<T>(), k);
+                    }
+            const auto bv = arith(b);
+            best[o] = b;
+            at[o] = bv == bv ? f : count;
+        }
+    }
+}
+
+// Max pooling's input gradient from the forward's `first` (max_pool_forward): col2im of
+// grad[n, c, o] * (k == first[n, c, o]), summed as col2im sums (see the header). img is written whole.
+template <typename T>
+__global__ void max_pool_scatter(const int *__restrict__ first, const T *__restrict__ grad, T *__restrict__ img,
+                                 GEOMETRY_PARAMS) {
+    const Geometry g = GEOMETRY_FROM_PARAMS;
+    const long long positions = g.positions();
+    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+        const int *__restrict__ hit = first + plane * positions;
+        const T *__restrict__ gw = grad + plane * positions;
+        sum_taps_into_plane(img + plane * g.plane_size(), g,
+                            [&](int k, long long o) { return times_hit(gw[o], hit[o] == k); });
+    }
+}
+
 // Instantiations: CuPy names them through name_expressions; nvcc --ptx and the host build need them here.
 #define CONV_INSTANTIATE(T)                                                                                   \
     template __global__ void im2col<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
     template __global__ void col2im<T>(const T *__restrict__, T *__restrict__, GEOMETRY_TYPES);                \
     template __global__ void max_pool_backward<T>(const T *__restrict__, const T *__restrict__,               \
                                                   const T *__restrict__, int *__restrict__, T *__restrict__,   \
-                                                  GEOMETRY_TYPES);
+                                                  GEOMETRY_TYPES);                                        \
+    template __global__ void max_pool_forward<T>(const T *__restrict__, T *__restrict__, int *__restrict__,      \
+                                                 GEOMETRY_TYPES);                                                \
+    template __global__ void max_pool_scatter<T>(const int *__restrict__, const T *__restrict__, T *__restrict__, \
+                                                 GEOMETRY_TYPES);
 CONV_INSTANTIATE(float)
 CONV_INSTANTIATE(double)
 CONV_INSTANTIATE(__half)

@@ -38,6 +38,7 @@ GEOMETRIES = {
     "2d-s3-gap": (2, 1, (10, 11), (2, 2), (3, 3), (0, 1), (1, 1)),  # stride > kernel: elements no tap reaches
     "3d-mixed": (2, 2, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2)),
     "3d-tiles": (1, 3, (4, 4, 4), (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)),
+    "2d-wide-pad": (1, 2, (4, 5), (2, 3), (1, 2), (3, 2), (1, 1)),  # whole lines and windows of padding
 }
 
 
@@ -92,8 +93,7 @@ def mode(monkeypatch):
 def test_im2col_and_col2im_match_the_twins_in_both_layouts(name, dtype, mode):
     geo = _conv_geom(GEOMETRIES[name])
     rng = np.random.default_rng(1)
-    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)
-    xpad = geo.pad_input(np, x)
+    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)  # the kernels pad it, the twin pads a copy
     dcols_shape = (geo.n, 1, geo.kg, geo.l)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf in the twin's sums
@@ -103,7 +103,7 @@ def test_im2col_and_col2im_match_the_twins_in_both_layouts(name, dtype, mode):
             results = {}
             for m in ("numpy", "compiled"):
                 mode(m)
-                results[m] = (geo.im2col(np, xpad), geo.col2im(np, dcols))
+                results[m] = (geo.im2col(np, x), geo.col2im(np, dcols))
             what = f"{name}, {'merged' if merged else 'per-sample'}"
             _same_bits(results["compiled"][0], results["numpy"][0], f"im2col, {what}")
             _same_bits(results["compiled"][1], results["numpy"][1], f"col2im, {what}")
@@ -119,7 +119,7 @@ def test_col2im_writes_a_block_into_out_and_keeps_negative_zero(mode):
     results = {}
     for m in ("numpy", "compiled"):
         mode(m)
-        out = np.zeros((geo.n + 1, geo.c) + geo.padded, np.float32)
+        out = np.zeros((geo.n + 1, geo.c) + geo.spatial, np.float32)
         got = geo.col2im(np, dcols[:1], out=out[1:2])
         assert np.shares_memory(got, out)
         results[m] = out
@@ -261,7 +261,9 @@ def test_numpy_mode_launches_nothing(mode, monkeypatch):
 
 
 def test_geometry_packs_fewer_axes_as_leading_ones():
-    assert ck.geometry(2, 3, (9,), (3,), (2,), (1,), (4,)) == (2, 3, 1, 1, 9, 1, 1, 3, 1, 1, 4, 1, 1, 2, 1, 1, 1)
+    assert ck.geometry(2, 3, (9,), (3,), (2,), (1,), (4,)) == (2, 3, 1, 1, 9, 1, 1, 3, 1, 1, 4, 1, 1, 2, 1, 1, 1,
+                                                                0, 0, 0)
+    assert ck.geometry(2, 3, (7, 9), (3, 3), (1, 2), (1, 1), (7, 5), (1, 2))[-6:] == (1, 1, 1, 0, 1, 2)
     with pytest.raises(ValueError, match="1 to 3 spatial axes"):
         ck.geometry(1, 1, (5,) * 4, (1,) * 4, (1,) * 4, (1,) * 4, (5,) * 4)
 
@@ -269,7 +271,7 @@ def test_geometry_packs_fewer_axes_as_leading_ones():
 # -- GPUs (emulated where there is none): the kernels with real block sizes against the twins ----------
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
-GPU_GEOMETRIES = ["1d-s2-d3", "2d-k3-p1", "2d-tiles", "2d-s3-gap", "3d-mixed"]
+GPU_GEOMETRIES = ["1d-s2-d3", "2d-k3-p1", "2d-tiles", "2d-s3-gap", "3d-mixed", "2d-wide-pad"]
 GPU_THREADS = [None, 1, 7, 64]  # default (a multiple of 32 sized to the plane), one thread, odd, several warps
 
 
@@ -298,7 +300,7 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
     geo = _conv_geom(GEOMETRIES[name])
     rng = np.random.default_rng(8)
     dtype = np.float32 if threads != 7 else np.float16
-    xpad = geo.pad_input(np, _values(rng, (geo.n, geo.c) + geo.spatial, dtype))
+    x = _values(rng, (geo.n, geo.c) + geo.spatial, dtype)
     accumulate = nn_ops._overlapping(geo.kernel, geo.stride, geo.dilation, geo.out_sp)
     mode("numpy")
     for layout in ("per_sample", "merged"):
@@ -306,19 +308,148 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
         dcols = _values(rng, (1, geo.kg, geo.n * geo.l) if geo.merged else (geo.n, 1, geo.kg, geo.l), dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            want_cols, want_img = geo.im2col(np, xpad), geo.col2im(np, dcols)
-        got_cols = ck.im2col(mx.gpu(0).xp, _on_gpu(xpad), geo.kernel_geometry(geo.n), layout, threads=threads)
+            want_cols, want_img = geo.im2col(np, x), geo.col2im(np, dcols)
+        got_cols = ck.im2col(mx.gpu(0).xp, _on_gpu(x), geo.kernel_geometry(geo.n), layout, threads=threads)
         got_img = ck.col2im(mx.gpu(0).xp, _on_gpu(dcols), geo.kernel_geometry(geo.n), layout, accumulate,
                             threads=threads)
         _same_bits_or_nan(got_cols, want_cols, f"im2col {name} {layout}")
         _same_bits_or_nan(got_img, want_img, f"col2im {name} {layout}")
 
 
+def test_host_buffers_hand_out_only_what_nobody_holds():
+    pool = nn_ops._HostBuffers(per_shape=2, shapes=2)
+    a = pool.empty((3, 4), np.float32)
+    b = pool.empty((3, 4), np.float32)
+    assert not np.shares_memory(a, b)
+    view = a.reshape(12)  # a view holds its base
+    del a
+    c = pool.empty((3, 4), np.float32)
+    assert not np.shares_memory(c, view) and not np.shares_memory(c, b)  # a third, not kept
+    del view
+    d = pool.empty((3, 4), np.float32)
+    assert d.shape == (3, 4) and d.dtype == np.float32 and d.flags.c_contiguous
+    pool.empty((5,), np.float64)
+    pool.empty((6,), np.float64)  # the least recently used shape is dropped
+    assert len(pool._buffers) == 2 and ((3, 4), np.dtype(np.float32)) not in pool._buffers
+
+
+def test_convolutions_alive_together_keep_their_own_columns(mode):
+    """Two recorded convolutions of one shape, both backward after both forwards: reused column buffers
+    must not mix them (the gradients equal the twin's)."""
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((2, 3, 9, 9)).astype(np.float32) for _ in range(2)]
+    w_data = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        w = mx.array(w_data)
+        w.attach_grad()
+        with mx.autograd.record():
+            ys = [nn_ops.conv2d(mx.array(x), w, padding=1) for x in xs]
+            loss = (ys[0] * ys[0]).sum() + (ys[1] * 2).sum()
+        loss.backward()
+        results[m] = w.grad.asnumpy()
+    _same_bits(results["compiled"], results["numpy"], "weight gradient of two convolutions")
+
+
+# -- kernels/bias_act.cu: a convolution's bias and ReLU in one pass ----------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_bias_relu_matches_its_twin(dtype, mode):
+    """NaN stays NaN, -0.0 and negative sums become +0, subnormals and infinities as NumPy's add makes them."""
+    rng = np.random.default_rng(12)
+    y = _values(rng, (3, 5, 7, 6), dtype)
+    bias = _values(rng, (5,), dtype, special=False)
+    bias[1] = -0.0
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got = ck.bias_relu(np, y.copy(), bias)
+        results[m] = got
+    _same_bits(results["compiled"], results["numpy"], "bias_relu")
+    got = results["compiled"]
+    assert (got == 0).any() and not np.signbit(got[~np.isnan(got)]).any()
+
+
+def _conv_layer_run(x_data, weight, bias, channels_last=False, create_graph=False):
+    net = mx.gluon.nn.Conv2D(4, 3, padding=1, activation="relu", in_channels=3)
+    net.initialize()
+    net.weight.set_data(mx.nd.array(weight))
+    net.bias.set_data(mx.nd.array(bias))
+    x = mx.nd.array(x_data)
+    x.attach_grad()
+    with mx.autograd.record():
+        y = net(x)
+        loss = (y * y).sum()
+    if create_graph:
+        (gx,) = mx.autograd.grad(loss, [x], create_graph=True)
+        return [y.asnumpy(), gx.asnumpy()]
+    loss.backward()
+    return [y.asnumpy(), x.grad.asnumpy(), net.weight.grad().asnumpy(), net.bias.grad().asnumpy()]
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["grad", "create_graph"])
+def test_conv2d_relu_layer_fused_gives_the_composed_bits(create_graph, mode, monkeypatch):
+    """Conv2D(activation='relu') on a CPU device runs conv_relu (one bias + ReLU pass); its output and
+    gradients (first and, through the recorded plain ops, second order) are those of conv2d then relu."""
+    from mxlite.gluon.nn import conv_layers
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = (0.3 * rng.standard_normal((4, 3, 3, 3))).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    mode("compiled")
+    calls = []
+    real = conv_layers.conv_relu
+    monkeypatch.setattr(conv_layers, "conv_relu", lambda *a: calls.append(1) or real(*a))
+    fused = _conv_layer_run(x, w, b, create_graph=create_graph)
+    assert calls, "the layer did not take the fused path"
+    monkeypatch.setattr(conv_layers, "conv_relu", lambda *a: None)
+    composed = _conv_layer_run(x, w, b, create_graph=create_graph)
+    for i, (a, c) in enumerate(zip(fused, composed)):
+        _same_bits(a, c, f"result {i}")
+    assert (fused[0] == 0).any() and (fused[0] > 0).any()
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("threads", [None, 1, 7], ids=str)
+def test_gpu_bias_relu_matches_its_twin(threads, mode):
+    rng = np.random.default_rng(14)
+    dtype = np.float32 if threads != 7 else np.float16
+    y = _values(rng, (2, 3, 5, 11), dtype)
+    bias = _values(rng, (3,), dtype, special=False)
+    mode("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = ck.bias_relu(np, y.copy(), bias)
+    got = ck.bias_relu(mx.gpu(0).xp, _on_gpu(y), _on_gpu(bias), threads=threads)
+    _same_bits_or_nan(got, want, "bias_relu on a GPU")
+
+
+def test_max_pool_keeps_the_first_maximum_of_signed_zero_ties(mode):
+    """A window of -0.0 and +0.0 gives the first one's value and its gradient, kernel and twin alike."""
+    x = np.array([[[[-0.0, 0.0, 0.0, -0.0], [0.0, 0.0, -0.0, -0.0]]]], np.float32)
+    head = np.array([[[[2.0, 3.0]]]], np.float32)
+    results = {}
+    for m in ("numpy", "compiled"):
+        mode(m)
+        results[m] = _pool_run(x, head, {"pool_size": 2, "strides": 2})
+    for i in range(2):
+        _same_bits(results["compiled"][i], results["numpy"][i], f"result {i}")
+    np.testing.assert_array_equal(np.signbit(results["compiled"][0]).reshape(-1), [True, False])
+    np.testing.assert_array_equal(results["compiled"][1], [[[[2.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])
+
+
 @gpu
 @needs_gpu
 @pytest.mark.parametrize("threads", GPU_THREADS, ids=str)
 @pytest.mark.parametrize("name", ["1d k3 s1 (overlap)", "2d k2 tiles", "2d k3 s2 p1 (overlap)", "3d k2 s1 (overlap)"])
-def test_gpu_max_pool_backward_matches_the_twin(name, threads, mode):
+def test_gpu_max_pool_kernels_match_the_twins(name, threads, mode):
+    """With real block sizes, against the twins (the window copy, _max_pool_twin_forward and the backward):
+    max_pool_backward from the forward's tap columns (GPUs), max_pool_forward then max_pool_scatter (CPU
+    devices)."""
     pool, strides, pad, ceil, shape = POOL_CASES[name]
     kw = {"pool_size": pool, "strides": strides, "padding": pad, "ceil_mode": ceil}
     dtype = np.float32 if threads != 7 else np.float16
@@ -329,17 +460,25 @@ def test_gpu_max_pool_backward_matches_the_twin(name, threads, mode):
     head = _pool_head(x, kw, rng)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        _, want = _pool_run(x, head, kw)
-    # the forward's tap columns, as _max_pool makes them, then the kernel on the GPU
+        want_out, want = _pool_run(x, head, kw)
     kernel, stride, padv, out_sp, padded = nn_ops._pool_geometry("max_pool", mx.array(x), pool, strides, pad, ceil)
     xpad = nn_ops._pad_to(np, x, padv, padded, -np.inf)
     ones = (1,) * len(kernel)
+    geom = ck.geometry(shape[0], shape[1], padded, kernel, stride, ones, out_sp)
+    overlap = nn_ops._overlapping(kernel, stride, ones, out_sp)
+    xp = mx.gpu(0).xp
+
+    def image_grad(gpad):
+        return np.ascontiguousarray(nn_ops._crop(_host(gpad).reshape(xpad.shape), padv, shape[2:]))
+
+    # the forward's tap columns, as _max_pool makes them on a GPU, then max_pool_backward
     cols = np.ascontiguousarray(nn_ops._windows(np, xpad, kernel, stride, ones, out_sp, taps_first=True))
     cols = cols.reshape(math.prod(kernel), -1)
     maxima = cols.max(axis=0)
-    geom = ck.geometry(shape[0], shape[1], padded, kernel, stride, ones, out_sp)
-    overlap = nn_ops._overlapping(kernel, stride, ones, out_sp)
-    gpad = ck.max_pool_backward(mx.gpu(0).xp, _on_gpu(cols), _on_gpu(maxima), _on_gpu(head), geom, overlap,
-                                threads=threads)
-    got = nn_ops._crop(_host(gpad).reshape(xpad.shape), padv, shape[2:])
-    _same_bits_or_nan(np.ascontiguousarray(got), want, f"max-pool backward {name}")
+    gpad = ck.max_pool_backward(xp, _on_gpu(cols), _on_gpu(maxima), _on_gpu(head), geom, overlap, threads=threads)
+    _same_bits_or_nan(image_grad(gpad), want, f"max-pool backward {name}")
+    # CPU devices' pair, straight from the image
+    got_max, first = ck.max_pool_forward(xp, _on_gpu(xpad), geom, threads=threads)
+    _same_bits_or_nan(_host(got_max).reshape(want_out.shape), want_out, f"max-pool forward {name}")
+    gpad = ck.max_pool_scatter(xp, first, _on_gpu(head), geom, overlap, threads=threads)
+    _same_bits_or_nan(image_grad(gpad), want, f"max-pool scatter {name}")

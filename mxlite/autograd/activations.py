@@ -45,12 +45,14 @@ def _relu_backward_twin(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, g, g.dtype.type(0))
 
 
-def _relu_launch(device: Any, name: str, arrays: tuple[Any, ...], n: int) -> Any:
-    """``name<T>`` over ``n`` elements with the C-contiguous ``arrays`` (inputs), returning the new output."""
+def _relu_launch(device: Any, name: str, arrays: tuple[Any, ...], n: int, out: Any = None) -> Any:
+    """``name<T>`` over ``n`` elements with the C-contiguous ``arrays`` (inputs), returning the output: ``out``
+    (C-contiguous, the inputs' shape and dtype) when given, else a new array."""
     xp = device.xp
     first = arrays[0]
-    with device.use():
-        out = xp.empty(first.shape, dtype=first.dtype)
+    if out is None:
+        with device.use():
+            out = xp.empty(first.shape, dtype=first.dtype)
     if n:
         base, threads = (_GPU_CHUNK, _GPU_THREADS) if device.is_gpu else (_CPU_CHUNK, 1)
         blocks = min(_MAX_BLOCKS, -(-n // base))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import importlib
 import math
+import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,12 +24,13 @@ import numpy as np
 from ..device import blas
 from . import _conv_kernels as _ck
 from . import _cudnn_ops
-from .ops import _check_float, _op, mean
+from . import activations as _activations
+from .ops import _check_float, _named_error, _op, mean
 from .ops import max as _max
 from .tensor import Tensor, _result, grad_out
 
-__all__ = ["avg_pool", "avg_pool2d", "conv", "conv2d", "conv_transpose", "global_avg_pool", "global_avg_pool2d",
-           "global_max_pool", "global_max_pool2d", "max_pool", "max_pool2d"]
+__all__ = ["avg_pool", "avg_pool2d", "conv", "conv2d", "conv_relu", "conv_transpose", "global_avg_pool",
+           "global_avg_pool2d", "global_max_pool", "global_max_pool2d", "max_pool", "max_pool2d"]
 
 IntPair = int | Sequence[int]
 IntTuple = int | Sequence[int]  # an int, or one per spatial axis
@@ -72,7 +75,12 @@ def _as_strided(xp: Any) -> Any:
 #   MXLITE_CPU_KERNELS=numpy or it cannot be built. The NumPy code here is their twin and gives the
 #   same bits (tests/test_conv_kernels.py). On one CPU thread, the kernels walk one (sample, channel)
 #   plane at a time, tap by tap, so the plane stays in cache: col2im of the CNN layer above runs
-#   about 4x faster than the strided adds, max pooling's backward 2x, im2col 1.5x.
+#   about 4x faster than the strided adds, max pooling's backward 2x, im2col 1.5x. The kernels apply the
+#   zero padding themselves (the twin pads a copy and crops), and on CPU devices max pooling reads its
+#   windows straight from the image (max_pool_forward, max_pool_scatter; no copy of the windows).
+# * CPU devices: the large per-step arrays (columns, GEMM outputs, pooling taps and gradients) come from
+#   _HostBuffers, reused once nothing holds them, so that no step pays the page faults of fresh memory;
+#   Conv2D(activation='relu') adds the bias and applies the ReLU in one pass (conv_relu).
 #
 # On GPUs none of that blocking applies: a cache-sized block is a launch and, on the host, a dozen
 # Python calls into CuPy, and the host's dispatch, not the GEMMs, bounds a small network's step. There
@@ -83,7 +91,10 @@ def _as_strided(xp: Any) -> Any:
 # batch as fit; then the forward keeps no columns and the backward makes them again per piece.
 _PER_SAMPLE_MIN = 64  # output positions per sample from which per-sample GEMMs beat one merged GEMM
 _WGRAD_BLOCK = 1 << 22  # elements of the per-sample weight-gradient products summed at a time
-_DCOLS_BLOCK = 1 << 18  # column-gradient elements made and scattered at a time (1 MiB: stays in cache)
+# Column-gradient elements made and scattered at a time: 4 MiB of float32, read back from cache. The input
+# gradient of the CNN's 32->64 layer (batch 128, one thread): 15.1 ms at 1 << 20, 16.6 at 1 << 18 (43
+# GEMM + col2im launches a step instead of 11), 20.3 at 1 << 17, no better above.
+_DCOLS_BLOCK = 1 << 20
 # Largest column matrix (and column gradient) a GPU makes at once, in bytes. A piece's three GEMMs do
 # 6 * C_out * E FLOPs for E column elements: at C_out = 64 and 256 MiB of float32 columns, 26 GFLOP,
 # about 0.55 ms at the 47 TFLOP/s an H100/H200 reaches in float32, while the host issues a further
@@ -94,6 +105,44 @@ _DCOLS_BLOCK = 1 << 18  # column-gradient elements made and scattered at a time 
 # (1.7 GiB of columns) are cut into 7 pieces; the CNNs of benchmarks/bench_train.py (32x32 images,
 # 75 MB of columns at batch 256) stay whole up to a batch of 910.
 _GPU_COLS_BYTES = 256 << 20
+
+
+class _HostBuffers:
+    """Large buffers of CPU convolutions and max pooling, kept and handed out again once nothing holds them.
+
+    A training step makes each layer's columns, GEMM output, max pooling's window taps and input gradient
+    anew (tens of MB: 38 MB of columns for the 32->64 3x3 layer of benchmarks/bench_train.py's CNN at
+    batch 128). glibc serves a block that large with a fresh mmap, or gives freed ones back to the
+    system, so the first write of every page faulted, every step (about half of im2col's time on one
+    thread). This keeps up to ``per_shape`` buffers for each of the ``shapes`` most recent (shape,
+    dtype) pairs and gives out one that only the pool references (CPython's reference count: whoever
+    keeps the array, or any view of it, holds it), else a new one it keeps if there is room. Memory
+    held: at most ``per_shape`` buffers of each such shape.
+    """
+
+    def __init__(self, per_shape: int = 2, shapes: int = 16) -> None:
+        self.per_shape, self.shapes = per_shape, shapes
+        self._buffers: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised C-contiguous NumPy array of ``shape`` and ``dtype`` that nobody else holds."""
+        key = (tuple(shape), np.dtype(dtype))
+        with self._lock:
+            kept = self._buffers.pop(key, [])
+            self._buffers[key] = kept  # most recently used last
+            for buf in kept:
+                if sys.getrefcount(buf) <= 3:  # the list, this loop and the call: nobody else
+                    return buf
+            buf = np.empty(key[0], dtype=key[1])
+            if len(kept) < self.per_shape:
+                kept.append(buf)
+            while len(self._buffers) > self.shapes:
+                del self._buffers[next(iter(self._buffers))]
+            return buf
+
+
+_COLUMNS = _HostBuffers()
 
 
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
@@ -185,27 +234,27 @@ class _ConvGeom:
             return data
         return xp.pad(data, widths)
 
-    def crop(self, gpad: Any) -> Any:
-        """The (N, C, *S) interior of a padded gradient."""
-        return _crop(gpad, self.pad, self.spatial)
-
     def kernel_geometry(self, n: int) -> tuple[int, ...]:
-        """The geometry arguments of kernels/conv.cu for ``n`` samples of this convolution's padded input."""
-        return _ck.geometry(n, self.c, self.padded, self.kernel, self.stride, self.dilation, self.out_sp)
+        """The geometry arguments of kernels/conv.cu for ``n`` samples of this convolution's input, the
+        padding applied by the kernels."""
+        return _ck.geometry(n, self.c, self.spatial, self.kernel, self.stride, self.dilation, self.out_sp, self.pad)
 
-    def im2col(self, xp: Any, xpad: Any) -> Any:
-        """Column matrices: (N, groups, Kg, L) per-sample, (groups, Kg, N*L) merged, or the input viewed.
+    def im2col(self, xp: Any, x: Any) -> Any:
+        """Column matrices of the input ``x`` (N, C, *S): (N, groups, Kg, L) per-sample, (groups, Kg, N*L)
+        merged, or the input viewed.
 
-        Kernel ``im2col`` of kernels/conv.cu where :func:`_conv_kernels.enabled`; else (the twin) a
-        copy of the strided window view.
+        Kernel ``im2col`` of kernels/conv.cu where :func:`_conv_kernels.enabled`, which reads the padding
+        as zeros; else (the twin) a copy of the strided window view of the zero-padded input.
         """
         g, n = self.groups, self.n
         if self.pointwise:
-            return xpad.reshape(n, g, self.kg, self.l)
-        if _ck.enabled(xp, xpad.dtype, self.nd):
+            return x.reshape(n, g, self.kg, self.l)
+        if _ck.enabled(xp, x.dtype, self.nd):
             shape = (g, self.kg, n * self.l) if self.merged else (n, g, self.kg, self.l)
-            return _ck.im2col(xp, xpad, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
-                              shape=shape)
+            out = _COLUMNS.empty(shape, x.dtype) if xp is np else None  # see _HostBuffers
+            return _ck.im2col(xp, x, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
+                              shape=shape, out=out)
+        xpad = self.pad_input(xp, x)
         view = _windows(xp, xpad, self.kernel, self.stride, self.dilation, self.out_sp, taps_first=self.merged)
         if self.merged:  # (*K, N, C, *O) -> (C, *K, N, *O): the one copy of the forward pass
             order = (self.nd + 1, *range(self.nd), self.nd, *range(self.nd + 2, 2 * self.nd + 2))
@@ -214,6 +263,16 @@ class _ConvGeom:
 
     def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
+        if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (_HostBuffers)
+            shape = (self.n, self.groups, self.c_out // self.groups, self.l)
+            return blas.matmul(w_mat, cols, out=_COLUMNS.empty(shape, cols.dtype)).reshape(
+                (self.n, self.c_out) + self.out_sp)
+        if xp is np and self.merged and w_mat.dtype == cols.dtype:  # both products into reused buffers
+            res = blas.matmul(w_mat, cols, out=_COLUMNS.empty(w_mat.shape[:2] + cols.shape[2:], cols.dtype))
+            out = _COLUMNS.empty((self.n, self.c_out) + self.out_sp, cols.dtype)
+            res = res.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
+            np.copyto(out.reshape(self.n, self.c_out, self.l), res)
+            return out
         out = blas.matmul(w_mat, cols)
         if self.merged:  # (groups, C_out/g, N*L) -> (N, C_out, *O)
             out = out.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
@@ -224,7 +283,12 @@ class _ConvGeom:
         """The output gradient (N, C_out, *O) in the layout of the columns."""
         if self.merged:
             gm = g.reshape(self.n, self.c_out, self.l).transpose(1, 0, 2)
-            return xp.ascontiguousarray(gm).reshape(self.groups, self.c_out // self.groups, self.n * self.l)
+            shape = (self.groups, self.c_out // self.groups, self.n * self.l)
+            if xp is np:  # into a reused buffer (_HostBuffers)
+                buf = _COLUMNS.empty(shape, g.dtype)
+                np.copyto(buf.reshape(gm.shape), gm)
+                return buf
+            return xp.ascontiguousarray(gm).reshape(shape)
         return g.reshape(self.n, self.groups, self.c_out // self.groups, self.l)
 
     def weight_grad(self, xp: Any, g_mat: Any, cols: Any, out: Any = None) -> Any:
@@ -233,22 +297,30 @@ class _ConvGeom:
             return blas.matmul(g_mat, cols.transpose(0, 2, 1), out=out)
         shape = (self.groups, self.c_out // self.groups, self.kg)
         acc = out if out is not None else xp.empty(shape, dtype=xp.result_type(g_mat, cols))
-        # Per-sample products summed over the batch, a block of samples at a time (bounded memory).
+        # Per-sample products summed over the batch, a block of samples at a time (bounded memory), each
+        # as cols_n @ g_n^T (Kg x C_out/groups): OpenBLAS runs that orientation faster than g_n @ cols_n^T
+        # on one thread (15.0 against 17.1 ms for the CNN's 32->64 layer at batch 128; never slower in
+        # the shapes measured), and the sum is transposed once at the end (Kg * C_out elements).
         block = max(1, _WGRAD_BLOCK // max(1, math.prod(shape)))
-        for i, start in enumerate(range(0, self.n, block)):
-            part = blas.matmul(g_mat[start: start + block], cols[start: start + block].transpose(0, 1, 3, 2))
-            if i == 0:
-                part.sum(axis=0, out=acc)
+        total = None
+        for start in range(0, self.n, block):
+            part = blas.matmul(cols[start: start + block], g_mat[start: start + block].transpose(0, 1, 3, 2))
+            if total is None:
+                total = part.sum(axis=0)
             else:
-                acc += part.sum(axis=0)
+                total += part.sum(axis=0)
+        acc[...] = total.transpose(0, 2, 1)
         return acc
 
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
         """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col`."""
+        if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (_HostBuffers)
+            out = _COLUMNS.empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
+            return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
         return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
     def input_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
-        """The padded input's gradient: :meth:`col_grad` then :meth:`col2im`, a block of samples at a time.
+        """The input's gradient (N, C, *S): :meth:`col_grad` then :meth:`col2im`, a block of samples at a time.
 
         Per sample the column gradient is prod(K) times the input's size; made and scattered a few
         samples at a time it is read back from cache instead of memory. The merged layout (small
@@ -259,38 +331,43 @@ class _ConvGeom:
         block = max(1, _DCOLS_BLOCK // max(1, self.c * math.prod(self.kernel) * self.l))
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
-        dtype = xp.result_type(w_mat, g_mat)
-        # the kernel writes every element of each block; the twin sums into zeros
-        alloc = xp.empty if _ck.enabled(xp, dtype, self.nd) else xp.zeros
-        gpad = alloc((self.n, self.c) + self.padded, dtype=dtype)
+        gx = xp.empty((self.n, self.c) + self.spatial, dtype=xp.result_type(w_mat, g_mat))  # col2im writes it all
         for start in range(0, self.n, block):
             part = g_mat[start: start + block]
-            self.col2im(xp, self.col_grad(xp, w_mat, part), out=gpad[start: start + part.shape[0]])
-        return gpad
+            self.col2im(xp, self.col_grad(xp, w_mat, part), out=gx[start: start + part.shape[0]])
+        return gx
 
     def col2im(self, xp: Any, dcols: Any, out: Any = None) -> Any:
-        """Sum column gradients back onto the padded input: (N, C, *padded) (the inverse of im2col).
+        """Sum column gradients back onto the input: (N, C, *S) (the inverse of im2col; what falls in the
+        padding is dropped).
 
-        ``dcols`` may hold a block of samples (per-sample layout); ``out``, a (block, C, *padded) array,
-        receives them (zeroed for the twin; the kernel writes every element). Kernel ``col2im`` of
-        kernels/conv.cu where :func:`_conv_kernels.enabled`; else (the twin) :func:`_scatter_taps`.
+        ``dcols`` may hold a block of samples (per-sample layout); ``out``, a C-contiguous (block, C, *S)
+        array, receives them (every element written). Kernel ``col2im`` of kernels/conv.cu where
+        :func:`_conv_kernels.enabled`, straight into the unpadded image; else (the twin)
+        :func:`_scatter_taps` into a zero-padded image, cropped.
         """
         c, nd = self.c, self.nd
         n = self.n if self.merged else dcols.shape[0]
+        shape = (n, c) + self.spatial
         if self.pointwise:
-            return dcols.reshape((n, c) + self.spatial)
+            return dcols.reshape(shape)
         if _ck.enabled(xp, dcols.dtype, nd):
             accumulate = _overlapping(self.kernel, self.stride, self.dilation, self.out_sp)
-            gpad = _ck.col2im(xp, dcols, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
-                              accumulate, out, shape=(n, c) + self.padded)
-            return gpad if gpad.shape == (n, c) + self.padded else gpad.reshape((n, c) + self.padded)
+            gx = _ck.col2im(xp, dcols, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
+                            accumulate, out, shape=shape)
+            return gx if gx.shape == shape else gx.reshape(shape)
         if self.merged:  # (C, *K, N, *O) -> taps-first (*K, N, C, *O) view
             d = dcols.reshape((c, *self.kernel, n, *self.out_sp))
             d = d.transpose((*range(1, nd + 1), nd + 1, 0, *range(nd + 2, 2 * nd + 2)))
         else:  # (N, C, *K, *O) -> (*K, N, C, *O) view
             d = dcols.reshape((n, c, *self.kernel, *self.out_sp))
             d = d.transpose((*range(2, nd + 2), 0, 1, *range(nd + 2, 2 * nd + 2)))
-        return _scatter_taps(xp, d, (n, c) + self.padded, self.kernel, self.stride, self.dilation, self.out_sp, out)
+        gpad = _scatter_taps(xp, d, (n, c) + self.padded, self.kernel, self.stride, self.dilation, self.out_sp)
+        gx = _crop(gpad, self.pad, self.spatial)
+        if out is None:
+            return gx
+        out.reshape(shape)[...] = gx
+        return out
 
     # -- GPUs: whole-batch GEMMs (see _GPU_COLS_BYTES) ---------------------------------------------------
     def pieces(self, itemsize: int) -> list[tuple[int, int]]:
@@ -313,7 +390,7 @@ class _ConvGeom:
         return t.reshape(self.groups, channels // self.groups, a.shape[0] * math.prod(a.shape[2:]))
 
     def gpu_forward(self, xp: Any, xpad: Any, w_mat: Any, bias: Any) -> tuple[Any, Any]:
-        """The convolution of ``xpad`` (N, C, *padded) on a GPU, ``bias`` (C_out,) or None added.
+        """The convolution of ``xpad`` (N, C, *S; padded by im2col) on a GPU, ``bias`` (C_out,) or None added.
 
         Returns ``(out, cols)``: out (N, C_out, *O), C-contiguous, from one GEMM per piece (:meth:`pieces`);
         cols the columns for :meth:`gpu_backward` when the batch was one piece, else None.
@@ -346,9 +423,9 @@ class _ConvGeom:
         """The gradients of :meth:`gpu_forward` on a GPU for the output gradient ``g`` (N, C_out, *O).
 
         ``cols``: the forward's columns, or None (made again from ``xpad``, a piece at a time). Returns
-        ``(gpad, gw)``: the padded input's gradient (N, C, *padded; for a pointwise convolution the
-        input's, (N, C, *S)) when ``need_x``, and the weight gradient (groups, C_out/groups, Kg),
-        written into ``gw_out`` when given, when ``need_w``; None for what is not needed.
+        ``(gpad, gw)``: the input's gradient (N, C, *S) when ``need_x``, and the weight gradient
+        (groups, C_out/groups, Kg), written into ``gw_out`` when given, when ``need_w``; None for what is not
+        needed.
         """
         n, co, gr = self.n, self.c_out, self.groups
         gw = gpad = None
@@ -363,9 +440,8 @@ class _ConvGeom:
         spans = self.pieces(g.dtype.itemsize)
         whole = len(spans) == 1
         if need_x:
-            # the kernel writes every element of each piece; the twin (no kernel) sums into zeros
-            alloc = xp.empty if _ck.enabled(xp, g.dtype, self.nd) else xp.zeros
-            gpad = alloc((n, self.c) + self.padded, dtype=np.result_type(w_mat.dtype, g.dtype))
+            # col2im writes every element of each piece
+            gpad = xp.empty((n, self.c) + self.spatial, dtype=np.result_type(w_mat.dtype, g.dtype))
             w_t = w_mat.transpose(0, 2, 1)
         for i, (start, stop) in enumerate(spans):
             geo = self if whole else self.piece(stop - start)
@@ -422,7 +498,9 @@ def _bias_grad(xp: Any, g: Any, bias: Tensor) -> Any:
 
 
 def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, padding: IntTuple,
-             dilation: IntTuple, groups: int, nd: int | None) -> Tensor:
+             dilation: IntTuple, groups: int, nd: int | None, relu: bool = False) -> Tensor:
+    """The convolution ``name``; with ``relu`` (CPU devices, a bias of the output's dtype: see
+    :func:`conv_relu`) its output data is ``relu(conv + bias)``, made in one pass (kernels/bias_act.cu)."""
     xp = x._device.xp
     nd = _conv_check(name, x, weight, bias, nd, False, groups)
     stride_t, pad_t = _ntuple("stride", stride, nd, 1), _ntuple("padding", padding, nd, 0)
@@ -442,7 +520,7 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
                     whole_batch=xp is not np)
     wdata = weight._data
     w_mat = wdata.reshape(groups, c_out // groups, geo.kg)
-    xpad = geo.pad_input(xp, x._data)
+    xpad = x._data  # im2col applies the padding
     if geo.whole_batch:
         out, cols = geo.gpu_forward(xp, xpad, w_mat, None if bias is None else bias._data)
         xpad = xpad if cols is None else None  # the backward makes the columns again from it
@@ -450,7 +528,9 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
         cols = geo.im2col(xp, xpad)
         xpad = None
         out = geo.forward(xp, w_mat, cols)
-        if bias is not None:
+        if relu:
+            _ck.bias_relu(xp, out, bias._data)
+        elif bias is not None:
             out += bias._data.reshape((1, c_out) + (1,) * nd)
 
     def backward(g: Any) -> tuple[Any, ...]:
@@ -468,14 +548,51 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
                 gx = geo.input_grad(xp, w_mat, g_mat)
         if need_w:
             gw = buf if buf is not None else gw.reshape(weight.shape)
-        if need_x and not geo.pointwise:
-            gx = geo.crop(gx)
         if bias is not None and bias._requires_grad():
             gb = _bias_grad(xp, g, bias)
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     parents = (x, weight) if bias is None else (x, weight, bias)
     return _result(name, out, x._device, parents, backward)
+
+
+def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, padding: IntTuple,
+               dilation: IntTuple, groups: int, nd: int | None) -> Tensor | None:
+    """``relu(conv(x, weight, bias))`` (``conv2d`` when ``nd`` is 2) with the bias and the ReLU in one pass
+    over the output, for convolution layers with ``activation='relu'``; None where that does not apply
+    (GPUs, no bias, a bias of another dtype than the output: the caller composes the two ops).
+
+    Recorded as the two ops it stands for: the convolution's node, whose output data is already the
+    ReLU's (its backward reads only its inputs and the gradient it is given), and a ``relu`` node on it
+    sharing that data, whose backward masks with it (y > 0 exactly where conv + bias > 0). Both nodes
+    keep their calls as :func:`conv`/:func:`conv2d` and ``activations.relu``, so higher-order gradients
+    see the plain ops. CPU devices only: one pass saves the ReLU's read and write of the whole output.
+
+    Raises:
+        ValueError: as :func:`conv`.
+    """
+    if x._device.xp is not np or bias is None or bias.dtype != np.result_type(x.dtype, weight.dtype):
+        return None
+    name = "conv2d" if nd == 2 else "conv"
+    kwargs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    try:
+        z = _conv_nd(name, x, weight, bias, stride, padding, dilation, groups, nd, relu=True)
+    except (ValueError, TypeError) as exc:
+        raise _named_error(name, exc, [x, weight, bias]) from exc
+    if z._node is not None:
+        z._node.call = (conv2d if nd == 2 else conv, (x, weight, bias), kwargs)
+    data, xp = z._data, np
+
+    def backward(g: Any) -> tuple[Any]:
+        out = _COLUMNS.empty(data.shape, data.dtype) if g.dtype == data.dtype and g.flags.c_contiguous else None
+        if out is None:
+            return (xp.where(data > 0, g, g.dtype.type(0)),)
+        return (_ck.relu_backward_into(xp, g, data, out),)
+
+    y = _result("relu", data, z._device, (z,), backward)
+    if y._node is not None:
+        y._node.call = (_activations.relu, (z,), {})
+    return y
 
 
 @_op("conv")
@@ -580,7 +697,6 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
     else:
         x_mat = geo.g_matrix(xp, x._data)
         out = geo.input_grad(xp, w_mat, x_mat)
-    out = out if geo.pointwise else geo.crop(out)
     out = out + bias._data.reshape((1, c_out) + (1,) * nd) if bias is not None else xp.ascontiguousarray(out)
 
     def backward(g: Any) -> tuple[Any, ...]:
@@ -589,7 +705,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         buf = grad_out(weight, np.result_type(g.dtype, wdata.dtype)) if need_w else None
         w_out = None if buf is None else buf.reshape(w_mat.shape)
         if geo.whole_batch:
-            gpad = geo.pad_input(xp, g) if need_w or need_x else None
+            gpad = g if need_w or need_x else None  # im2col applies the padding
             cols = None
             if need_x:
                 gx, cols = geo.gpu_forward(xp, gpad, w_mat, None)
@@ -597,7 +713,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
                 _, gw = geo.gpu_backward(xp, x_mat, gpad, cols, w_mat, False, w_out)
         else:
             if need_w or need_x:
-                cols = geo.im2col(xp, geo.pad_input(xp, g))
+                cols = geo.im2col(xp, g)
             if need_x:
                 gx = geo.forward(xp, w_mat, cols)
             if need_w:
@@ -661,6 +777,18 @@ def _crop(a: Any, pad: tuple[int, ...], spatial: tuple[int, ...]) -> Any:
     return a[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(pad, spatial))]
 
 
+def _max_pool_twin_forward(cols: Any) -> Any:
+    """The maxima of the (taps, M) window values ``cols`` as kernel ``max_pool_forward`` finds them (its twin):
+    the first tap's values, replaced tap by tap where a tap is strictly greater or the first NaN, so a
+    maximum keeps the first maximum's own value (its sign, for +-0 ties) and any NaN makes it NaN."""
+    best = cols[0].copy()
+    for t in range(1, cols.shape[0]):
+        tap = cols[t]
+        take = (tap > best) | ((tap != tap) & (best == best))
+        np.copyto(best, tap, where=take)
+    return best
+
+
 def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | None, padding: IntTuple,
               ceil_mode: bool, nd: int | None) -> Tensor:
     xp = x._device.xp
@@ -671,23 +799,41 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     ones = (1,) * len(kernel)
     taps = math.prod(kernel)
     n, c = data.shape[:2]
-    # kernel im2col (taps first) of kernels/conv.cu where it applies; the twin copies the strided view
+    # CPU devices: kernel max_pool_forward of kernels/conv.cu (maxima and first maxima straight from the
+    # image, no copy of the windows; its twin: the window copy, then _max_pool_twin_forward). GPUs: kernel
+    # im2col (taps first), then CuPy's maximum over the taps. Elsewhere the window copy and NumPy's.
     kernels = _ck.enabled(xp, data.dtype, len(kernel))
     geom = _ck.geometry(n, c, padded, kernel, stride, ones, out_sp) if kernels else ()
-    if kernels:  # (taps, N*C*prod(O))
-        cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
+    host = xp is np  # CPU devices: buffers from _COLUMNS (see _HostBuffers)
+    first = cols = None
+    if kernels and host:
+        flat, first = _ck.max_pool_forward(xp, xpad, geom, allocate=_COLUMNS.empty)
     else:
-        cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
-        cols = cols.reshape(taps, -1)
-    flat = cols.max(axis=0) if taps > 1 else cols[0].copy()
+        if kernels:  # (taps, N*C*prod(O))
+            cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
+        else:
+            cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
+            cols = cols.reshape(taps, -1)
+        if host:
+            flat = _max_pool_twin_forward(cols)
+        else:
+            flat = cols.max(axis=0) if taps > 1 else cols[0].copy()
     out = flat.reshape((n, c) + out_sp)
     spatial = data.shape[2:]
 
     def backward(g: Any) -> tuple[Any]:
         # The gradient of a window goes to its first maximum in row-major tap order (MXNet's rule).
+        nonlocal cols
         overlap = _overlapping(kernel, stride, ones, out_sp)
+        if first is not None and g.dtype == flat.dtype:  # kernel max_pool_scatter of kernels/conv.cu
+            gpad = _ck.max_pool_scatter(xp, first, g, geom, overlap, shape=xpad.shape, allocate=_COLUMNS.empty)
+            return (_crop(gpad, pad, spatial),)
+        if cols is None:  # the kernel's forward with a gradient of another dtype: the twin's windows
+            cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
+            cols = cols.reshape(taps, -1)
         if kernels and g.dtype == cols.dtype:  # kernel max_pool_backward of kernels/conv.cu; below, its twin
-            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape)
+            gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape,
+                                         allocate=_COLUMNS.empty if host else None)
             return (_crop(gpad, pad, spatial),)
         g_flat = g.reshape(-1)
         free = xp.ones(flat.shape, dtype=bool)  # windows whose maximum is not yet found

@@ -536,7 +536,11 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
     wdata = weight._data
     out2 = blas.matmul(x2, wdata.T)
     if bias is not None:
-        out2 = out2 + bias._data
+        b = bias._data
+        if xp is np and out2.dtype == np.result_type(out2, b):  # CPU devices: into the GEMM's own fresh output
+            out2 += b
+        else:
+            out2 = out2 + b
     out = out2.reshape(lead + (units,))
     in_shape = x.shape
 

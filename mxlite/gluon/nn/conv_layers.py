@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import nn_ops, ops
+from ...autograd import activations, nn_ops, ops
+from ...autograd.conv import conv_relu
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter
@@ -93,6 +94,10 @@ class Conv2D(Block):
         b = _ready(self.bias, x) if self.bias is not None else None
         if self._channels_last:
             x, w = _to_channels_first(x), _to_channels_first(w)
+        elif self._act is activations.relu and b is not None:  # CPU devices: bias and ReLU in one pass
+            y = conv_relu(x, w, b, self._strides, self._padding, self._dilation, self._groups, 2)
+            if y is not None:
+                return y
         y = nn_ops.conv2d(x, w, b, stride=self._strides, padding=self._padding, dilation=self._dilation,
                           groups=self._groups)
         if self._channels_last:
