@@ -27,7 +27,7 @@ test: $(BIN)/python
 	$(BIN)/python -m pytest -q
 
 # GPU-marked tests, run from the checkout with the machine's own Python, CuPy and NCCL
-# (for lent GPU machines that cannot install anything).
+# (for GPU machines that cannot install anything).
 test-gpu:
 	PYTHONPATH=. $(PYTHON) -m pytest -q -m gpu
 
@@ -37,7 +37,7 @@ BENCH_ARGS ?=
 bench:
 	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
-# One proof run on a lent GPU machine (one GPU, CuPy and PyTorch installed, no network, root is fine),
+# One proof run on a GPU machine (one GPU, CuPy and PyTorch installed, no network, root is fine),
 # in at most 5 minutes: the GPU tests (stopped after PROOF_TEST_S seconds), then the benchmarks of
 # `run_all.py --proof` within PROOF_BENCH_S seconds, most important first, each stopped after PROOF_RUN_S:
 # bench_train --graphs on the small MLP and the CNN (mxlite hybridized as CUDA graphs against PyTorch eager
