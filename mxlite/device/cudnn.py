@@ -53,6 +53,7 @@ _plans: dict[tuple[Any, ...], Any] = {}  # signature -> _Plan, or None when cuDN
 _handles: dict[tuple[int, int], Any] = {}  # (device id, id(frontend module)) -> handle
 _handle_errors: dict[tuple[int, int], str] = {}
 _counts: collections.Counter[str] = collections.Counter()
+_import_failed = False  # `import cudnn` failed once: not tried again on every convolution (clear() retries)
 
 
 def setting() -> str:
@@ -66,12 +67,14 @@ def setting() -> str:
 
 def _frontend() -> Any:
     """The ``cudnn`` module, or None when it does not import."""
+    global _import_failed
     module = sys.modules.get("cudnn")
-    if module is not None:
+    if module is not None or _import_failed:
         return module
     try:
         import cudnn  # noqa: PLC0415 - optional dependency (the cudnn12/cudnn13 extras)
     except Exception:  # ImportError, or a broken install raising at import
+        _import_failed = True  # a failed import is not cached by Python: searching the path costs every call
         return None
     return cudnn
 
@@ -82,10 +85,10 @@ def _emulated(module: Any) -> bool:
 
 def status(device: Any) -> str:
     """Why ``device`` does or does not run cuDNN: ``"available"`` or the reason (for ``mxlite info`` and tests)."""
+    if not getattr(device, "is_gpu", False):  # first: CPU devices' batch norms ask on every call
+        return "not a GPU"
     if setting() == "off":
         return f"off ({CUDNN_ENV}=off)"
-    if not getattr(device, "is_gpu", False):
-        return "not a GPU"
     fe = _frontend()
     if fe is None:
         return "nvidia-cudnn-frontend is not installed (pip install 'mxlite[cudnn12]' or '[cudnn13]')"
@@ -136,7 +139,9 @@ def stats() -> dict[str, int]:
 
 def clear() -> None:
     """Forget every built graph, handle and count (tests; a new frontend module or emulation)."""
+    global _import_failed
     with _lock:
+        _import_failed = False
         _plans.clear()
         _handles.clear()
         _handle_errors.clear()
