@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
+from ..device.parallel import parallel_for
 from . import _conv_kernels as _ck
 from . import _cudnn_ops
 from . import activations as _activations
@@ -105,6 +106,42 @@ _DCOLS_BLOCK = 1 << 20
 # (1.7 GiB of columns) are cut into 7 pieces; the CNNs of benchmarks/bench_train.py (32x32 images,
 # 75 MB of columns at batch 256) stay whole up to a batch of 910.
 _GPU_COLS_BYTES = 256 << 20
+
+
+# CPU devices: the per-sample GEMMs of a convolution (forward, weight gradient, input gradient with its
+# col2im) run a piece of the batch per host thread (mxlite/device/parallel.py), each GEMM on one BLAS
+# thread: OpenBLAS splits one sample's GEMM over two threads poorly (the CNN's 32->64 layer of
+# benchmarks/bench_train.py: 13.1 -> 9.2 ms for its forward GEMMs at batch 128), and the thin GEMMs of a
+# first layer (27 rows of columns) not at all. A batch is cut into at most _CPU_PIECES pieces.
+_CPU_PIECES = 8
+
+
+def _pieces(n: int, most: int) -> list[tuple[int, int]]:
+    """``range(n)`` cut into pieces of equal size, at most ``most`` (one at least) and at least ``n / _CPU_PIECES``
+    samples each, as (start, stop) pairs. Depends on neither the machine nor its thread count."""
+    size = max(1, min(most, -(-n // _CPU_PIECES)))
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+_scratch_space = threading.local()
+
+
+def _scratch(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous NumPy array of ``shape``, this thread's own, reused by its next call.
+
+    For a block's column gradient, made and scattered again a block at a time: a fresh array of that size
+    (4 MiB) may come from the system with every page to fault in, depending on glibc's mmap threshold (which
+    moves with what the step freed before); on the CNN of benchmarks/bench_train.py that was 6-7 ms a step.
+    """
+    dtype = np.dtype(dtype)
+    size = math.prod(shape)
+    kept = getattr(_scratch_space, "buffers", None)
+    if kept is None:
+        kept = _scratch_space.buffers = {}
+    buf = kept.get(dtype)
+    if buf is None or buf.size < size:
+        buf = kept[dtype] = np.empty(size, dtype)
+    return buf[:size].reshape(shape)
 
 
 class _HostBuffers:
@@ -264,9 +301,15 @@ class _ConvGeom:
     def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
         if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (_HostBuffers)
-            shape = (self.n, self.groups, self.c_out // self.groups, self.l)
-            return blas.matmul(w_mat, cols, out=_COLUMNS.empty(shape, cols.dtype)).reshape(
-                (self.n, self.c_out) + self.out_sp)
+            out = _COLUMNS.empty((self.n, self.groups, self.c_out // self.groups, self.l), cols.dtype)
+            spans = _pieces(self.n, self.n)
+
+            def piece(i: int) -> None:  # per-sample GEMMs: the same bits however the batch is cut
+                start, stop = spans[i]
+                blas.matmul(w_mat, cols[start:stop], out=out[start:stop])
+
+            parallel_for(len(spans), piece)
+            return out.reshape((self.n, self.c_out) + self.out_sp)
         if xp is np and self.merged and w_mat.dtype == cols.dtype:  # both products into reused buffers
             res = blas.matmul(w_mat, cols, out=_COLUMNS.empty(w_mat.shape[:2] + cols.shape[2:], cols.dtype))
             out = _COLUMNS.empty((self.n, self.c_out) + self.out_sp, cols.dtype)
@@ -300,22 +343,34 @@ class _ConvGeom:
         # Per-sample products summed over the batch, a block of samples at a time (bounded memory), each
         # as cols_n @ g_n^T (Kg x C_out/groups): OpenBLAS runs that orientation faster than g_n @ cols_n^T
         # on one thread (15.0 against 17.1 ms for the CNN's 32->64 layer at batch 128; never slower in
-        # the shapes measured), and the sum is transposed once at the end (Kg * C_out elements).
-        block = max(1, _WGRAD_BLOCK // max(1, math.prod(shape)))
-        total = None
-        for start in range(0, self.n, block):
-            part = blas.matmul(cols[start: start + block], g_mat[start: start + block].transpose(0, 1, 3, 2))
-            if total is None:
-                total = part.sum(axis=0)
-            else:
-                total += part.sum(axis=0)
+        # the shapes measured), and the sum is transposed once at the end (Kg * C_out elements). The
+        # blocks run side by side on the host threads (parallel_for); each block's sum is kept and the
+        # blocks' sums are added in block order afterwards, so the bits do not depend on the thread count.
+        spans = _pieces(self.n, _WGRAD_BLOCK // max(1, math.prod(shape)))
+        dtype = np.result_type(g_mat.dtype, cols.dtype)
+        sums = _COLUMNS.empty((len(spans),) + shape[:1] + shape[:0:-1], dtype)
+        products = _COLUMNS.empty((self.n,) + shape[:1] + shape[:0:-1], dtype)  # every sample's, side by side
+
+        def block(i: int) -> None:
+            start, stop = spans[i]
+            part = blas.matmul(cols[start:stop], g_mat[start:stop].transpose(0, 1, 3, 2), out=products[start:stop])
+            np.sum(part, axis=0, out=sums[i])
+
+        parallel_for(len(spans), block)
+        total = sums[0]
+        for part in sums[1:]:
+            total += part
         acc[...] = total.transpose(0, 2, 1)
         return acc
 
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
-        """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col`."""
+        """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col` (on CPU devices in a buffer
+        reused by the next call: scatter it before asking for another)."""
         if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (_HostBuffers)
             out = _COLUMNS.empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
+            return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
+        if xp is np and w_mat.dtype == g_mat.dtype:  # per-sample blocks: this thread's buffer (see _scratch)
+            out = _scratch((g_mat.shape[0], self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
             return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
         return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
@@ -332,9 +387,17 @@ class _ConvGeom:
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
         gx = xp.empty((self.n, self.c) + self.spatial, dtype=xp.result_type(w_mat, g_mat))  # col2im writes it all
-        for start in range(0, self.n, block):
-            part = g_mat[start: start + block]
-            self.col2im(xp, self.col_grad(xp, w_mat, part), out=gx[start: start + part.shape[0]])
+        spans = _pieces(self.n, block) if xp is np else [(a, min(a + block, self.n)) for a in range(0, self.n, block)]
+
+        def piece(i: int) -> None:  # blocks of samples side by side on CPU devices (parallel_for)
+            start, stop = spans[i]
+            self.col2im(xp, self.col_grad(xp, w_mat, g_mat[start:stop]), out=gx[start:stop])
+
+        if xp is np:
+            parallel_for(len(spans), piece)
+        else:
+            for i in range(len(spans)):
+                piece(i)
         return gx
 
     def col2im(self, xp: Any, dcols: Any, out: Any = None) -> Any:

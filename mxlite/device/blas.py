@@ -1,6 +1,7 @@
 """Matrix products that a CUDA graph can capture: every GEMM of mxlite goes through :func:`matmul`.
 
-* **CPU devices:** NumPy's ``matmul``, as before.
+* **CPU devices:** NumPy's ``matmul`` with its BLAS on one thread, a large product cut into pieces that run
+  side by side on mxlite's host threads (:func:`_host_matmul`).
 * **GPUs:** cuBLAS through nvmath-python's raw bindings (``nvmath.bindings.cublas``), with a cuBLAS handle
   of mxlite's own per (device, stream) and a workspace from a memory pool of its own. CuPy 14 refuses its
   cuBLAS calls (``cupy.matmul``, ``dot``, ``@``) while a stream captures ("calling cuBLAS API during stream
@@ -41,7 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from . import threads as _threads
 from .devices import cuda_status
+from .parallel import inside_parallel_for, parallel_for
 
 __all__ = ["backend", "matmul", "prepare"]
 
@@ -152,6 +155,75 @@ def prepare(device_id: int, stream: Any) -> bool:
     return True
 
 
+# -- CPU devices -------------------------------------------------------------------------------------------
+# mxlite runs NumPy's BLAS on one thread and spreads a large product over its own host threads, a piece of
+# the output per thread (parallel.parallel_for). OpenBLAS's threads busy-wait for up to about 0.1 s after each
+# multi-threaded call (its THREAD_TIMEOUT, fixed when NumPy loads it): in a training step, whose GEMMs alternate
+# with mxlite's host kernels and with the pieces of its convolutions, those spinning threads held the cores the
+# next kernels needed (the CNN of benchmarks/bench_train.py at batch 128 on two cores: 74 ms a step against 64
+# with the spinning cut short). mxlite's threads sleep when idle, take pieces dynamically (a thread the system
+# does not schedule holds nothing up) and leave the BLAS's count for the user's own NumPy calls untouched.
+# One piece per thread, as OpenBLAS splits a product: each piece packs its own copy of the operand it shares
+# with the others, so more pieces cost more (a 256 x 2048 x 2048 product on two cores: 7.4 ms in 2 pieces, 7.9
+# in 4, 8.4 in 8; OpenBLAS's two threads 7.6). A piece starts at a multiple of 16 rows or columns, so every
+# output element comes from the same register-tile arithmetic as in one call: the same bits whatever the
+# number of pieces (tested against one call for odd shapes; a BLAS whose tiles do not divide 16 could differ
+# in the last bit, as its own threads may).
+_SMALL_MNK = 1 << 16  # m*n*k below which OpenBLAS stays on one thread by itself (its SMP threshold)
+_PIECE_MNK = 1 << 26  # m*n*k of a piece at least: about 1.3 ms on one core
+_PIECE_ALIGN = 16  # rows or columns of a piece: a multiple of this (whole register tiles of the BLAS)
+
+
+def _spans(extent: int, pieces: int, align: int) -> list[tuple[int, int]]:
+    size = -(-extent // pieces)
+    size = -(-size // align) * align
+    return [(start, min(start + size, extent)) for start in range(0, extent, size)]
+
+
+def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
+    """``numpy.matmul(a, b, out=out)`` on CPU devices: the BLAS on one thread, a large product in pieces.
+
+    One piece per usable thread (:func:`threads.usable_threads`) with at least ``_PIECE_MNK`` multiply-adds
+    each: the stacked axis when there are enough matrices, else the output's columns (when it has at least
+    as many columns as rows: each piece then packs only its own share of ``b``) or its rows, cut at
+    multiples of 16 (see above: the bits do not depend on the number of pieces).
+    """
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)  # vectors; numpy's own errors
+    m, n = a.shape[-2], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    mnk = math.prod(batch) * m * n * a.shape[-1]
+    pieces = 1 if mnk < 2 * _PIECE_MNK or inside_parallel_for() else min(_threads.usable_threads(), mnk // _PIECE_MNK)
+    if pieces < 2 and (mnk < _SMALL_MNK or _threads.blas_on_one_thread()):
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    dtype = np.result_type(a.dtype, b.dtype)
+    shape = batch + (m, n)
+    if pieces < 2 or (out is not None and (out.shape != shape or out.dtype != dtype)):
+        with _threads.blas_threads_limited(1):
+            return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(shape, dtype)
+    if batch and batch[0] >= pieces:
+        spans, axis = _spans(batch[0], pieces, 1), 0
+    elif n >= m:
+        spans, axis = _spans(n, pieces, _PIECE_ALIGN), -1
+    else:
+        spans, axis = _spans(m, pieces, _PIECE_ALIGN), -2
+
+    def piece(i: int) -> None:
+        cut = slice(*spans[i])
+        if axis == 0:
+            np.matmul(a[cut] if a.ndim == out.ndim and a.shape[0] > 1 else a,
+                      b[cut] if b.ndim == out.ndim and b.shape[0] > 1 else b, out=out[cut])
+        elif axis == -1:
+            np.matmul(a, b[..., cut], out=out[..., cut])
+        else:
+            np.matmul(a[..., cut, :], b, out=out[..., cut, :])
+
+    parallel_for(len(spans), piece)
+    return out
+
+
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
     """``a @ b`` as NumPy's ``matmul`` defines it (batch axes broadcast), optionally into ``out``.
 
@@ -163,7 +235,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
         ValueError: shapes that do not multiply (as ``numpy.matmul``/``cupy.matmul``).
     """
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        return _host_matmul(a, b, out)
     cupy = cuda_status()[0]
     cublas = _cublas()
     dtype = a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype)

@@ -4,10 +4,13 @@ Purpose: one setting for the two thread pools a CPU training step runs on, PyTor
 ``set_num_threads`` / ``get_num_threads`` (MXNet has no call for it; it reads ``OMP_NUM_THREADS``):
 
 * the BLAS that NumPy's ``matmul`` calls (OpenBLAS in NumPy's wheels; MKL or BLIS where NumPy was
-  built with them), set through ``threadpoolctl``;
+  built with them), set through ``threadpoolctl``, for the user's own NumPy calls: mxlite's own
+  products run the BLAS on one thread and spread their pieces over mxlite's threads instead
+  (:mod:`mxlite.device.parallel`, ``blas.matmul``);
 * the serial host build of ``kernels/*.cu`` (optimizer updates, im2col/col2im, recurrent cells), whose
   launches spread their blocks over up to this many threads (``_hostcuda/runtime_serial.cpp``), with
-  the same bits whatever the count.
+  the same bits whatever the count;
+* the threads that run the pieces of mxlite's products and convolutions (:func:`usable_threads` of them).
 
 Default: ``OMP_NUM_THREADS`` when it holds a whole number >= 1 (what MXNet and PyTorch read), else the
 cores this process may run on (``os.sched_getaffinity``: a container's or ``taskset``'s share, not
@@ -59,7 +62,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["adapt_to_load", "blas_threads_limited", "default_num_threads", "get_num_threads", "set_num_threads",
-           "threads_status"]
+           "threads_status", "usable_threads"]
 
 # How often (s) the BLAS count follows the machine's load (adapt_to_load): long enough that /proc/stat's
 # 10 ms ticks give a usable average (25 ticks per core), short enough to follow a neighbour that starts
@@ -71,6 +74,7 @@ _lock = threading.Lock()
 _num_threads: int | None = None  # None: the default, not yet chosen
 _explicit = False  # set by set_num_threads
 _blas: list[Any] | None = None  # threadpoolctl's controllers of the BLAS libraries loaded (None: not yet looked up)
+_blas_count: int | None = None  # the count mxlite last gave every BLAS (None: not known)
 
 
 def default_num_threads() -> int:
@@ -113,8 +117,7 @@ def set_num_threads(n: int) -> None:
         raise ValueError(f"set_num_threads takes a whole number of threads >= 1, got {n!r}")
     with _lock:
         _num_threads, _explicit = count, True
-    for controller in _blas_controllers():
-        controller.set_num_threads(count)
+    _set_blas(count)
     _apply_to_host_kernels()
 
 
@@ -171,9 +174,17 @@ def adapt_to_load(now: float | None = None) -> int | None:
     others = ((busy - seen[1]) - (_load.seen[2] - seen[2])) / (now - seen[0])  # cores other processes used
     count = max(1, min(allowed, int(cores - others + 0.5)))
     if count != _load.blas:
-        for controller in _blas_controllers():
-            controller.set_num_threads(count)
+        _set_blas(count)
         _load.blas = count
+    return count
+
+
+def usable_threads() -> int:
+    """The threads mxlite's own CPU work spreads over now: :func:`get_num_threads`, or the cores other processes
+    leave while the default count follows the machine's load (:func:`adapt_to_load`)."""
+    count = get_num_threads()
+    if not _explicit and _load.blas is not None:
+        return min(count, _load.blas)
     return count
 
 
@@ -197,6 +208,14 @@ def _blas_controllers() -> list[Any]:
     return _blas
 
 
+def _set_blas(count: int) -> None:
+    """Give every BLAS ``count`` threads, and remember it."""
+    global _blas_count
+    for controller in _blas_controllers():
+        controller.set_num_threads(count)
+    _blas_count = count
+
+
 @contextlib.contextmanager
 def blas_threads_limited(n: int = 1) -> Iterator[None]:
     """Run the block with NumPy's BLAS on at most ``n`` threads, then restore its count (about 1 us each way).
@@ -204,11 +223,14 @@ def blas_threads_limited(n: int = 1) -> Iterator[None]:
     For runs of small products (a recurrent layer's per-step GEMMs). Process-wide while it lasts: another
     Python thread's products in the meantime are limited too.
     """
+    global _blas_count
     controllers = _blas_controllers()
     before = [c.get_num_threads() for c in controllers]
+    known = _blas_count
     for c, count in zip(controllers, before):
         if count is not None and count > n:
             c.set_num_threads(n)
+    _blas_count = min(n, max((count for count in before if count is not None), default=n))
     _load.limited += 1
     try:
         yield
@@ -217,6 +239,13 @@ def blas_threads_limited(n: int = 1) -> Iterator[None]:
         for c, count in zip(controllers, before):
             if count is not None and count > n:
                 c.set_num_threads(count)
+        _blas_count = known
+
+
+def blas_on_one_thread() -> bool:
+    """Whether mxlite knows every BLAS is on one thread now (inside :func:`blas_threads_limited`, or after
+    ``set_num_threads(1)``): a small product then needs no call into threadpoolctl."""
+    return _blas_count == 1
 
 
 def threads_status() -> str:

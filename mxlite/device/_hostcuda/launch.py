@@ -7,17 +7,21 @@ kernel's C++ signature, packs it as CuPy would, and launches it in the fiber or 
 Threads of the serial build: a serial launch may run its blocks on up to :func:`get_threads` OS threads
 (``runtime_serial.cpp``: same bits whatever the count), except a kernel that can reach an atomic
 (:func:`_atomic_functions`), whose blocks always run in order on the calling thread. The budget
-travels in the launch entry's seed slot, which only the fiber build reads as a seed.
+travels in the launch entry's seed slot, which only the fiber build reads as a seed. Launches of one
+module from several host threads run one at a time (the runtime keeps a launch's grid in module
+state, which its kernels read in every grid-stride loop); inside :func:`on_this_thread` a thread's
+launches keep to that thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import re
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +48,7 @@ _LAUNCH_ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 
 # -- threads of the serial build ----------------------------------------------------------------------------
 _threads = 1  # set by mxlite.device.threads (mx.set_num_threads); 1 until then
+_this_thread = threading.local()  # .alone: inside on_this_thread
 # Words followed by a parenthesis and a brace that are not function definitions.
 _NOT_FUNCTIONS = frozenset(("if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof",
                             "static_assert", "defined", "__attribute__", "__launch_bounds__", "noexcept"))
@@ -67,6 +72,21 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """The most threads a serial launch may use (:func:`set_threads`)."""
     return _threads
+
+
+@contextlib.contextmanager
+def on_this_thread() -> Iterator[None]:
+    """Run the serial launches this thread makes inside the block on this thread alone (a budget of 1).
+
+    For work that already runs side by side on several host threads (:mod:`mxlite.device.parallel`): each
+    of them keeps its launches to itself instead of calling the pool. Nests; other threads are unaffected.
+    """
+    before = getattr(_this_thread, "alone", False)
+    _this_thread.alone = True
+    try:
+        yield
+    finally:
+        _this_thread.alone = before
 
 
 _serial_libraries: dict[int, ctypes.CDLL] = {}  # every serial library loaded, by id
@@ -534,7 +554,9 @@ class HostKernel:
         _, _, _, dims, err = self._buffers()
         dims[0], dims[1], dims[2], dims[3], dims[4], dims[5] = *g, *b
         if self.module.serial:  # the seed slot carries the thread budget (module docstring)
-            launch_seed = 1 if self.ordered else max(1, _threads if threads is None else int(threads))
+            if threads is None:
+                threads = 1 if getattr(_this_thread, "alone", False) else _threads
+            launch_seed = 1 if self.ordered else max(1, int(threads))
         else:
             launch_seed = (self.module.seed if seed is None else int(seed)) & (2**64 - 1)
         rc = self._launch(_addressof(pointers), _addressof(dims), _addressof(dims) + 12, int(shared_mem),
