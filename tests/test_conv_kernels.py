@@ -22,6 +22,7 @@ import mxlite as mx
 from mxlite.autograd import _conv_kernels as ck
 from mxlite.autograd import conv as nn_ops
 from mxlite.device import kernels as _kernels
+from mxlite.device.host_buffers import HostBuffers
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]
@@ -317,7 +318,7 @@ def test_gpu_im2col_and_col2im_match_the_twins(name, threads, mode):
 
 
 def test_host_buffers_hand_out_only_what_nobody_holds():
-    pool = nn_ops._HostBuffers(per_shape=2, shapes=2)
+    pool = HostBuffers(per_shape=2, shapes=2, min_bytes=0)
     a = pool.empty((3, 4), np.float32)
     b = pool.empty((3, 4), np.float32)
     assert not np.shares_memory(a, b)
@@ -331,6 +332,19 @@ def test_host_buffers_hand_out_only_what_nobody_holds():
     pool.empty((5,), np.float64)
     pool.empty((6,), np.float64)  # the least recently used shape is dropped
     assert len(pool._buffers) == 2 and ((3, 4), np.dtype(np.float32)) not in pool._buffers
+
+
+def test_host_buffers_keep_within_their_byte_budget_and_pass_small_arrays_by():
+    pool = HostBuffers(per_shape=2, shapes=8, max_bytes=4000, min_bytes=100)
+    small = pool.empty((10,), np.float32)  # 40 bytes: not pooled
+    assert small.shape == (10,) and not pool._buffers
+    held = [pool.empty((250,), np.float32) for _ in range(2)]  # 1000 bytes each: both kept
+    assert pool._bytes == 2000
+    held.append(pool.empty((300,), np.float32))
+    held.append(pool.empty((300,), np.float32))  # 4400 bytes: the oldest shape goes
+    assert pool._bytes <= 4000 and ((250,), np.dtype(np.float32)) not in pool._buffers
+    big = pool.empty((600,), np.float32)  # two of these would not fit: not kept
+    assert big.shape == (600,) and pool._buffers[((600,), np.dtype(np.float32))] == [] and pool._bytes <= 4000
 
 
 def test_convolutions_alive_together_keep_their_own_columns(mode):

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..device import device_of
+from ..device.host_buffers import host_empty
 from ..device.kernels import cpu_kernels_enabled, get_kernel
 from . import _cudnn_ops
 from ._loss_kernels import lane_reduce
@@ -172,7 +173,7 @@ def forward_kernel(xp: Any, x: Any, shape3: tuple[int, int, int], gamma: Any, be
     outer, c, inner = shape3
     acc = np.promote_types(x.dtype, np.float32)
     with device_of(x).use():
-        out = xp.empty(x.shape, dtype=x.dtype)
+        out = host_empty(x.shape, x.dtype) if xp is np else xp.empty(x.shape, dtype=x.dtype)
         saved = xp.empty((3, c), dtype=acc)
     count, eps_a, mom, keep = _scalars(acc.name, outer * inner, float(eps), float(momentum))
     args = (x, beta if fix_gamma else gamma, beta, running_mean, running_var, out, saved, outer, c, inner, count,
@@ -196,7 +197,7 @@ def backward_kernel(xp: Any, g: Any, x: Any, shape3: tuple[int, int, int], saved
     outer, c, inner = shape3
     acc = np.promote_types(x.dtype, np.float32)
     with device_of(x).use():
-        gx = xp.empty(x.shape, dtype=x.dtype)
+        gx = host_empty(x.shape, x.dtype) if xp is np else xp.empty(x.shape, dtype=x.dtype)
         ggamma = xp.empty((c,), dtype=acc) if ggamma is None else ggamma
         gbeta = xp.empty((c,), dtype=acc) if gbeta is None else gbeta
     count = _scalars(acc.name, outer * inner, 0.0, 0.0)[0]

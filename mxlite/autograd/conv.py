@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import importlib
 import math
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
+from ..device.host_buffers import host_empty
 from ..device.parallel import parallel_for
 from . import _conv_kernels as _ck
 from . import _cudnn_ops
@@ -80,7 +80,8 @@ def _as_strided(xp: Any) -> Any:
 #   zero padding themselves (the twin pads a copy and crops), and on CPU devices max pooling reads its
 #   windows straight from the image (max_pool_forward, max_pool_scatter; no copy of the windows).
 # * CPU devices: the large per-step arrays (columns, GEMM outputs, pooling taps and gradients) come from
-#   _HostBuffers, reused once nothing holds them, so that no step pays the page faults of fresh memory;
+#   host_empty (device/host_buffers.py), reused once nothing holds them, so that no step pays the page
+#   faults of fresh memory;
 #   Conv2D(activation='relu') adds the bias and applies the ReLU in one pass (conv_relu).
 #
 # On GPUs none of that blocking applies: a cache-sized block is a launch and, on the host, a dozen
@@ -144,42 +145,7 @@ def _scratch(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
-class _HostBuffers:
-    """Large buffers of CPU convolutions and max pooling, kept and handed out again once nothing holds them.
 
-    A training step makes each layer's columns, GEMM output, max pooling's window taps and input gradient
-    anew (tens of MB: 38 MB of columns for the 32->64 3x3 layer of benchmarks/bench_train.py's CNN at
-    batch 128). glibc serves a block that large with a fresh mmap, or gives freed ones back to the
-    system, so the first write of every page faulted, every step (about half of im2col's time on one
-    thread). This keeps up to ``per_shape`` buffers for each of the ``shapes`` most recent (shape,
-    dtype) pairs and gives out one that only the pool references (CPython's reference count: whoever
-    keeps the array, or any view of it, holds it), else a new one it keeps if there is room. Memory
-    held: at most ``per_shape`` buffers of each such shape.
-    """
-
-    def __init__(self, per_shape: int = 2, shapes: int = 16) -> None:
-        self.per_shape, self.shapes = per_shape, shapes
-        self._buffers: dict[tuple[tuple[int, ...], np.dtype], list[np.ndarray]] = {}
-        self._lock = threading.Lock()
-
-    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialised C-contiguous NumPy array of ``shape`` and ``dtype`` that nobody else holds."""
-        key = (tuple(shape), np.dtype(dtype))
-        with self._lock:
-            kept = self._buffers.pop(key, [])
-            self._buffers[key] = kept  # most recently used last
-            for buf in kept:
-                if sys.getrefcount(buf) <= 3:  # the list, this loop and the call: nobody else
-                    return buf
-            buf = np.empty(key[0], dtype=key[1])
-            if len(kept) < self.per_shape:
-                kept.append(buf)
-            while len(self._buffers) > self.shapes:
-                del self._buffers[next(iter(self._buffers))]
-            return buf
-
-
-_COLUMNS = _HostBuffers()
 
 
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
@@ -288,7 +254,7 @@ class _ConvGeom:
             return x.reshape(n, g, self.kg, self.l)
         if _ck.enabled(xp, x.dtype, self.nd):
             shape = (g, self.kg, n * self.l) if self.merged else (n, g, self.kg, self.l)
-            out = _COLUMNS.empty(shape, x.dtype) if xp is np else None  # see _HostBuffers
+            out = host_empty(shape, x.dtype) if xp is np else None  # see device/host_buffers.py
             return _ck.im2col(xp, x, self.kernel_geometry(n), "merged" if self.merged else "per_sample",
                               shape=shape, out=out)
         xpad = self.pad_input(xp, x)
@@ -300,8 +266,8 @@ class _ConvGeom:
 
     def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
-        if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (_HostBuffers)
-            out = _COLUMNS.empty((self.n, self.groups, self.c_out // self.groups, self.l), cols.dtype)
+        if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (device/host_buffers.py)
+            out = host_empty((self.n, self.groups, self.c_out // self.groups, self.l), cols.dtype)
             spans = _pieces(self.n, self.n)
 
             def piece(i: int) -> None:  # per-sample GEMMs: the same bits however the batch is cut
@@ -311,8 +277,8 @@ class _ConvGeom:
             parallel_for(len(spans), piece)
             return out.reshape((self.n, self.c_out) + self.out_sp)
         if xp is np and self.merged and w_mat.dtype == cols.dtype:  # both products into reused buffers
-            res = blas.matmul(w_mat, cols, out=_COLUMNS.empty(w_mat.shape[:2] + cols.shape[2:], cols.dtype))
-            out = _COLUMNS.empty((self.n, self.c_out) + self.out_sp, cols.dtype)
+            res = blas.matmul(w_mat, cols, out=host_empty(w_mat.shape[:2] + cols.shape[2:], cols.dtype))
+            out = host_empty((self.n, self.c_out) + self.out_sp, cols.dtype)
             res = res.reshape(self.c_out, self.n, self.l).transpose(1, 0, 2)
             np.copyto(out.reshape(self.n, self.c_out, self.l), res)
             return out
@@ -327,8 +293,8 @@ class _ConvGeom:
         if self.merged:
             gm = g.reshape(self.n, self.c_out, self.l).transpose(1, 0, 2)
             shape = (self.groups, self.c_out // self.groups, self.n * self.l)
-            if xp is np:  # into a reused buffer (_HostBuffers)
-                buf = _COLUMNS.empty(shape, g.dtype)
+            if xp is np:  # into a reused buffer (device/host_buffers.py)
+                buf = host_empty(shape, g.dtype)
                 np.copyto(buf.reshape(gm.shape), gm)
                 return buf
             return xp.ascontiguousarray(gm).reshape(shape)
@@ -348,8 +314,8 @@ class _ConvGeom:
         # blocks' sums are added in block order afterwards, so the bits do not depend on the thread count.
         spans = _pieces(self.n, _WGRAD_BLOCK // max(1, math.prod(shape)))
         dtype = np.result_type(g_mat.dtype, cols.dtype)
-        sums = _COLUMNS.empty((len(spans),) + shape[:1] + shape[:0:-1], dtype)
-        products = _COLUMNS.empty((self.n,) + shape[:1] + shape[:0:-1], dtype)  # every sample's, side by side
+        sums = host_empty((len(spans),) + shape[:1] + shape[:0:-1], dtype)
+        products = host_empty((self.n,) + shape[:1] + shape[:0:-1], dtype)  # every sample's, side by side
 
         def block(i: int) -> None:
             start, stop = spans[i]
@@ -366,8 +332,8 @@ class _ConvGeom:
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
         """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col` (on CPU devices in a buffer
         reused by the next call: scatter it before asking for another)."""
-        if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (_HostBuffers)
-            out = _COLUMNS.empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
+        if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (device/host_buffers.py)
+            out = host_empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
             return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
         if xp is np and w_mat.dtype == g_mat.dtype:  # per-sample blocks: this thread's buffer (see _scratch)
             out = _scratch((g_mat.shape[0], self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
@@ -647,7 +613,7 @@ def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, 
     data, xp = z._data, np
 
     def backward(g: Any) -> tuple[Any]:
-        out = _COLUMNS.empty(data.shape, data.dtype) if g.dtype == data.dtype and g.flags.c_contiguous else None
+        out = host_empty(data.shape, data.dtype) if g.dtype == data.dtype and g.flags.c_contiguous else None
         if out is None:
             return (xp.where(data > 0, g, g.dtype.type(0)),)
         return (_ck.relu_backward_into(xp, g, data, out),)
@@ -867,10 +833,10 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
     # im2col (taps first), then CuPy's maximum over the taps. Elsewhere the window copy and NumPy's.
     kernels = _ck.enabled(xp, data.dtype, len(kernel))
     geom = _ck.geometry(n, c, padded, kernel, stride, ones, out_sp) if kernels else ()
-    host = xp is np  # CPU devices: buffers from _COLUMNS (see _HostBuffers)
+    host = xp is np  # CPU devices: buffers from host_empty (device/host_buffers.py)
     first = cols = None
     if kernels and host:
-        flat, first = _ck.max_pool_forward(xp, xpad, geom, allocate=_COLUMNS.empty)
+        flat, first = _ck.max_pool_forward(xp, xpad, geom, allocate=host_empty)
     else:
         if kernels:  # (taps, N*C*prod(O))
             cols = _ck.im2col(xp, xpad, geom, "taps_first", shape=(taps, n * c * math.prod(out_sp)))
@@ -889,14 +855,14 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
         nonlocal cols
         overlap = _overlapping(kernel, stride, ones, out_sp)
         if first is not None and g.dtype == flat.dtype:  # kernel max_pool_scatter of kernels/conv.cu
-            gpad = _ck.max_pool_scatter(xp, first, g, geom, overlap, shape=xpad.shape, allocate=_COLUMNS.empty)
+            gpad = _ck.max_pool_scatter(xp, first, g, geom, overlap, shape=xpad.shape, allocate=host_empty)
             return (_crop(gpad, pad, spatial),)
         if cols is None:  # the kernel's forward with a gradient of another dtype: the twin's windows
             cols = xp.ascontiguousarray(_windows(xp, xpad, kernel, stride, ones, out_sp, taps_first=True))
             cols = cols.reshape(taps, -1)
         if kernels and g.dtype == cols.dtype:  # kernel max_pool_backward of kernels/conv.cu; below, its twin
             gpad = _ck.max_pool_backward(xp, cols, flat, g, geom, overlap, shape=xpad.shape,
-                                         allocate=_COLUMNS.empty if host else None)
+                                         allocate=host_empty if host else None)
             return (_crop(gpad, pad, spatial),)
         g_flat = g.reshape(-1)
         free = xp.ones(flat.shape, dtype=bool)  # windows whose maximum is not yet found
