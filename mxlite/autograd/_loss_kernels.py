@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..device import device_of
+from ..device.host_buffers import host_empty
 from ..device.kernels import cpu_kernels_enabled, get_kernel
 from .rnn_ops import _EXP, _exp_parts
 
@@ -184,7 +185,7 @@ def backward(xp: Any, g: Any, x: Any, label: Any | None, dense: Any | None, save
     if not _compiled(device):
         return backward_twin(g, x, label, dense, saved)
     with device.use():
-        gx = xp.empty(x.shape, dtype=x.dtype)
+        gx = host_empty(x.shape, x.dtype) if xp is np else xp.empty(x.shape, dtype=x.dtype)
     args = (g, x, _NULL if label is None else label, _NULL if dense is None else dense, saved, gx)
     _launch("softmax_ce_backward", x, args, threads)
     return gx

@@ -44,6 +44,7 @@ import numpy as np
 
 from . import threads as _threads
 from .devices import cuda_status
+from .host_buffers import host_empty
 from .parallel import inside_parallel_for, parallel_for
 
 __all__ = ["backend", "matmul", "prepare"]
@@ -198,11 +199,11 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     dtype = np.result_type(a.dtype, b.dtype)
     shape = batch + (m, n)
-    if pieces < 2 or (out is not None and (out.shape != shape or out.dtype != dtype)):
+    if out is None:  # reused memory for a large result (host_buffers: no page faults every step)
+        out = host_empty(shape, dtype)
+    if pieces < 2 or out.shape != shape or out.dtype != dtype:
         with _threads.blas_threads_limited(1):
-            return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
-    if out is None:
-        out = np.empty(shape, dtype)
+            return np.matmul(a, b, out=out)
     if batch and batch[0] >= pieces:
         spans, axis = _spans(batch[0], pieces, 1), 0
     elif n >= m:
