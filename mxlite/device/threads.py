@@ -28,7 +28,8 @@ A busy machine: while the count is the default (no :func:`set_num_threads` call)
 the cores other processes leave: at most every ``ADAPT_INTERVAL_S``, at a host-kernel launch (the
 optimizer update of every step, convolutions, recurrent cells), :func:`adapt_to_load` reads how much
 CPU the whole machine used since the last look (``/proc/stat``) less what this process used
-(``os.times``), and gives the BLAS the cores left (rounded, at least 1, at most the default). OpenBLAS
+(``os.times``), and gives the BLAS, and the pieces of mxlite's own products (:func:`usable_threads`), the
+cores left (rounded, at least 1, at most the default). OpenBLAS
 splits each product statically over its threads and waits for the slowest, so a thread on a core that
 another process holds stalls every product: on the 2-core VM at a load average of 5 from other
 processes a small CNN's step took 1.2 s with two BLAS threads and 0.14 s with one. The host kernels
@@ -37,17 +38,17 @@ nothing up. libgomp's ``OMP_DYNAMIC`` does the same from the load average, which
 own threads and reacts over a minute.
 
 Small products stay on one thread: the per-step GEMMs of a recurrent layer (``h @ W_h^T``, batch rows
-by a few hundred columns) run with the BLAS limited to one thread (:func:`blas_threads_limited`),
-since a pool that wakes for a 100 us product costs more than it saves, and on a busy machine a
-static split across threads waits for the slowest (benchmarks/bench_rnn.py, bench_busy.py).
+by a few hundred columns) are never cut into pieces and run with the BLAS limited to one thread
+(:func:`blas_threads_limited`), since a pool that wakes for a 100 us product costs more than it saves,
+and on a busy machine a static split across threads waits for the slowest (benchmarks/bench_rnn.py,
+bench_busy.py).
 
 Warnings: the BLAS count is process-wide (every thread of the process shares it) and a forked child
 inherits it; ``threadpoolctl`` is needed to change it (a dependency of mxlite), and a BLAS it does not
-know keeps its own count. A BLAS may round a product differently on another number of threads
-(OpenBLAS 0.3.31 does for a 1000 x 1000 x 1000 SGEMM, not for the products of the benchmark models),
-so with the adapting default two runs on a machine under different loads can differ in the last
-bits; call :func:`set_num_threads` for runs that must repeat bit for bit. The host kernels give the
-same bits for any count.
+know keeps its own count. A BLAS may round a product differently on another number of its own threads
+(OpenBLAS 0.3.31 does for a 1000 x 1000 x 1000 SGEMM); mxlite's products do not use them: they cut a
+product at multiples of 16 rows or columns and run each piece on one BLAS thread, which gives the
+same bits for any count (``blas._host_matmul``), and the host kernels give the same bits for any count.
 """
 
 from __future__ import annotations
