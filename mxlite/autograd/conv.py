@@ -352,7 +352,8 @@ class _ConvGeom:
         block = max(1, _DCOLS_BLOCK // max(1, self.c * math.prod(self.kernel) * self.l))
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
-        gx = xp.empty((self.n, self.c) + self.spatial, dtype=xp.result_type(w_mat, g_mat))  # col2im writes it all
+        shape, dtype = (self.n, self.c) + self.spatial, xp.result_type(w_mat, g_mat)
+        gx = host_empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype)  # col2im writes it all
         spans = _pieces(self.n, block) if xp is np else [(a, min(a + block, self.n)) for a in range(0, self.n, block)]
 
         def piece(i: int) -> None:  # blocks of samples side by side on CPU devices (parallel_for)
