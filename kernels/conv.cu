@@ -45,7 +45,11 @@
 // default NaN + a data NaN), which one comes out depends on the operand order a compiler picks, and
 // a GPU makes every NaN its canonical one; tests compare NaNs as NaNs there.
 //
-// Work split: block b handles planes b, b + gridDim.x, ... A block of one thread (blockDim.x == 1:
+// Work split: block b handles planes b, b + gridDim.x, ..., except that a block of one thread handles
+// a run of consecutive planes (plane_run): the serial host build deals blocks out to its threads one at
+// a time, and with every other plane on another thread, two threads would write the two ends of every
+// plane's output, sharing cache lines (2x2 max pooling of 128 x 32 x 32 x 32 was slower on two threads
+// than on one). A block of one thread (blockDim.x == 1:
 // the serial host build CPU devices run, mxlite/_hostcuda) walks the plane in the twin's order: a
 // tap at a time, a line of ow positions at a time, so the inner loops are unit-stride (or strided)
 // copies and adds over a plane that stays in cache, and g++ vectorises them. A block of several
@@ -174,6 +178,19 @@ struct Geometry {
     }
 };
 
+// The planes of this block: every gridDim.x-th from blockIdx.x, or (one thread per block) a run of
+// consecutive ones, the runs of the blocks in order (see "Work split" in the header).
+struct PlaneRun {
+    long long first, end, step;  // planes first, first + step, ... below end
+};
+__device__ __forceinline__ PlaneRun plane_run(const Geometry &g) {
+    const long long planes = g.planes();
+    if (blockDim.x != 1) return PlaneRun{(long long)blockIdx.x, planes, (long long)gridDim.x};
+    const long long per = (planes + gridDim.x - 1) / gridDim.x;
+    const long long first = (long long)blockIdx.x * per;
+    return PlaneRun{first, first + per < planes ? first + per : planes, 1};
+}
+
 // The image coordinate read along one axis at output coordinate x by tap t (may lie outside [0, extent)).
 __device__ __forceinline__ int image_coordinate(int x, int t, int stride, int dilation, int pad) {
     return x * stride + t * dilation - pad;
@@ -299,7 +316,8 @@ __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY
     const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long s_k = g.s_k;
     const long long positions = g.positions();
-    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+    const PlaneRun run = plane_run(g);
+    for (long long plane = run.first; plane < run.end; plane += run.step) {
         const T *__restrict__ src = img + plane * g.plane_size();
         T *__restrict__ dst = cols + g.cols_offset(plane);
         if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
@@ -327,7 +345,8 @@ template <typename T>
 __global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, GEOMETRY_PARAMS) {
     const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long s_k = g.s_k;
-    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+    const PlaneRun run = plane_run(g);
+    for (long long plane = run.first; plane < run.end; plane += run.step) {
         const T *__restrict__ src = cols + g.cols_offset(plane);
         sum_taps_into_plane(img + plane * g.plane_size(), g, [&](int k, long long o) { return src[k * s_k + o]; });
     }
@@ -346,7 +365,8 @@ __global__ void max_pool_backward(const T *__restrict__ taps, const T *__restric
     const long long positions = g.positions();
     const long long m = g.planes() * positions;
     const int count = g.taps();
-    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+    const PlaneRun run = plane_run(g);
+    for (long long plane = run.first; plane < run.end; plane += run.step) {
         const long long base = plane * positions;
         // Each thread finds the first maximum of its own windows (no sharing within this phase).
         for (long long o = threadIdx.x; o < positions; o += blockDim.x) first[base + o] = count;
@@ -414,7 +434,8 @@ __global__ void max_pool_forward(const T *__restrict__ img, T *__restrict__ maxi
     const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long positions = g.positions();
     const int count = g.taps();
-    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+    const PlaneRun run = plane_run(g);
+    for (long long plane = run.first; plane < run.end; plane += run.step) {
         const T *__restrict__ src = img + plane * g.plane_size();
         T *__restrict__ best = maxima + plane * positions;
         int *__restrict__ at = first + plane * positions;
@@ -450,7 +471,8 @@ __global__ void max_pool_scatter(const int *__restrict__ first, const T *__restr
                                  GEOMETRY_PARAMS) {
     const Geometry g = GEOMETRY_FROM_PARAMS;
     const long long positions = g.positions();
-    for (long long plane = blockIdx.x; plane < g.planes(); plane += gridDim.x) {
+    const PlaneRun run = plane_run(g);
+    for (long long plane = run.first; plane < run.end; plane += run.step) {
         const int *__restrict__ hit = first + plane * positions;
         const T *__restrict__ gw = grad + plane * positions;
         sum_taps_into_plane(img + plane * g.plane_size(), g,

@@ -130,7 +130,7 @@ def test_an_atomic_is_found_through_calls_and_one_hidden_from_the_launcher_traps
 # -- conv.cu ----------------------------------------------------------------------------------------
 def test_convolution_kernels_give_the_same_bits_on_1_2_and_4_threads(spread_always):
     rng = np.random.default_rng(3)
-    x_np = rng.standard_normal((8, 3, 12, 12)).astype(np.float32)
+    x_np = rng.standard_normal((16, 3, 48, 48)).astype(np.float32)  # several runs of planes per launch
     net = mx.nn.Sequential(mx.nn.Conv2D(6, 3, padding=1, in_channels=3), mx.nn.MaxPool2D(2),
                            mx.nn.Conv2D(4, 3, strides=2, in_channels=6))
     net.initialize(mx.init.Xavier(), device=mx.cpu(0))
@@ -176,7 +176,7 @@ def test_recurrent_kernels_give_the_same_bits_on_1_2_and_4_threads(cls, spread_a
 
 # -- fork -------------------------------------------------------------------------------------------
 def test_a_forked_child_spreads_launches_with_a_pool_of_its_own(spread_always):
-    x = np.random.default_rng(5).standard_normal((8, 3, 10, 10)).astype(np.float32)
+    x = np.random.default_rng(5).standard_normal((16, 3, 48, 48)).astype(np.float32)  # several runs of planes
     conv = mx.nn.Conv2D(4, 3, in_channels=3)
     conv.initialize(mx.init.Xavier(), device=mx.cpu(0))
     conv(mx.array(x))  # builds the kernels first (loading them applies mx.get_num_threads())

@@ -119,6 +119,11 @@ def _check_size(array: Any, shape: tuple[int, ...], name: str) -> None:
         raise ValueError(f"{name} has {array.size} elements ({array.shape}); the geometry needs {shape}")
 
 
+# CPU devices: elements of work (columns or image elements) one block takes at least, as a run of whole
+# planes, so that the host build's threads each write long stretches of the output (kernels/conv.cu).
+_CPU_RUN = 1 << 15
+
+
 def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: tuple[Any, ...],
             threads: int | None) -> None:
     """Run ``name<T>`` (T: the first floating buffer's dtype) on ``(*buffers, *geometry)`` over the planes of
@@ -129,12 +134,15 @@ def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: t
     device = device_of(buffers[0])
     dtype = next(b.dtype for b in buffers if b.dtype.kind == "f")
     function = get_kernel(KERNEL_FILE, f"{name}<{_TYPE_NAMES[dtype.name]}>", device, _ALL_NAMES)
+    work = {"im2col": taps * positions, "max_pool_forward": positions}.get(name, size)
     if threads is None:  # a GPU block per plane, sized to its work; CPU devices: one thread per block
-        work = {"im2col": taps * positions, "max_pool_forward": positions}.get(name, size)
         threads = 1 if not device.is_gpu else min(_MAX_THREADS, max(32, -(-work // 32) * 32))
+    blocks = n * c
+    if threads == 1 and not device.is_gpu:  # a run of planes per block (kernels/conv.cu: "Work split")
+        blocks = max(1, min(blocks, blocks * work // _CPU_RUN))
     values = _geometry_args((*geom, *_strides(geom, layout), int(bool(accumulate))))
     with device.use():
-        function((min(n * c, _MAX_BLOCKS),), (threads,), (*buffers, *values))
+        function((min(blocks, _MAX_BLOCKS),), (threads,), (*buffers, *values))
 
 
 def _contiguous(xp: Any, a: Any) -> Any:
