@@ -23,6 +23,7 @@ import numpy as np
 from ..device import blas
 from ..device.host_buffers import host_empty
 from ..device.parallel import parallel_for
+from ..device.threads import usable_threads
 from . import _conv_kernels as _ck
 from . import _cudnn_ops
 from . import activations as _activations
@@ -268,7 +269,9 @@ class _ConvGeom:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
         if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (device/host_buffers.py)
             out = host_empty((self.n, self.groups, self.c_out // self.groups, self.l), cols.dtype)
-            spans = _pieces(self.n, self.n)
+            # one call on one thread (NumPy loops over the samples itself: 0.8 ms less for a first layer's
+            # 128 thin GEMMs than 8 calls), pieces otherwise
+            spans = _pieces(self.n, self.n) if usable_threads() > 1 else [(0, self.n)]
 
             def piece(i: int) -> None:  # per-sample GEMMs: the same bits however the batch is cut
                 start, stop = spans[i]
