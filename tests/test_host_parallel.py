@@ -186,3 +186,29 @@ def test_convolutions_give_the_same_bits_on_one_thread_and_on_three(thread_count
     three = run()
     for a, b in zip(one, three):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_grouped_and_transposed_convolutions_give_the_same_bits_on_one_thread_and_on_three(dtype, thread_count):
+    from mxlite.autograd import conv as nn_ops
+
+    rng = np.random.default_rng(11)
+    x_np = rng.standard_normal((24, 4, 10, 10)).astype(dtype)
+    w_np = (0.3 * rng.standard_normal((6, 2, 3, 3))).astype(dtype)
+    wt_np = (0.3 * rng.standard_normal((4, 3, 4, 4))).astype(dtype)
+
+    def run():
+        x, w, wt = mx.array(x_np), mx.array(w_np), mx.array(wt_np)
+        for t in (x, w, wt):
+            t.attach_grad()
+        with mx.autograd.record():
+            y = nn_ops.conv(x, w, padding=1, groups=2).sum() + nn_ops.conv_transpose(x, wt, stride=2, padding=1).sum()
+        y.backward()
+        return [y.asnumpy(), x.grad.asnumpy(), w.grad.asnumpy(), wt.grad.asnumpy()]
+
+    thread_count(1)
+    one = run()
+    thread_count(3)
+    three = run()
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
