@@ -146,9 +146,6 @@ def _scratch(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
-
-
-
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
     """``value`` as a tuple of ``nd`` ints, each at least ``minimum`` (an int is repeated)."""
     if isinstance(value, (int, np.integer)):
