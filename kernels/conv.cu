@@ -310,6 +310,54 @@ __device__ __forceinline__ void copy_lines_serially(const T *__restrict__ src, T
     });
 }
 
+// The one-thread im2col of one plane when a tap's columns are the image shifted by a constant: one or
+// two spatial axes (pd == od == kd == 1), stride and dilation 1 along h and w, and as many output
+// positions as image elements along w (ow == pw: "same" padding). Then tap (b, e)'s column at
+// o = y * ow + z is img[o + (b - qh) * pw + (e - qw)] wherever that element is inside the image, so
+// each tap is one contiguous copy of its inside rows, after which the positions whose element lies
+// in the padding (rows above or below the image, the qw - e first or e - qw last columns of a row,
+// which the copy filled from the neighbouring row) are set to +0: the values of copy_lines_serially,
+// with the per-line work gone (lines are only 16-32 positions long in small images).
+template <typename T>
+__device__ __forceinline__ bool copy_shifted_taps(const T *__restrict__ src, T *__restrict__ dst, const Geometry &g) {
+    if (!(g.pd == 1 && g.od == 1 && g.kd == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ow == g.pw))
+        return false;
+    const T zero_value = zero<T>();
+    const long long plane = (long long)g.ph * g.pw, ow = g.ow;
+    for (int b = 0, k = 0; b < g.kh; ++b) {
+        // output rows y whose image row y + b - qh lies inside [0, ph)
+        const int y0 = g.qh - b > 0 ? g.qh - b : 0;
+        const int y1 = g.ph + g.qh - b < g.oh ? g.ph + g.qh - b : g.oh;
+        for (int e = 0; e < g.kw; ++e, ++k) {
+            T *__restrict__ out = dst + k * g.s_k;
+            const int shift = e - g.qw;
+            if (y1 <= y0) {
+                for (long long o = 0; o < (long long)g.oh * ow; ++o) out[o] = zero_value;
+                continue;
+            }
+            for (long long o = 0; o < (long long)y0 * ow; ++o) out[o] = zero_value;
+            const long long first = (long long)y0 * ow, last = (long long)y1 * ow;  // [first, last) copied
+            const long long from = (long long)(y0 + b - g.qh) * g.pw + shift;  // image offset of position first
+            long long lo = first, hi = last;
+            if (from < 0) lo = first - from;                  // before the plane: padding (column 0)
+            if (from + (last - first) > plane) hi = first + (plane - from);  // past it: padding (last column)
+            for (long long o = first; o < lo; ++o) out[o] = zero_value;
+            const T *__restrict__ in = src + from - first;
+            for (long long o = lo; o < hi; ++o) out[o] = in[o];
+            for (long long o = hi; o < last; ++o) out[o] = zero_value;
+            for (long long o = last; o < (long long)g.oh * ow; ++o) out[o] = zero_value;
+            if (shift < 0) {  // the first -shift columns of every row read left of the image
+                for (int y = y0; y < y1; ++y)
+                    for (int z = 0; z < -shift && z < ow; ++z) out[(long long)y * ow + z] = zero_value;
+            } else if (shift > 0) {  // the last shift columns read right of it
+                for (int y = y0; y < y1; ++y)
+                    for (int z = ow - shift > 0 ? ow - shift : 0; z < ow; ++z) out[(long long)y * ow + z] = zero_value;
+            }
+        }
+    }
+    return true;
+}
+
 // cols[n, c, k, o] = img[n, c, o*stride + k*dilation], the columns at n*s_n + c*s_c + k*s_k + o.
 template <typename T>
 __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY_PARAMS) {
@@ -320,7 +368,8 @@ __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY
     for (long long plane = run.first; plane < run.end; plane += run.step) {
         const T *__restrict__ src = img + plane * g.plane_size();
         T *__restrict__ dst = cols + g.cols_offset(plane);
-        if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
+        if (blockDim.x == 1) {  // one thread: a tap at a time as one shifted copy, or a line at a time
+            if (copy_shifted_taps(src, dst, g)) continue;
             if (g.sw == 1) copy_lines_serially<true>(src, dst, g);
             else copy_lines_serially<false>(src, dst, g);
             continue;

@@ -40,6 +40,12 @@ GEOMETRIES = {
     "3d-mixed": (2, 2, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2)),
     "3d-tiles": (1, 3, (4, 4, 4), (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)),
     "2d-wide-pad": (1, 2, (4, 5), (2, 3), (1, 2), (3, 2), (1, 1)),  # whole lines and windows of padding
+    # "same" convolutions, each tap one shifted copy in the host build: shifts of up to 2, rows of padding
+    # only above and below or none, and shifts as wide as a whole row
+    "2d-k5-p2": (2, 2, (6, 7), (5, 5), (1, 1), (2, 2), (1, 1)),
+    "2d-h0-w1": (2, 2, (6, 5), (3, 3), (1, 1), (0, 1), (1, 1)),
+    "2d-k1x3": (1, 3, (4, 9), (1, 3), (1, 1), (0, 1), (1, 1)),
+    "2d-narrow": (1, 2, (5, 2), (3, 5), (1, 1), (1, 2), (1, 1)),
 }
 
 
