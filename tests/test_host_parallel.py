@@ -1,9 +1,10 @@
 """Pieces side by side on host threads: parallel_for, kernel launches from several threads, GEMMs in pieces.
 
 ``mxlite.device.parallel.parallel_for`` runs every piece once and hands back the first failure; launches of
-one module from several threads each get their own result; a
-large CPU product (``blas.matmul``) is cut into pieces by its shape alone, so its bits, and those of a
-convolution's forward and backward, are the same on one thread and on several.
+one module from several threads each get their own result; a large CPU product (``blas.matmul``) is cut into
+one piece per thread at multiples of 16 rows or columns, so its bits, and those of a convolution's forward
+and backward (whose weight gradient is summed in blocks fixed by the shapes), are the same on one thread
+and on several.
 """
 
 from __future__ import annotations
