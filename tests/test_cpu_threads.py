@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
+from mxlite.autograd import rnn_ops
 from mxlite.device import _hostcuda, threads
 from mxlite.device import kernels as _kernels
 from mxlite.device._hostcuda import launch
@@ -152,16 +153,19 @@ def test_convolution_kernels_give_the_same_bits_on_1_2_and_4_threads(spread_alwa
 @pytest.mark.parametrize("cls", [mx.rnn.LSTM, mx.rnn.GRU, mx.rnn.RNN])
 def test_recurrent_kernels_give_the_same_bits_on_1_2_and_4_threads(cls, spread_always):
     rng = np.random.default_rng(4)
-    # 256 rows of 128 units: launches long enough (tens of us) for woken pool threads to take rows
+    # 512 rows of 128 units: cell steps large enough to be spread (rnn_ops._CPU_SPREAD_UNITS) and long
+    # enough (tens of us) for woken pool threads to take rows
+    rows = 512
+    assert rows * 128 >= rnn_ops._CPU_SPREAD_UNITS
     layer = cls(128, num_layers=2, bidirectional=True, input_size=5, use_sequence_length=True)
     layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
-    x_np = rng.standard_normal((4, 256, 5)).astype(np.float32)
-    lengths = rng.integers(0, 5, 256)
+    x_np = rng.standard_normal((4, rows, 5)).astype(np.float32)
+    lengths = rng.integers(0, 5, rows)
 
     def run():
         x = mx.array(x_np)
         x.attach_grad()
-        states = layer.begin_state(256)
+        states = layer.begin_state(rows)
         with mx.autograd.record():
             out, finals = layer(x, states, mx.array(lengths))
             loss = (out * out).sum() + sum((f * f).sum() for f in finals)
