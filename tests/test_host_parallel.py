@@ -164,6 +164,15 @@ def test_host_products_keep_numpy_semantics_for_vectors_and_bad_shapes(thread_co
         blas.matmul(a, np.ones((4, 2)))
 
 
+def _assert_same_bits_on_one_thread_and_on_three(run, thread_count):
+    """``run()``'s arrays with mxlite on one thread and on three: equal bit for bit."""
+    thread_count(1)
+    one = run()
+    thread_count(3)
+    for a, b in zip(one, run(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_convolutions_give_the_same_bits_on_one_thread_and_on_three(thread_count):
     """The per-sample GEMMs and column-gradient blocks of a convolution run side by side: no bit changes."""
     rng = np.random.default_rng(7)
@@ -181,12 +190,7 @@ def test_convolutions_give_the_same_bits_on_one_thread_and_on_three(thread_count
         y.backward(mx.array(head))
         return [y.asnumpy(), x.grad.asnumpy()] + [p.grad().asnumpy() for p in net.collect_params().values()]
 
-    thread_count(1)
-    one = run()
-    thread_count(3)
-    three = run()
-    for a, b in zip(one, three):
-        np.testing.assert_array_equal(a, b)
+    _assert_same_bits_on_one_thread_and_on_three(run, thread_count)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -207,9 +211,4 @@ def test_grouped_and_transposed_convolutions_give_the_same_bits_on_one_thread_an
         y.backward()
         return [y.asnumpy(), x.grad.asnumpy(), w.grad.asnumpy(), wt.grad.asnumpy()]
 
-    thread_count(1)
-    one = run()
-    thread_count(3)
-    three = run()
-    for a, b in zip(one, three):
-        np.testing.assert_array_equal(a, b)
+    _assert_same_bits_on_one_thread_and_on_three(run, thread_count)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import importlib
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,27 +122,6 @@ def _pieces(n: int, most: int) -> list[tuple[int, int]]:
     samples each, as (start, stop) pairs. Depends on neither the machine nor its thread count."""
     size = max(1, min(most, -(-n // _CPU_PIECES)))
     return [(a, min(a + size, n)) for a in range(0, n, size)]
-
-
-_scratch_space = threading.local()
-
-
-def _scratch(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised C-contiguous NumPy array of ``shape``, this thread's own, reused by its next call.
-
-    For a block's column gradient, made and scattered again a block at a time: a fresh array of that size
-    (4 MiB) may come from the system with every page to fault in, depending on glibc's mmap threshold (which
-    moves with what the step freed before); on the CNN of benchmarks/bench_train.py that was 6-7 ms a step.
-    """
-    dtype = np.dtype(dtype)
-    size = math.prod(shape)
-    kept = getattr(_scratch_space, "buffers", None)
-    if kept is None:
-        kept = _scratch_space.buffers = {}
-    buf = kept.get(dtype)
-    if buf is None or buf.size < size:
-        buf = kept[dtype] = np.empty(size, dtype)
-    return buf[:size].reshape(shape)
 
 
 def _ntuple(name: str, value: IntTuple, nd: int, minimum: int) -> tuple[int, ...]:
@@ -330,13 +308,12 @@ class _ConvGeom:
         return acc
 
     def col_grad(self, xp: Any, w_mat: Any, g_mat: Any) -> Any:
-        """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col` (on CPU devices in a buffer
-        reused by the next call: scatter it before asking for another)."""
+        """``w^T @ g``: the gradient of the columns, in the layout of :meth:`im2col`."""
         if xp is np and self.merged and w_mat.dtype == g_mat.dtype:  # into a reused buffer (device/host_buffers.py)
             out = host_empty((self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
             return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
-        if xp is np and w_mat.dtype == g_mat.dtype:  # per-sample blocks: this thread's buffer (see _scratch)
-            out = _scratch((g_mat.shape[0], self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
+        if xp is np and w_mat.dtype == g_mat.dtype:  # per-sample blocks: reused memory (device/host_buffers.py)
+            out = host_empty((g_mat.shape[0], self.groups, self.kg, g_mat.shape[-1]), g_mat.dtype)
             return blas.matmul(w_mat.transpose(0, 2, 1), g_mat, out=out)
         return blas.matmul(w_mat.transpose(0, 2, 1), g_mat)
 
