@@ -64,3 +64,19 @@ def cp():
         for name, module in saved.items():
             if module is not None:
                 sys.modules[name] = module
+
+
+@pytest.fixture
+def thread_count():
+    """``set(n)``: mxlite's thread count (``mx.set_num_threads``) for the test; the policy as it was afterwards."""
+    import mxlite as mx  # noqa: PLC0415 - as the fixtures above, imported when used
+    from mxlite.device import threads  # noqa: PLC0415
+    from mxlite.device._hostcuda import launch  # noqa: PLC0415
+
+    saved = (threads._num_threads, threads._explicit, launch.get_threads())
+    counts = [c.get_num_threads() for c in threads._blas_controllers()]
+    yield mx.set_num_threads
+    threads._num_threads, threads._explicit = saved[:2]
+    launch.set_threads(saved[2])
+    for c, n in zip(threads._blas_controllers(), counts):
+        c.set_num_threads(n)

@@ -21,18 +21,6 @@ from mxlite.device import blas, parallel, threads
 from mxlite.device._hostcuda import launch
 
 
-@pytest.fixture
-def thread_count():
-    """``set(n)``: mxlite's thread count for the test; the policy as it was afterwards."""
-    saved = (threads._num_threads, threads._explicit, launch.get_threads())
-    counts = [c.get_num_threads() for c in threads._blas_controllers()]
-    yield mx.set_num_threads
-    threads._num_threads, threads._explicit = saved[:2]
-    launch.set_threads(saved[2])
-    for c, n in zip(threads._blas_controllers(), counts):
-        c.set_num_threads(n)
-
-
 def test_parallel_for_runs_every_piece_once_on_several_threads(thread_count):
     thread_count(4)
     seen, names, lock = [], set(), threading.Lock()
@@ -212,3 +200,62 @@ def test_grouped_and_transposed_convolutions_give_the_same_bits_on_one_thread_an
         return [y.asnumpy(), x.grad.asnumpy(), w.grad.asnumpy(), wt.grad.asnumpy()]
 
     _assert_same_bits_on_one_thread_and_on_three(run, thread_count)
+
+
+# -- run_graph ----------------------------------------------------------------------------------------
+def test_run_graph_runs_each_task_after_those_it_waits_for_on_several_threads(thread_count):
+    thread_count(3)
+    rng = np.random.default_rng(6)
+    count = 60
+    after = [sorted(set(rng.integers(0, i, size=min(i, 3)).tolist())) if i else [] for i in range(count)]
+    finished, names, lock = [], set(), threading.Lock()
+    gate = threading.Barrier(2, timeout=10)
+
+    def task(i):
+        def run():
+            if i in (1, 2) and not after[1] and not after[2]:
+                gate.wait()  # two tasks with nothing to wait for meet: they run on two threads at once
+            with lock:
+                assert all(j in finished for j in after[i]), (i, after[i], finished)
+                finished.append(i)
+                names.add(threading.current_thread().name)
+        return run
+
+    after[1] = after[2] = []
+    parallel.run_graph([task(i) for i in range(count)], after)
+    assert sorted(finished) == list(range(count))
+    assert len(names) >= 2
+
+
+def test_run_graph_on_one_thread_takes_the_lowest_ready_task_first(thread_count):
+    thread_count(1)
+    order = []
+    after = [[3], [], [1], []]  # 1 and 3 are ready first; 2 waits for 1, 0 for 3
+    parallel.run_graph([lambda i=i: order.append(i) for i in range(4)], after)
+    assert order == [1, 2, 3, 0]
+
+
+def test_run_graph_hands_back_the_lowest_failure_and_skips_what_waits_for_it(thread_count):
+    thread_count(2)
+    ran = []
+
+    def task(i):
+        def run():
+            ran.append(i)
+            if i in (2, 4):
+                raise ValueError(f"task {i}")
+        return run
+
+    after = [[], [], [], [2], [], [3]]  # 3 and 5 wait (directly or not) for 2
+    with pytest.raises(ValueError, match="task 2"):
+        parallel.run_graph([task(i) for i in range(6)], after)
+    assert sorted(ran) == [0, 1, 2, 4]
+
+
+@pytest.mark.parametrize("after,message", [([[1], [0]], "cycle"), ([[5], []], "not another task"),
+                                           ([[0], []], "not another task"), ([[]], "each of the 2 tasks")])
+def test_run_graph_refuses_a_bad_graph_before_running_anything(after, message):
+    ran = []
+    with pytest.raises(ValueError, match=message):
+        parallel.run_graph([lambda: ran.append(0), lambda: ran.append(1)], after)
+    assert ran == []

@@ -492,55 +492,78 @@ def _recurrence(mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tenso
     lengths = None if valid_length is None else _lengths(x.device, valid_length, length, batch)
     parents = (x, *states, *(w for w in weights if w is not None))
     record = _state.is_recording() and any(p._requires_grad() for p in parents)
-    layer = _Layer(mode, x, states, weights, lengths, reverse, clip)
+    layer = _Layer(mode, x._data, x.device, [s._data for s in states], weights, lengths, reverse, clip)
     outputs, finals = layer.forward(save=record)
     device = x.device
     if not record:
         return Tensor(outputs, device), [Tensor(f, device) for f in finals]
-    # One node for the layer: the outputs and final states are views of it (`anchor`, a 0-d token). Their nodes
-    # hand their gradients to `handed` and a zero to the anchor, whose node the engine runs after all of them
-    # (it waits for every consumer), so the layer's backward sees whichever of the three received one.
+
+    def backward(grads: dict[str, Any]) -> list[Any]:
+        return layer.backward(grads, x._requires_grad(), [s._requires_grad() for s in states])
+
+    return _one_node("recurrence", device, x.dtype, parents, backward, outputs, finals)
+
+
+def _one_node(name: str, device: Any, dtype: Any, parents: Sequence[Tensor], backward: Any, outputs: Any,
+              finals: Sequence[Any]) -> tuple[Tensor, list[Tensor]]:
+    """Record a recurrence as one autograd node: the outputs and final states (``[h]`` or ``[h, c]``) are views of
+    it. ``backward(grads)`` gets the gradients that reached them, keyed 'out', 'h', 'c' (absent: none reached
+    it), and returns the parents' gradients in order."""
+    # The views are views of a 0-d token (`anchor`). Their nodes hand their gradients to `handed` and a zero to the
+    # anchor, whose node the engine runs after all of them (it waits for every consumer), so the backward sees
+    # whichever of the three received one.
     handed: dict[str, Any] = {}
     xp = device.xp
 
-    def backward(_: Any) -> list[Any]:
+    def run(_: Any) -> list[Any]:
         grads = dict(handed)
         handed.clear()
-        return layer.backward(grads, parents)
+        return backward(grads)
 
     with device.use():
-        anchor = _result("recurrence", xp.zeros((), dtype=x.dtype), device, parents, backward)
+        anchor = _result(name, xp.zeros((), dtype=dtype), device, tuple(parents), run)
 
     def view(data: Any, key: str) -> Tensor:
         def hand_over(g: Any) -> tuple[Any]:
             handed[key] = g
-            return (xp.zeros((), dtype=x.dtype),)
+            return (xp.zeros((), dtype=dtype),)
 
-        return _result("recurrence_view", data, device, (anchor,), hand_over)
+        return _result(f"{name}_view", data, device, (anchor,), hand_over)
 
     keys = ("h", "c")[:len(finals)]
     return view(outputs, "out"), [view(f, k) for f, k in zip(finals, keys)]
 
 
 class _Layer:
-    """One call of :func:`recurrence`: the forward's arrays, kept for its backward.
+    """One layer in one direction of a recurrence: the forward's arrays, kept for its backward.
 
     States live in ``(T+1, N, H)`` buffers in time order: forward, step t reads slot t and writes t+1
     (outputs = slots 1..T); backward (``reverse`` without lengths), step t reads t+1 and writes t
     (outputs = slots 0..T-1). With lengths, the reverse direction runs forwards over the sequence
     reversed within each sample's length (one gather of x before, of the outputs after), which is
     running each sample from its last valid step back to step 0.
+
+    The passes come in phases, so that :mod:`.rnn_stack` can interleave the layers of a stack on host
+    threads: forward :meth:`begin`, :meth:`project` (the input projection of a range of time steps),
+    :meth:`run` (a range of processing steps), :meth:`results`; backward :meth:`begin_backward`,
+    :meth:`run_back`, :meth:`input_grad`, :meth:`state_grads`, :meth:`param_grads`.
+    :meth:`forward` and :meth:`backward` run them over the whole sequence, as :func:`recurrence` does.
+
+    ``x`` is the input array ``(T, N, C)``; a stack hands a layer the output buffer of the layer below
+    (:meth:`output_buffer`) before that layer has filled it. ``states`` are arrays, ``weights`` Tensors
+    (their gradients may go straight into the parameters' buffers).
     """
 
-    def __init__(self, mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tensor | None, ...], lengths: Any,
-                 reverse: bool, clip: tuple[float | None, float | None] | None) -> None:
-        self.mode, self.lengths, self.device = mode, lengths, x.device
-        self.xp = xp = x.device.xp
+    def __init__(self, mode: str, x: Any, device: Any, states: list[Any], weights: tuple[Tensor | None, ...],
+                 lengths: Any, reverse: bool, clip: tuple[float | None, float | None] | None) -> None:
+        self.mode, self.lengths, self.device = mode, lengths, device
+        self.xp = xp = device.xp
         self.x, self.states, self.weights = x, states, weights
         self.length, self.batch, self.features = x.shape
         self.hidden = weights[1].shape[1]
+        self.gates = weights[1].shape[0]
         self.dtype = x.dtype
-        self.cells = _Cells(x.device, x.dtype)
+        self.cells = _Cells(device, x.dtype)
         self.backwards = reverse and lengths is None
         self.flip = None  # with lengths and reverse: (time index, sample index) reversing each sample in its length
         if reverse and lengths is not None:
@@ -562,119 +585,185 @@ class _Layer:
         """``data`` (T, N, ...) in the processing order's time, or back (the flip is its own inverse)."""
         return data if self.flip is None else data[self.flip]
 
+    # -- forward --------------------------------------------------------------------------------------------
     def forward(self, save: bool) -> tuple[Any, list[Any]]:
         """Run the sequence; returns (outputs, final states) as arrays. ``save``: keep what backward needs."""
-        xp, T, N, H = self.xp, self.length, self.batch, self.hidden
-        i2h_weight, h2h_weight, i2h_bias, h2h_bias = (None if w is None else w._data for w in self.weights)
-        gh = h2h_weight.shape[0]
+        self.begin(save)
         with self.device.use():
-            self.x2 = self._time_order(self.x._data).reshape(T * N, self.features)
-            proj = _SPARES.empty(xp, (T, N, gh), self.dtype)
-            blas.matmul(self.x2, i2h_weight.T, out=proj.reshape(T * N, gh))  # the whole input projection: one GEMM
+            self.project(0, self.length)  # the whole input projection: one GEMM
+            with _step_gemms(self.xp):
+                self.run(0, self.length)
+        return self.results()
+
+    def begin(self, save: bool) -> None:
+        """Allocate the forward's buffers and set the begin states (``save``: keep what backward needs)."""
+        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gates
+        _, h2h_weight, i2h_bias, h2h_bias = (None if w is None else w._data for w in self.weights)
+        with self.device.use():
+            self.x2 = self._time_order(self.x).reshape(T * N, self.features)
+            self.proj = _SPARES.empty(xp, (T, N, gh), self.dtype)
             zeros = xp.zeros(gh, dtype=self.dtype)  # for a missing bias (the kernels add both biases)
-            biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
+            self.biases = tuple(zeros if b is None else xp.ascontiguousarray(b) for b in (i2h_bias, h2h_bias))
             lstm = self.mode == "lstm"
             first = T if self.backwards else 0
             self.hs = xp.empty((T + 1, N, H), dtype=self.dtype)
-            self.hs[first] = self.states[0]._data
+            self.hs[first] = self.states[0]
             self.cs = _SPARES.empty(xp, (T + 1, N, H), self.dtype) if lstm else None
             if lstm:
-                self.cs[first] = self.states[1]._data
-            y = xp.empty((T, N, H), dtype=self.dtype) if self.lengths is not None else None
+                self.cs[first] = self.states[1]
+            self.y = xp.empty((T, N, H), dtype=self.dtype) if self.lengths is not None else None
             width = _SAVED[self.mode] * H
             self.saved = _SPARES.empty(xp, (T, N, width), self.dtype) if save and width else None
-            hg = xp.empty((N, gh), dtype=self.dtype)
+            self.hg = xp.empty((N, gh), dtype=self.dtype)
             # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
             # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
-            w_t = xp.ascontiguousarray(h2h_weight.T)
-            with _step_gemms(xp):
-                for s in range(T):
-                    t, prev, nxt = self._slots(s)
-                    blas.matmul(self.hs[prev], w_t, out=hg)
-                    y_t = None if y is None else y[t]
-                    saved_t = None if self.saved is None else self.saved[t]
-                    common = (proj[t], hg, *biases, self.hs[prev])
-                    if lstm:
-                        self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
-                                                    self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-                    elif self.mode == "gru":
-                        self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
-                    else:
-                        self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
-                                   (s, N, H, int(self.mode == "rnn_relu")))
-            if y is not None:
-                outputs = self._time_order(y)
+            self.w_t = xp.ascontiguousarray(h2h_weight.T)
+
+    def output_buffer(self) -> Any:
+        """The array :meth:`run` writes the outputs into, ``(T, N, H)`` in time order (not for a flipped layer)."""
+        if self.y is not None:
+            return self.y
+        return self.hs[:self.length] if self.backwards else self.hs[1:]
+
+    def project(self, t0: int, t1: int) -> None:
+        """The input projection of time steps ``t0 .. t1-1`` (processing order): one GEMM."""
+        N, gh = self.batch, self.gates
+        blas.matmul(self.x2[t0 * N:t1 * N], self.weights[0]._data.T, out=self.proj[t0:t1].reshape((t1 - t0) * N, gh))
+
+    def run(self, s0: int, s1: int) -> None:
+        """Processing steps ``s0 .. s1-1``: per step one GEMM and one cell kernel (their inputs projected)."""
+        N, H = self.batch, self.hidden
+        y, lstm = self.y, self.mode == "lstm"
+        for s in range(s0, s1):
+            t, prev, nxt = self._slots(s)
+            blas.matmul(self.hs[prev], self.w_t, out=self.hg)
+            y_t = None if y is None else y[t]
+            saved_t = None if self.saved is None else self.saved[t]
+            common = (self.proj[t], self.hg, *self.biases, self.hs[prev])
+            if lstm:
+                self.cells("lstm_forward", (*common, self.cs[prev], self.hs[nxt], self.cs[nxt], y_t, saved_t,
+                                            self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+            elif self.mode == "gru":
+                self.cells("gru_forward", (*common, self.hs[nxt], y_t, saved_t, self.lengths), (s, N, H))
             else:
-                outputs = self.hs[:T] if self.backwards else self.hs[1:]
+                self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
+                           (s, N, H, int(self.mode == "rnn_relu")))
+
+    def results(self) -> tuple[Any, list[Any]]:
+        """(outputs in time order, final states) once every step ran; hands the projection back."""
+        T = self.length
+        with self.device.use():
+            outputs = self._time_order(self.y) if self.y is not None else self.output_buffer()
             last = 0 if self.backwards else T
-            finals = [self.hs[last]] + ([self.cs[last].copy()] if lstm else [])  # cs stays in this module
-            _SPARES.give(proj)
-            # the saved gates and cell states go back when the graph lets go of this layer
-            weakref.finalize(self, _SPARES.give, self.saved, self.cs)
+            finals = [self.hs[last]] + ([self.cs[last].copy()] if self.cs is not None else [])  # cs stays here
+        _SPARES.give(self.proj)
+        self.proj = None
+        # the saved gates and cell states go back when the graph lets go of this layer
+        weakref.finalize(self, _SPARES.give, self.saved, self.cs)
         return outputs, finals
 
-    def backward(self, grads: dict[str, Any], parents: tuple[Tensor, ...]) -> list[Any]:
-        """The parents' gradients from those of the outputs (``grads['out']``) and final states ('h', 'c')."""
-        xp, T, N, H = self.xp, self.length, self.batch, self.hidden
-        i2h_weight, h2h_weight, i2h_bias, h2h_bias = self.weights
-        gh = h2h_weight.shape[0]
+    # -- backward -------------------------------------------------------------------------------------------
+    def backward(self, grads: dict[str, Any], x_needs_grad: bool, states_need_grad: Sequence[bool]) -> list[Any]:
+        """The gradients of (x, states, weights present) from those of the outputs (``grads['out']``) and final
+        states ('h', 'c'); None where not needed."""
+        self.begin_backward(grads.get("out"), grads.get("h"), grads.get("c"))
+        with self.device.use():
+            with _step_gemms(self.xp):
+                self.run_back(0, self.length)
+            dx = None
+            if x_needs_grad:
+                T, N, gh = self.length, self.batch, self.gates
+                d2 = self.d_gates.reshape(T * N, gh)
+                dx = self._time_order(blas.matmul(d2, self.weights[0]._data).reshape(T, N, self.features))
+            states = [g if needed else None for g, needed in zip(self.state_grads(), states_need_grad)]
+            params = self.param_grads()
+        self.release_backward()
+        return [dx, *states, *params]
+
+    def begin_backward(self, d_out: Any, d_h: Any, d_c: Any) -> None:
+        """Allocate the backward's buffers from the gradients of the outputs and the final states (each may be
+        None). A C-contiguous ``d_out`` of the layer's dtype is used in place, not copied (a stack fills it
+        range by range before :meth:`run_back` reaches it). Call on the thread that runs the backward pass."""
+        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gates
         lstm, gru = self.mode == "lstm", self.mode == "gru"
-        d_out = grads.get("out")
-        if d_out is None:
-            dy = xp.zeros((T, N, H), dtype=self.dtype)
-        else:
-            dy = xp.ascontiguousarray(self._time_order(d_out.astype(self.dtype, copy=False)))
-        rec = xp.zeros((N, H), dtype=self.dtype)  # dh' through W_h; first the final state's gradient
-        if grads.get("h") is not None:
-            rec[...] = grads["h"]
-        carry = xp.zeros((N, H), dtype=self.dtype)
-        dc = xp.zeros((N, H), dtype=self.dtype) if lstm else None
-        if lstm and grads.get("c") is not None:
-            dc[...] = grads["c"]
-        d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
-        dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else d_gates
-        w = h2h_weight._data
-        with _step_gemms(xp):
-            for s in range(T - 1, -1, -1):
-                t, prev, nxt = self._slots(s)
-                if lstm:
-                    self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, d_gates[t],
-                                                 self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
-                elif gru:
-                    self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, d_gates[t],
-                                                dh_gates[t], self.lengths), (s, N, H))
-                else:
-                    self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, d_gates[t], self.lengths),
-                               (s, N, H, int(self.mode == "rnn_relu")))
-                blas.matmul(dh_gates[t], w, out=rec)
-        d_states = [rec + carry] + ([dc] if lstm else [])
-        # Whole-sequence GEMMs and sums: the weights' and biases' gradients, and the input's.
-        d2 = d_gates.reshape(T * N, gh)
-        dh2 = dh_gates.reshape(T * N, gh)
+        with self.device.use():
+            if d_out is None:
+                self.dy = xp.zeros((T, N, H), dtype=self.dtype)
+            else:
+                self.dy = xp.ascontiguousarray(self._time_order(d_out.astype(self.dtype, copy=False)))
+            self.rec = xp.zeros((N, H), dtype=self.dtype)  # dh' through W_h; first the final state's gradient
+            if d_h is not None:
+                self.rec[...] = d_h
+            self.carry = xp.zeros((N, H), dtype=self.dtype)
+            self.dc = xp.zeros((N, H), dtype=self.dtype) if lstm else None
+            if lstm and d_c is not None:
+                self.dc[...] = d_c
+            self.d_gates = _SPARES.empty(xp, (T, N, gh), self.dtype)
+            self.dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else self.d_gates
+        # where the weights' gradients may be written directly (a per-thread lookup: resolved here)
+        self.targets = [None if w is None else grad_out(w, self.dtype) for w in self.weights]
+
+    def run_back(self, s0: int, s1: int) -> None:
+        """Processing steps ``s1-1`` down to ``s0``: per step one cell kernel and one GEMM."""
+        N, H = self.batch, self.hidden
+        lstm, gru = self.mode == "lstm", self.mode == "gru"
+        w, rec, carry, dc, dy = self.weights[1]._data, self.rec, self.carry, self.dc, self.dy
+        for s in range(s1 - 1, s0 - 1, -1):
+            t, prev, nxt = self._slots(s)
+            if lstm:
+                self.cells("lstm_backward", (self.saved[t], self.cs[prev], dy[t], rec, carry, dc, self.d_gates[t],
+                                             self.lengths), (s, N, H, self.clip[0]), self.clip[1:])
+            elif gru:
+                self.cells("gru_backward", (self.saved[t], self.hs[prev], dy[t], rec, carry, self.d_gates[t],
+                                            self.dh_gates[t], self.lengths), (s, N, H))
+            else:
+                self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, self.d_gates[t], self.lengths),
+                           (s, N, H, int(self.mode == "rnn_relu")))
+            blas.matmul(self.dh_gates[t], w, out=rec)
+
+    def input_grad(self, t0: int, t1: int, out: Any) -> None:
+        """``out`` (``(t1-t0, N, C)``, C-contiguous) = the input's gradient at time steps ``t0 .. t1-1`` (not for
+        a flipped layer), once :meth:`run_back` has covered them."""
+        rows, gh = (t1 - t0) * self.batch, self.gates
+        blas.matmul(self.d_gates[t0:t1].reshape(rows, gh), self.weights[0]._data,
+                    out=out.reshape(rows, self.features))
+
+    def state_grads(self) -> list[Any]:
+        """The begin states' gradients, once :meth:`run_back` has run every step."""
+        return [self.rec + self.carry] + ([self.dc] if self.dc is not None else [])
+
+    def param_grads(self) -> list[Any]:
+        """The gradients of i2h_weight, h2h_weight and the biases present (None where not needed), once
+        :meth:`run_back` has run every step."""
+        T, N, H, gh = self.length, self.batch, self.hidden, self.gates
+        i2h_weight, h2h_weight, i2h_bias, h2h_bias = self.weights
+        gru = self.mode == "gru"
+        d2 = self.d_gates.reshape(T * N, gh)
+        dh2 = self.dh_gates.reshape(T * N, gh)
         h_prev = (self.hs[1:] if self.backwards else self.hs[:T]).reshape(T * N, H)
         out: list[Any] = []
-        x = parents[0]
-        out.append(self._time_order(blas.matmul(d2, i2h_weight._data).reshape(T, N, self.features))
-                   if x._requires_grad() else None)
-        out += [g if s._requires_grad() else None for s, g in zip(self.states, d_states)]
-        for weight, rows, cols in ((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev)):
-            out.append(blas.matmul(rows.T, cols, out=grad_out(weight, self.dtype)) if weight._requires_grad() else None)
-        summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
-        for bias, rows in ((i2h_bias, d2), (h2h_bias, dh2)):
-            if bias is None:
-                continue
-            if not bias._requires_grad():
-                out.append(None)
-            elif summed is not None and not gru:
-                target = grad_out(bias, self.dtype)
-                if target is None:
-                    out.append(summed.copy())
+        with self.device.use():
+            for k, (weight, rows, cols) in enumerate(((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev))):
+                out.append(blas.matmul(rows.T, cols, out=self.targets[k]) if weight._requires_grad() else None)
+            summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
+            for k, (bias, rows) in enumerate(((i2h_bias, d2), (h2h_bias, dh2)), start=2):
+                if bias is None:
+                    continue
+                if not bias._requires_grad():
+                    out.append(None)
+                elif summed is not None and not gru:
+                    target = self.targets[k]
+                    if target is None:
+                        out.append(summed.copy())
+                    else:
+                        target[...] = summed
+                        out.append(target)
                 else:
-                    target[...] = summed
-                    out.append(target)
-            else:
-                summed = rows.sum(axis=0, out=grad_out(bias, self.dtype))
-                out.append(summed)
-        _SPARES.give(d_gates, *((dh_gates,) if gru else ()))  # nothing returned is a view of them
-        # parents: x, states, i2h_weight, h2h_weight, then the biases present
+                    summed = rows.sum(axis=0, out=self.targets[k])
+                    out.append(summed)
         return out
+
+    def release_backward(self) -> None:
+        """Hand the gate gradients back for reuse, once nothing reads them any more (nothing returned is a view)."""
+        _SPARES.give(self.d_gates, *((self.dh_gates,) if self.dh_gates is not self.d_gates else ()))
+        self.d_gates = self.dh_gates = None

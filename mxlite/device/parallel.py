@@ -17,6 +17,10 @@ kernels release the GIL, so the pieces' heavy work overlaps; their Python glue d
 Results do not depend on the number of threads as long as each piece writes only its own outputs
 and anything summed over pieces is summed afterwards, in piece order, by the caller.
 
+:func:`run_graph` runs tasks that wait for one another (a stack of recurrent layers: layer ``l`` runs a
+chunk of time steps once layer ``l-1`` has) on the same threads: each thread takes the ready task of
+the lowest index, runs it, and releases the tasks that waited for it.
+
 Warnings: while a call runs, NumPy's BLAS is limited to one thread for the whole process (as
 :func:`threads.blas_threads_limited`). A call made inside a piece runs its pieces inline. A forked
 child (DataLoader workers) starts with no workers and makes them on demand.
@@ -24,14 +28,15 @@ child (DataLoader workers) starts with no workers and makes them on demand.
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from . import threads as _threads
 from ._hostcuda import launch as _launch
 
-__all__ = ["inside_parallel_for", "parallel_for"]
+__all__ = ["inside_parallel_for", "parallel_for", "run_graph"]
 
 
 class _Workers:
@@ -142,3 +147,90 @@ def parallel_for(count: int, body: Callable[[int], None]) -> None:
         _workers.lock.release()
     if task.errors:
         raise task.errors[min(task.errors)]
+
+
+def run_graph(tasks: Sequence[Callable[[], None]], after: Sequence[Sequence[int]]) -> None:
+    """Run ``tasks[i]()`` for every ``i`` once all of ``tasks[j]`` for ``j`` in ``after[i]`` have returned.
+
+    The tasks run side by side on :func:`parallel_for`'s threads (as its pieces, with their BLAS on one
+    thread and their launches on their own thread); a free thread takes the ready task of the lowest index,
+    so the order of ``tasks`` is their priority. On one thread they run in that order, dependencies
+    permitting. Results do not depend on the thread count as long as each task writes only its own
+    outputs and reads only what the tasks it waits for (and those before the call) wrote.
+
+    Args:
+        tasks: the work, as calls without arguments.
+        after: for each task, the indices of the tasks it waits for (any order; each must be another
+            task's index, and the graph must have no cycle).
+
+    Raises:
+        ValueError: ``after`` is not one entry per task, names a task that does not exist, or has a cycle.
+        Whatever a task raised, for the lowest task that raised; the tasks that wait for it do not run.
+    """
+    count = len(tasks)
+    if len(after) != count:
+        raise ValueError(f"run_graph: after must list the prerequisites of each of the {count} tasks, "
+                         f"got {len(after)} entries")
+    waiting = [0] * count
+    dependents: list[list[int]] = [[] for _ in range(count)]
+    for i, before in enumerate(after):
+        for j in before:
+            if not 0 <= j < count or j == i:
+                raise ValueError(f"run_graph: task {i} waits for {j!r}, which is not another task's index")
+            dependents[j].append(i)
+            waiting[i] += 1
+    state = _Graph(tasks, waiting, dependents)
+    if not state.acyclic():
+        raise ValueError("run_graph: the dependencies have a cycle")
+    parallel_for(min(_threads.usable_threads(), count), state.serve)
+    if state.errors:
+        raise state.errors[min(state.errors)]
+
+
+class _Graph:
+    """The shared state of one :func:`run_graph` call: what is ready, what waits, what failed."""
+
+    def __init__(self, tasks: Sequence[Callable[[], None]], waiting: list[int], dependents: list[list[int]]) -> None:
+        self.tasks, self.waiting, self.dependents = tasks, waiting, dependents
+        self.ready = [i for i, n in enumerate(waiting) if n == 0]  # a heap: the lowest index first
+        self.running = 0
+        self.errors: dict[int, BaseException] = {}
+        self.changed = threading.Condition()
+
+    def acyclic(self) -> bool:
+        left, ready = list(self.waiting), list(self.ready)
+        seen = 0
+        while ready:
+            i = ready.pop()
+            seen += 1
+            for d in self.dependents[i]:
+                left[d] -= 1
+                if left[d] == 0:
+                    ready.append(d)
+        return seen == len(self.tasks)
+
+    def serve(self, _piece: int) -> None:
+        """One thread's loop: take a ready task, run it, release the tasks waiting for it; return when none is
+        left to run (or none can run any more, after a failure)."""
+        while True:
+            with self.changed:
+                while not self.ready and self.running:
+                    self.changed.wait()
+                if not self.ready:
+                    return  # every task ran, or the rest wait for one that failed
+                i = heapq.heappop(self.ready)
+                self.running += 1
+            try:
+                self.tasks[i]()
+                failed = False
+            except BaseException as exc:  # noqa: BLE001 - re-raised by run_graph
+                self.errors[i] = exc
+                failed = True
+            with self.changed:
+                self.running -= 1
+                if not failed:
+                    for d in self.dependents[i]:
+                        self.waiting[d] -= 1
+                        if self.waiting[d] == 0:
+                            heapq.heappush(self.ready, d)
+                self.changed.notify_all()

@@ -1,0 +1,176 @@
+"""A stack of unidirectional recurrent layers as one op (mxlite.autograd.rnn_stack), its layers on host threads.
+
+The stack must give the bits of :func:`rnn_ops.recurrence` called layer by layer (outputs, final states and
+every gradient), on one thread and on several, for every mode, with and without sequence lengths, clip
+and biases; ``rnn_sequence`` must use it where it applies (CPU, two or more unidirectional layers, no
+dropout between them) and only there; bad shapes are named by layer.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import mxlite as mx
+from mxlite.autograd import ops, rnn_ops, rnn_stack
+from mxlite.gluon.rnn import _steps
+from tests.test_rnn_kernels import MODES, _layer_weights, _leaves, _loss, _same_bits
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(mx.num_gpus() == 0, reason="needs CuPy and a CUDA GPU")
+
+
+def _problem(rng, mode, layers, length=9, batch=4, features=5, hidden=6, biases=True, dtype=np.float64):
+    return {"x": rng.standard_normal((length, batch, features)).astype(dtype),
+            "states": [rng.standard_normal((layers, batch, hidden)).astype(dtype)
+                       for _ in range(rnn_ops.NUM_STATES[mode])],
+            "weights": _layer_weights(rng, mode, features, hidden, 1, layers, biases, dtype)}
+
+
+def _run(stacked, mode, arrays, clip=None, lengths=None, device=None):
+    """Outputs, final states and every leaf's gradient of a stack run as one op or layer by layer."""
+    x, *states = _leaves([arrays["x"], *arrays["states"]], device)
+    flat = _leaves([w for ws in arrays["weights"] for w in ws], device)
+    weights = [tuple(flat[4 * k:4 * k + 4]) for k in range(len(arrays["weights"]))]
+    valid = None if lengths is None else mx.array(lengths, device=device or mx.cpu(0))
+    with mx.autograd.record():
+        if stacked:
+            out, finals = rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid)
+        else:
+            layer_in, per_layer = x, [[] for _ in states]
+            for layer, w in enumerate(weights):
+                layer_in, last = rnn_ops.recurrence(mode, layer_in, [s[layer] for s in states], w, clip=clip,
+                                                    valid_length=valid)
+                for k, s in enumerate(last):
+                    per_layer[k].append(s)
+            out, finals = layer_in, [ops.stack(f, axis=0) for f in per_layer]
+        loss = _loss(out, finals)
+    loss.backward()
+    return [out.asnumpy(), *(f.asnumpy() for f in finals)] + [
+        t.grad.asnumpy() for t in [x, *states, *flat] if t is not None]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases")]
+                         + [("lstm", "clip")])
+def test_the_stack_gives_the_bits_of_its_layers_run_one_by_one_on_1_2_and_3_threads(mode, variant, dtype,
+                                                                                  thread_count):
+    rng = np.random.default_rng(zlib.crc32(f"{mode} {variant}".encode()))
+    arrays = _problem(rng, mode, layers=3, biases=variant != "no-biases", dtype=dtype)
+    lengths = np.array([9, 3, 0, 6]) if variant == "lengths" else None
+    clip = (-0.4, 0.5) if variant == "clip" else None
+    want = _run(False, mode, arrays, clip, lengths)
+    for count in (1, 2, 3):
+        thread_count(count)
+        got = _run(True, mode, arrays, clip, lengths)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same_bits(g, w, f"result {k} on {count} thread(s)")
+
+
+def test_the_stack_equals_the_step_by_step_composition():
+    rng = np.random.default_rng(3)
+    arrays = _problem(rng, "lstm", layers=2, length=7)
+    got = _run(True, "lstm", arrays)
+    x, *states = _leaves([arrays["x"], *arrays["states"]])
+    flat = _leaves([w for ws in arrays["weights"] for w in ws])
+    weights = [tuple(flat[4 * k:4 * k + 4]) for k in range(2)]
+    with mx.autograd.record():
+        out, finals = _steps.rnn_sequence("lstm", x, states, weights, 2, False, fused=False)
+        loss = _loss(out, finals)
+    loss.backward()
+    want = [out.asnumpy(), *(f.asnumpy() for f in finals)] + [t.grad.asnumpy() for t in [x, *states, *flat]]
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"result {k}")
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 8, 9, 17])
+def test_chunks_cover_the_sequence_by_its_length_alone(length):
+    chunks = rnn_stack._chunks(length)
+    assert [t for t0, t1 in chunks for t in range(t0, t1)] == list(range(length))
+    assert len(chunks) <= rnn_stack._CHUNKS
+    assert len({t1 - t0 for t0, t1 in chunks[:-1]}) <= 1
+
+
+def test_gradients_reach_the_inputs_through_one_final_state_alone():
+    rng = np.random.default_rng(4)
+    arrays = _problem(rng, "gru", layers=2)
+    x, h = _leaves([arrays["x"], arrays["states"][0]])
+    flat = _leaves([w for ws in arrays["weights"] for w in ws])
+    weights = [tuple(flat[4 * k:4 * k + 4]) for k in range(2)]
+    with mx.autograd.record():
+        _, (h_last,) = rnn_stack.stack_recurrence("gru", x, [h], weights)
+        loss = (h_last[0] * h_last[0]).sum()  # the first layer's final state only
+    loss.backward()
+    assert np.abs(x.grad.asnumpy()).sum() > 0 and np.abs(flat[0].grad.asnumpy()).sum() > 0
+    np.testing.assert_array_equal(flat[4].grad.asnumpy(), 0)  # the second layer does not reach the loss
+    np.testing.assert_array_equal(h.grad.asnumpy()[1], 0)
+
+
+def test_inference_returns_plain_results():
+    rng = np.random.default_rng(5)
+    arrays = _problem(rng, "lstm", layers=2)
+    x, *states = (mx.array(a) for a in [arrays["x"], *arrays["states"]])
+    weights = [tuple(None if a is None else mx.array(a) for a in w) for w in arrays["weights"]]
+    out, finals = rnn_stack.stack_recurrence("lstm", x, states, weights)
+    assert out.shape == (9, 4, 6) and [f.shape for f in finals] == [(2, 4, 6)] * 2
+    np.testing.assert_array_equal(out.asnumpy()[-1], finals[0].asnumpy()[1])
+
+
+def test_errors_name_the_layer_and_the_tensor():
+    rng = np.random.default_rng(6)
+    arrays = _problem(rng, "lstm", layers=2)
+    x, *states = (mx.array(a) for a in [arrays["x"], *arrays["states"]])
+    weights = [tuple(None if a is None else mx.array(a) for a in w) for w in arrays["weights"]]
+    bad = list(weights)
+    bad[1] = (mx.array(np.zeros((24, 5))), *weights[1][1:])  # layer 1 takes H = 6 features, not 5
+    with pytest.raises(ValueError, match=r"layer 1: i2h_weight has shape \(24, 5\)"):
+        rnn_stack.stack_recurrence("lstm", x, states, bad)
+    with pytest.raises(ValueError, match=r"states\[0\] has shape \(3, 4, 6\), expected \(2, N, H\)"):
+        rnn_stack.stack_recurrence("lstm", x, [mx.array(np.zeros((3, 4, 6))), states[1]], weights)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        rnn_stack.stack_recurrence("lstn", x, states, weights)
+    with pytest.raises(ValueError, match="clip bounds the LSTM cell state"):
+        rnn_stack.stack_recurrence("gru", x, states[:1], [(w[0][:18], w[1][:18], None, None) for w in weights],
+                                   clip=(-1, 1))
+    with pytest.raises(ValueError, match="at least one layer"):
+        rnn_stack.stack_recurrence("lstm", x, states, [])
+
+
+@pytest.mark.parametrize("layers,bidirectional,dropout,stacked", [
+    (2, False, 0.0, True), (3, False, 0.5, True),  # dropout, but not training
+    (1, False, 0.0, False), (2, True, 0.0, False)])
+def test_rnn_sequence_uses_the_stack_for_unidirectional_stacks_on_cpu(layers, bidirectional, dropout, stacked,
+                                                                      monkeypatch):
+    calls = []
+    for module, name in ((rnn_stack, "_stack"), (rnn_ops, "_recurrence")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
+    layer = mx.rnn.LSTM(6, num_layers=layers, bidirectional=bidirectional, dropout=dropout, input_size=5)
+    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
+    layer(mx.array(np.ones((4, 3, 5), np.float32)))
+    assert calls == (["_stack"] if stacked else ["_recurrence"] * layers * (2 if bidirectional else 1))
+
+
+def test_dropout_while_training_runs_layer_by_layer(monkeypatch):
+    calls = []
+    original = rnn_ops._recurrence
+    monkeypatch.setattr(rnn_ops, "_recurrence", lambda *a, **k: calls.append(1) or original(*a, **k))
+    layer = mx.rnn.GRU(6, num_layers=2, dropout=0.5, input_size=5)
+    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
+    with mx.autograd.record():
+        layer(mx.array(np.ones((4, 3, 5), np.float32)))
+    assert len(calls) == 2
+
+
+@gpu
+@needs_gpu
+def test_the_stack_on_a_gpu_equals_its_layers_one_by_one():
+    rng = np.random.default_rng(7)
+    arrays = _problem(rng, "lstm", layers=2, dtype=np.float32)
+    want = _run(False, "lstm", arrays, device=mx.gpu(0))
+    got = _run(True, "lstm", arrays, device=mx.gpu(0))
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=f"result {k}")
