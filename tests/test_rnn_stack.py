@@ -1,9 +1,9 @@
 """A stack of unidirectional recurrent layers as one op (mxlite.autograd.rnn_stack), its layers on host threads.
 
 The stack must give the bits of :func:`rnn_ops.recurrence` called layer by layer (outputs, final states and
-every gradient), on one thread and on several, for every mode, with and without sequence lengths, clip
-and biases; ``rnn_sequence`` must use it where it applies (CPU, two or more unidirectional layers, no
-dropout between them) and only there; bad shapes are named by layer.
+every gradient), on one thread and on several, for every mode, with and without sequence lengths, clip,
+biases and dropout between the layers; ``rnn_sequence`` must use it where it applies (CPU, two or more
+unidirectional layers) and only there; bad shapes are named by layer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import ops, rnn_ops, rnn_stack
+from mxlite.autograd import nn_ops, ops, rnn_ops, rnn_stack
 from mxlite.gluon.rnn import _steps
 from tests.test_rnn_kernels import MODES, _layer_weights, _leaves, _loss, _same_bits
 
@@ -29,18 +29,23 @@ def _problem(rng, mode, layers, length=9, batch=4, features=5, hidden=6, biases=
             "weights": _layer_weights(rng, mode, features, hidden, 1, layers, biases, dtype)}
 
 
-def _run(stacked, mode, arrays, clip=None, lengths=None, device=None):
-    """Outputs, final states and every leaf's gradient of a stack run as one op or layer by layer."""
+def _run(stacked, mode, arrays, clip=None, lengths=None, device=None, dropout=0.0):
+    """Outputs, final states and every leaf's gradient of a stack run as one op or layer by layer (with
+    ``dropout`` > 0: between the layers, the random stream seeded alike)."""
+    mx.random.seed(11)
     x, *states = _leaves([arrays["x"], *arrays["states"]], device)
     flat = _leaves([w for ws in arrays["weights"] for w in ws], device)
     weights = [tuple(flat[4 * k:4 * k + 4]) for k in range(len(arrays["weights"]))]
     valid = None if lengths is None else mx.array(lengths, device=device or mx.cpu(0))
     with mx.autograd.record():
         if stacked:
-            out, finals = rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid)
+            out, finals = rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid,
+                                                     dropout=dropout)
         else:
             layer_in, per_layer = x, [[] for _ in states]
             for layer, w in enumerate(weights):
+                if layer and dropout:
+                    layer_in = nn_ops.dropout(layer_in, dropout, training=True)
                 layer_in, last = rnn_ops.recurrence(mode, layer_in, [s[layer] for s in states], w, clip=clip,
                                                     valid_length=valid)
                 for k, s in enumerate(last):
@@ -53,7 +58,7 @@ def _run(stacked, mode, arrays, clip=None, lengths=None, device=None):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases")]
+@pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases", "dropout")]
                          + [("lstm", "clip")])
 def test_the_stack_gives_the_bits_of_its_layers_run_one_by_one_on_1_2_and_3_threads(mode, variant, dtype,
                                                                                   thread_count):
@@ -61,10 +66,11 @@ def test_the_stack_gives_the_bits_of_its_layers_run_one_by_one_on_1_2_and_3_thre
     arrays = _problem(rng, mode, layers=3, biases=variant != "no-biases", dtype=dtype)
     lengths = np.array([9, 3, 0, 6]) if variant == "lengths" else None
     clip = (-0.4, 0.5) if variant == "clip" else None
-    want = _run(False, mode, arrays, clip, lengths)
+    dropout = 0.3 if variant == "dropout" else 0.0
+    want = _run(False, mode, arrays, clip, lengths, dropout=dropout)
     for count in (1, 2, 3):
         thread_count(count)
-        got = _run(True, mode, arrays, clip, lengths)
+        got = _run(True, mode, arrays, clip, lengths, dropout=dropout)
         assert len(got) == len(want)
         for k, (g, w) in enumerate(zip(got, want)):
             _same_bits(g, w, f"result {k} on {count} thread(s)")
@@ -137,11 +143,12 @@ def test_errors_name_the_layer_and_the_tensor():
                                    clip=(-1, 1))
     with pytest.raises(ValueError, match="at least one layer"):
         rnn_stack.stack_recurrence("lstm", x, states, [])
+    with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\], got 1.5"):
+        rnn_stack.stack_recurrence("lstm", x, states, weights, dropout=1.5)
 
 
 @pytest.mark.parametrize("layers,bidirectional,dropout,stacked", [
-    (2, False, 0.0, True), (3, False, 0.5, True),  # dropout, but not training
-    (1, False, 0.0, False), (2, True, 0.0, False)])
+    (2, False, 0.0, True), (3, False, 0.5, True), (1, False, 0.0, False), (2, True, 0.0, False)])
 def test_rnn_sequence_uses_the_stack_for_unidirectional_stacks_on_cpu(layers, bidirectional, dropout, stacked,
                                                                       monkeypatch):
     calls = []
@@ -154,15 +161,30 @@ def test_rnn_sequence_uses_the_stack_for_unidirectional_stacks_on_cpu(layers, bi
     assert calls == (["_stack"] if stacked else ["_recurrence"] * layers * (2 if bidirectional else 1))
 
 
-def test_dropout_while_training_runs_layer_by_layer(monkeypatch):
-    calls = []
-    original = rnn_ops._recurrence
-    monkeypatch.setattr(rnn_ops, "_recurrence", lambda *a, **k: calls.append(1) or original(*a, **k))
-    layer = mx.rnn.GRU(6, num_layers=2, dropout=0.5, input_size=5)
-    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
-    with mx.autograd.record():
-        layer(mx.array(np.ones((4, 3, 5), np.float32)))
-    assert len(calls) == 2
+@pytest.mark.parametrize("training", [True, False], ids=["training", "predicting"])
+def test_a_layer_with_dropout_drops_between_its_layers_only_while_training(training):
+    rng = np.random.default_rng(8)
+    layer = mx.rnn.GRU(6, num_layers=3, dropout=0.5, input_size=5)
+    layer.initialize(mx.init.Uniform(0.5), device=mx.cpu(0))
+    x = mx.array(rng.standard_normal((7, 3, 5)).astype(np.float32))
+    weights = [tuple(getattr(layer, f"l{i}_{name}").data() for name in ("i2h_weight", "h2h_weight", "i2h_bias",
+                                                                        "h2h_bias")) for i in range(3)]
+    state = mx.array(np.zeros((3, 3, 6), np.float32))
+    results = []
+    for stacked in (True, False):
+        mx.random.seed(12)
+        with mx.autograd.record(train_mode=training):
+            if stacked:
+                out, _ = layer(x, [state])
+            else:
+                layer_in = x
+                for i, w in enumerate(weights):
+                    if i and training:
+                        layer_in = nn_ops.dropout(layer_in, 0.5, training=True)
+                    layer_in, _ = rnn_ops.recurrence("gru", layer_in, [state[i]], w)
+                out = layer_in
+        results.append(out.asnumpy())
+    _same_bits(results[0], results[1], "outputs")
 
 
 @gpu

@@ -210,19 +210,27 @@ def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bo
         training = _state.is_training()
     if not training or rate == 0.0:
         return x
-    xp = x._device.xp
     shared = {_axis(a, x.ndim) for a in axes}
     shape = tuple(1 if i in shared else n for i, n in enumerate(x.shape))
-    if xp is np:
-        # float32 uniforms: half the memory and time of float64, ample resolution for a Bernoulli draw.
-        u = _random._generator(x._device).random(shape, dtype=np.float32)
-        scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
-        mask = ((u >= rate) * scale).astype(x.dtype)
-    else:  # GPUs: Philox with its offset on the device, which a CUDA graph can replay (autograd/_philox.py)
-        mask = _philox.dropout_mask(x._device, shape, rate, x.dtype)
+    mask = _dropout_mask(x._device, shape, rate, x.dtype)
     out = x._data * mask
     # The mask rides along as a constant parent, so the differentiable backward (higher_order) finds it.
     return _result("dropout", out, x._device, (x, Tensor(mask, x._device)), lambda g: (g * mask, None))
+
+
+def _dropout_mask(device: Any, shape: tuple[int, ...], rate: float, dtype: Any) -> Any:
+    """:func:`dropout`'s mask, an array on ``device``: 0 with probability ``rate``, else ``1/(1-rate)``.
+
+    Drawn from the device's stream, as :func:`dropout` draws it (the same draws in the same order give
+    the same masks: the recurrent stack draws its layers' masks with it).
+    """
+    if device.xp is np:
+        # float32 uniforms: half the memory and time of float64, ample resolution for a Bernoulli draw.
+        u = _random._generator(device).random(shape, dtype=np.float32)
+        scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
+        return ((u >= rate) * scale).astype(dtype)
+    # GPUs: Philox with its offset on the device, which a CUDA graph can replay (autograd/_philox.py)
+    return _philox.dropout_mask(device, shape, rate, dtype)
 
 
 # -- embedding, take, pick -----------------------------------------------------------------------

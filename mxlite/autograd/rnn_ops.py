@@ -735,18 +735,32 @@ class _Layer:
     def param_grads(self) -> list[Any]:
         """The gradients of i2h_weight, h2h_weight and the biases present (None where not needed), once
         :meth:`run_back` has run every step."""
+        return [self.weight_grad(0), self.weight_grad(1), *self.bias_grads()]
+
+    def weight_grad(self, k: int) -> Any:
+        """The gradient of i2h_weight (``k`` = 0) or h2h_weight (1): one whole-sequence GEMM; None if not needed."""
+        weight = self.weights[k]
+        if not weight._requires_grad():
+            return None
         T, N, H, gh = self.length, self.batch, self.hidden, self.gates
-        i2h_weight, h2h_weight, i2h_bias, h2h_bias = self.weights
+        if k == 0:
+            rows, cols = self.d_gates.reshape(T * N, gh), self.x2
+        else:
+            rows = self.dh_gates.reshape(T * N, gh)
+            cols = (self.hs[1:] if self.backwards else self.hs[:T]).reshape(T * N, H)
+        with self.device.use():
+            return blas.matmul(rows.T, cols, out=self.targets[k])
+
+    def bias_grads(self) -> list[Any]:
+        """The gradients of the biases present, in order (None where not needed)."""
+        T, N, gh = self.length, self.batch, self.gates
         gru = self.mode == "gru"
         d2 = self.d_gates.reshape(T * N, gh)
         dh2 = self.dh_gates.reshape(T * N, gh)
-        h_prev = (self.hs[1:] if self.backwards else self.hs[:T]).reshape(T * N, H)
         out: list[Any] = []
+        summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
         with self.device.use():
-            for k, (weight, rows, cols) in enumerate(((i2h_weight, d2, self.x2), (h2h_weight, dh2, h_prev))):
-                out.append(blas.matmul(rows.T, cols, out=self.targets[k]) if weight._requires_grad() else None)
-            summed: Any = None  # LSTM and RNN: both biases get the same gate gradients, summed once
-            for k, (bias, rows) in enumerate(((i2h_bias, d2), (h2h_bias, dh2)), start=2):
+            for k, (bias, rows) in enumerate(((self.weights[2], d2), (self.weights[3], dh2)), start=2):
                 if bias is None:
                     continue
                 if not bias._requires_grad():

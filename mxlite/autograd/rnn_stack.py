@@ -20,9 +20,13 @@ results are the same on any number of threads (on one, the tasks run in order). 
 of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer up to the rounding of the
 input projection GEMMs, which here run a chunk at a time.
 
+Dropout between the layers: the masks are drawn before the tasks, layer by layer, as
+``nn_ops.dropout`` would draw them between the layers run one by one; a projection task applies its
+chunk of the mask to its chunk of the input, an input-gradient task to its chunk of the gradient.
+
 Where it runs: ``mxlite.gluon.rnn._steps.rnn_sequence`` calls it for stacks of two or more
-unidirectional layers on CPU devices without dropout between the layers; on a GPU the tasks would
-run one after another on the calling thread (the layer-by-layer path is used there instead).
+unidirectional layers on CPU devices; on a GPU the tasks would run one after another on the calling
+thread (the layer-by-layer path is used there instead).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 from ..device import parallel
 from . import _state
+from .nn_ops import _dropout_mask
 from .ops import _op
 from .rnn_ops import GATES, NUM_STATES, _check, _Layer, _lengths, _one_node, _step_gemms
 from .tensor import Tensor
@@ -49,12 +54,13 @@ class _Like:
 
 
 def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequence[Sequence[Tensor | None]],
-                     clip: tuple[float | None, float | None] | None = None,
-                     valid_length: Any = None) -> tuple[Tensor, list[Tensor]]:
+                     clip: tuple[float | None, float | None] | None = None, valid_length: Any = None,
+                     dropout: float = 0.0) -> tuple[Tensor, list[Tensor]]:
     """Layers ``0 .. L-1`` of a unidirectional recurrence over a whole sequence, as one autograd node.
 
     The same computation as :func:`mxlite.autograd.rnn_ops.recurrence` applied layer by layer, each
-    layer's outputs the next one's input (MXNet's fused ``RNN`` op without dropout or a second direction).
+    layer's outputs (after dropout, when ``dropout`` > 0) the next one's input: MXNet's fused ``RNN`` op
+    without a second direction.
 
     Args:
         mode: 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.
@@ -64,6 +70,9 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
             i2h_weight is ``(G*H, C)``, the others' ``(G*H, H)``.
         clip: LSTM only: cell-state bounds ``(min, max)`` (a None side is open), or None.
         valid_length: optional per-sample lengths ``(N,)``, as for ``recurrence``.
+        dropout: drop probability in ``[0, 1]`` for the input of every layer but the first (inverted
+            dropout, the masks drawn as :func:`mxlite.autograd.nn_ops.dropout` draws them, layer by
+            layer); 0 for none. Applied whenever given: the caller decides whether it is training.
 
     Returns:
         ``(outputs, final_states)``: the last layer's outputs ``(T, N, H)`` and the final ``[h]`` or
@@ -71,7 +80,8 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
 
     Raises:
         ValueError: an unknown mode, no layers, shapes or dtypes that disagree (the message names the
-            layer and the tensor), clip for a mode other than LSTM, or lengths outside ``[0, T]``.
+            layer and the tensor), clip for a mode other than LSTM, lengths outside ``[0, T]``, or
+            dropout outside ``[0, 1]``.
         TypeError: a dtype other than float16, float32 or float64.
     """
     weights = [tuple(w) for w in weights]
@@ -79,7 +89,9 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
         raise ValueError("stack_recurrence: weights must list at least one layer")
     if any(len(w) != 4 for w in weights):
         raise ValueError("stack_recurrence: each layer's weights must be (i2h_weight, h2h_weight, i2h_bias, h2h_bias)")
-    return _stack(mode, x, list(states), weights, clip, valid_length)
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"stack_recurrence: dropout must lie in [0, 1], got {dropout}")
+    return _stack(mode, x, list(states), weights, clip, valid_length, float(dropout))
 
 
 def _check_stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]]) -> None:
@@ -130,7 +142,8 @@ class _Tasks:
 
 @_op("stack_recurrence")
 def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]],
-           clip: tuple[float | None, float | None] | None, valid_length: Any) -> tuple[Tensor, list[Tensor]]:
+           clip: tuple[float | None, float | None] | None, valid_length: Any,
+           dropout: float) -> tuple[Tensor, list[Tensor]]:
     _check_stack(mode, x, states, weights)
     if clip is not None and mode != "lstm":
         raise ValueError(f"clip bounds the LSTM cell state; {mode} has none, got clip={clip}")
@@ -140,9 +153,18 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
     parents = (x, *states, *(t for w in weights for t in w if t is not None))
     record = _state.is_recording() and any(p._requires_grad() for p in parents)
     layers: list[_Layer] = []
+    below: list[Any] = []  # per layer above the first: the outputs of the layer below (before dropout)
+    masks: list[Any] = []  # and, with dropout, its mask (its input is then outputs * mask, a buffer of its own)
     layer_in = x._data
     with device.use():
         for i, w in enumerate(weights):
+            if i and dropout > 0:
+                masks.append(_dropout_mask(device, layer_in.shape, dropout, x.dtype))
+                below.append(layer_in)
+                layer_in = xp.empty(layer_in.shape, dtype=x.dtype)
+            elif i:
+                masks.append(None)
+                below.append(None)
             layer = _Layer(mode, layer_in, device, [s._data[i] for s in states], w, lengths, False, clip)
             layer.begin(save=record)
             layers.append(layer)
@@ -152,7 +174,8 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
         for k, (t0, t1) in enumerate(chunks):
             for i, layer in enumerate(layers):
                 if i:
-                    tasks.add(("project", i, k), _call(layer.project, t0, t1), ("run", i - 1, k))
+                    tasks.add(("project", i, k), _project(layer, t0, t1, below[i - 1], masks[i - 1]),
+                              ("run", i - 1, k))
                 tasks.add(("run", i, k), _call(layer.run, t0, t1), ("run", i, k - 1), ("project", i, k))
         layers[0].project(0, length)  # one GEMM, over every thread
         with _step_gemms(xp):
@@ -164,7 +187,7 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
         return Tensor(outputs, device), [Tensor(f, device) for f in finals]
 
     def backward(grads: dict[str, Any]) -> list[Any]:
-        return _backward(layers, grads, x, states, device)
+        return _backward(layers, masks, grads, x, states, device)
 
     return _one_node("stack_recurrence", device, x.dtype, parents, backward, outputs, finals)
 
@@ -173,7 +196,16 @@ def _call(method: Callable[[int, int], None], t0: int, t1: int) -> Callable[[], 
     return lambda: method(t0, t1)
 
 
-def _backward(layers: list[_Layer], grads: dict[str, Any], x: Tensor, states: list[Tensor],
+def _project(layer: _Layer, t0: int, t1: int, below: Any, mask: Any) -> Callable[[], None]:
+    """Layer ``layer``'s input projection over ``t0 .. t1-1``; with a mask, its input there first (dropout)."""
+    def run() -> None:
+        if mask is not None:
+            layer.xp.multiply(below[t0:t1], mask[t0:t1], out=layer.x[t0:t1])
+        layer.project(t0, t1)
+    return run
+
+
+def _backward(layers: list[_Layer], masks: list[Any], grads: dict[str, Any], x: Tensor, states: list[Tensor],
               device: Any) -> list[Any]:
     """The gradients of (x, states, every layer's weights present) as :func:`_stack`'s node returns them."""
     xp = device.xp
@@ -187,7 +219,7 @@ def _backward(layers: list[_Layer], grads: dict[str, Any], x: Tensor, states: li
             layer.begin_backward(d_out, None if d_h is None else d_h[i], None if d_c is None else d_c[i])
         chunks = _chunks(x.shape[0])
         tasks = _Tasks()
-        params: list[list[Any]] = [[] for _ in layers]
+        params: list[dict[int, Any]] = [{} for _ in layers]  # per layer: part -> gradients
         for k in range(len(chunks) - 1, -1, -1):
             t0, t1 = chunks[k]
             for i in range(top, -1, -1):
@@ -195,9 +227,11 @@ def _backward(layers: list[_Layer], grads: dict[str, Any], x: Tensor, states: li
                 tasks.add(("back", i, k), _call(layer.run_back, t0, t1), ("back", i, k + 1), ("input", i + 1, k))
                 target = d_inputs[i - 1] if i else dx
                 if target is not None:
-                    tasks.add(("input", i, k), _input_grad(layer, t0, t1, target), ("back", i, k))
-        for i, layer in enumerate(layers):
-            tasks.add(("params", i), _param_grads(layer, params[i]), ("back", i, 0))
+                    tasks.add(("input", i, k), _input_grad(layer, t0, t1, target, masks[i - 1] if i else None),
+                              ("back", i, k))
+        for i, layer in enumerate(layers):  # two GEMMs and the bias sums, once the layer's loop is done
+            for part in range(3):
+                tasks.add(("params", i, part), _param_grads(layer, part, params[i]), ("back", i, 0))
         with _step_gemms(xp):
             tasks.run(device)
         d_states = [layer.state_grads() for layer in layers]
@@ -206,14 +240,22 @@ def _backward(layers: list[_Layer], grads: dict[str, Any], x: Tensor, states: li
         out: list[Any] = [dx]
         for k, s in enumerate(states):
             out.append(xp.stack([d[k] for d in d_states]) if s._requires_grad() else None)
-        for i in range(len(layers)):
-            out += params[i]
+        for parts in params:
+            out += [parts[0], parts[1], *parts[2]]
     return out
 
 
-def _input_grad(layer: _Layer, t0: int, t1: int, target: Any) -> Callable[[], None]:
-    return lambda: layer.input_grad(t0, t1, target[t0:t1])
+def _input_grad(layer: _Layer, t0: int, t1: int, target: Any, mask: Any) -> Callable[[], None]:
+    """The gradient of ``layer``'s input over ``t0 .. t1-1`` into ``target``; through the dropout mask if any."""
+    def run() -> None:
+        layer.input_grad(t0, t1, target[t0:t1])
+        if mask is not None:
+            target[t0:t1] *= mask[t0:t1]
+    return run
 
 
-def _param_grads(layer: _Layer, into: list[Any]) -> Callable[[], None]:
-    return lambda: into.extend(layer.param_grads())
+def _param_grads(layer: _Layer, part: int, into: dict[int, Any]) -> Callable[[], None]:
+    """Part 0 or 1: the i2h or h2h weight's gradient; 2: the biases' gradients (a list), into ``into[part]``."""
+    def run() -> None:
+        into[part] = layer.bias_grads() if part == 2 else layer.weight_grad(part)
+    return run

@@ -114,7 +114,7 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
             after its last valid step. Fused only.
         fused: True (the default) runs each layer and direction as one
             :func:`~mxlite.autograd.rnn_ops.recurrence` (on CPU devices, a stack of unidirectional
-            layers without dropout as one :func:`~mxlite.autograd.rnn_stack.stack_recurrence`); False
+            layers as one :func:`~mxlite.autograd.rnn_stack.stack_recurrence`); False
             composes them step by step from the one-step functions above (the reference, many
             recorded ops per step).
 
@@ -129,10 +129,10 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
     """
     if valid_length is not None and not fused:
         raise NotImplementedError("rnn_sequence: valid_length needs the fused recurrence (fused=True)")
-    if (fused and num_layers > 1 and not bidirectional and not (dropout > 0 and training)
-            and not x.device.is_gpu):
+    if fused and num_layers > 1 and not bidirectional and not x.device.is_gpu:
         # one node for the stack, its layers overlapped on the host's threads (rnn_stack's docstring)
-        return rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid_length)
+        return rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid_length,
+                                          dropout=dropout if training else 0.0)
     dirs = 2 if bidirectional else 1
     length, batch = x.shape[0], x.shape[1]
     finals: list[list[Tensor]] = [[] for _ in states]
