@@ -8,8 +8,8 @@ the other. :func:`stack_recurrence` cuts the sequence into chunks of time steps 
 :func:`mxlite.device.parallel.run_graph` these tasks (``l``: layer, ``k``: chunk):
 
 - forward: run layer ``l`` over chunk ``k`` (after its chunk ``k-1`` and its projection of chunk ``k``);
-  project layer ``l``'s input over chunk ``k`` (one GEMM, after layer ``l-1`` ran chunk ``k``). Layer 0's
-  projection of the whole sequence is one GEMM before them.
+  project layer ``l``'s input over chunk ``k`` (one GEMM, after layer ``l-1`` ran chunk ``k``; layer 0's
+  at once: its input is there).
 - backward, chunks in reverse: run layer ``l`` back over chunk ``k`` (after its chunk ``k+1`` and after
   layer ``l+1``'s input gradient of chunk ``k``, which is layer ``l``'s output gradient); layer ``l``'s
   input gradient over chunk ``k`` (one GEMM); once a layer's chunks are done, its weight and bias
@@ -176,8 +176,9 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
                 if i:
                     tasks.add(("project", i, k), _project(layer, t0, t1, below[i - 1], masks[i - 1]),
                               ("run", i - 1, k))
+                else:
+                    tasks.add(("project", 0, k), _call(layer.project, t0, t1))
                 tasks.add(("run", i, k), _call(layer.run, t0, t1), ("run", i, k - 1), ("project", i, k))
-        layers[0].project(0, length)  # one GEMM, over every thread
         with _step_gemms(xp):
             tasks.run(device)
         results = [layer.results() for layer in layers]
