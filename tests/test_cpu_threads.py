@@ -150,28 +150,36 @@ def test_convolution_kernels_give_the_same_bits_on_1_2_and_4_threads(spread_alwa
 
 
 # -- rnn.cu -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cls", [mx.rnn.LSTM, mx.rnn.GRU, mx.rnn.RNN])
-def test_recurrent_kernels_give_the_same_bits_on_1_2_and_4_threads(cls, spread_always):
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_recurrent_kernels_give_the_same_bits_on_1_2_and_4_threads(mode, spread_always):
+    """One layer-direction at a time (rnn_ops.recurrence), whose cell launches spread over the pool; the layers'
+    stacks and direction pairs run their launches on their own task threads (tests/test_rnn_stack.py)."""
     rng = np.random.default_rng(4)
     # 512 rows of 128 units: cell steps large enough to be spread (rnn_ops._CPU_SPREAD_UNITS) and long
     # enough (tens of us) for woken pool threads to take rows
-    rows = 512
-    assert rows * 128 >= rnn_ops._CPU_SPREAD_UNITS
-    layer = cls(128, num_layers=2, bidirectional=True, input_size=5, use_sequence_length=True)
-    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
+    rows, hidden, gates = 512, 128, rnn_ops.GATES[mode] * 128
+    assert rows * hidden >= rnn_ops._CPU_SPREAD_UNITS
     x_np = rng.standard_normal((4, rows, 5)).astype(np.float32)
+    states_np = [rng.standard_normal((rows, hidden)).astype(np.float32) * 0.5 for _ in range(rnn_ops.NUM_STATES[mode])]
+    weights_np = [rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+                  for shape in ((gates, 5), (gates, hidden), (gates,), (gates,))]
     lengths = rng.integers(0, 5, rows)
 
     def run():
-        x = mx.array(x_np)
-        x.attach_grad()
-        states = layer.begin_state(rows)
-        with mx.autograd.record():
-            out, finals = layer(x, states, mx.array(lengths))
-            loss = (out * out).sum() + sum((f * f).sum() for f in finals)
-        loss.backward()
-        return [out.asnumpy(), *(f.asnumpy() for f in finals), x.grad.asnumpy()] + [
-            p.grad().asnumpy() for p in layer.collect_params().values()]
+        results = []
+        for reverse in (False, True):
+            x, *rest = (mx.array(a) for a in [x_np, *states_np, *weights_np])
+            leaves = [x, *rest]
+            for t in leaves:
+                t.attach_grad()
+            states, weights = rest[:len(states_np)], rest[len(states_np):]
+            with mx.autograd.record():
+                out, finals = rnn_ops.recurrence(mode, x, states, weights, reverse=reverse,
+                                                 valid_length=mx.array(lengths))
+                loss = (out * out).sum() + sum((f * f).sum() for f in finals)
+            loss.backward()
+            results += [out.asnumpy(), *(f.asnumpy() for f in finals), *(t.grad.asnumpy() for t in leaves)]
+        return results
 
     results, pool_blocks = _per_thread_count(run)
     _assert_same_bits(results)

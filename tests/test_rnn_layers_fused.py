@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import rnn_ops
+from mxlite.autograd import rnn_ops, rnn_stack
 from mxlite.gluon import rnn
 from mxlite.gluon.rnn import _steps
 
@@ -60,18 +60,16 @@ def test_a_layer_gives_the_composed_steps_numbers_and_gradients(cls, mode):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_the_layer_runs_one_recurrence_per_layer_and_direction(monkeypatch):
+def test_a_bidirectional_layer_runs_one_node_per_layer_on_cpu(monkeypatch):
+    """On CPU devices both directions of a layer are one node (rnn_stack.bidirectional_recurrence)."""
     layer = _layer(rnn.LSTM, 4, 2, True)
     seen = []
-    original = rnn_ops._recurrence
-
-    def counting(*args, **kwargs):
-        seen.append(args[0])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(rnn_ops, "_recurrence", counting)
+    for module, name in ((rnn_ops, "_recurrence"), (rnn_stack, "_bidirectional")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _name=name, _f=original, **k: seen.append((_name, a[0])) or
+                            _f(*a, **k))
     layer(mx.array(np.zeros((3, 2, 5))))
-    assert seen == ["lstm"] * 4
+    assert seen == [("_bidirectional", "lstm")] * 2
 
 
 @pytest.mark.parametrize("cls,mode", CLASSES)

@@ -147,18 +147,19 @@ def test_errors_name_the_layer_and_the_tensor():
         rnn_stack.stack_recurrence("lstm", x, states, weights, dropout=1.5)
 
 
-@pytest.mark.parametrize("layers,bidirectional,dropout,stacked", [
-    (2, False, 0.0, True), (3, False, 0.5, True), (1, False, 0.0, False), (2, True, 0.0, False)])
-def test_rnn_sequence_uses_the_stack_for_unidirectional_stacks_on_cpu(layers, bidirectional, dropout, stacked,
-                                                                      monkeypatch):
+@pytest.mark.parametrize("layers,bidirectional,dropout,expected", [
+    (2, False, 0.0, ["_stack"]), (3, False, 0.5, ["_stack"]), (1, False, 0.0, ["_recurrence"]),
+    (2, True, 0.0, ["_bidirectional"] * 2), (1, True, 0.0, ["_bidirectional"])])
+def test_rnn_sequence_runs_stacks_and_direction_pairs_as_one_node_on_cpu(layers, bidirectional, dropout, expected,
+                                                                         monkeypatch):
     calls = []
-    for module, name in ((rnn_stack, "_stack"), (rnn_ops, "_recurrence")):
+    for module, name in ((rnn_stack, "_stack"), (rnn_stack, "_bidirectional"), (rnn_ops, "_recurrence")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
     layer = mx.rnn.LSTM(6, num_layers=layers, bidirectional=bidirectional, dropout=dropout, input_size=5)
     layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
     layer(mx.array(np.ones((4, 3, 5), np.float32)))
-    assert calls == (["_stack"] if stacked else ["_recurrence"] * layers * (2 if bidirectional else 1))
+    assert calls == expected
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["training", "predicting"])
@@ -194,5 +195,78 @@ def test_the_stack_on_a_gpu_equals_its_layers_one_by_one():
     arrays = _problem(rng, "lstm", layers=2, dtype=np.float32)
     want = _run(False, "lstm", arrays, device=mx.gpu(0))
     got = _run(True, "lstm", arrays, device=mx.gpu(0))
+    for k, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=f"result {k}")
+
+
+# -- bidirectional_recurrence -----------------------------------------------------------------------------
+def _run_pair(paired, mode, arrays, clip=None, lengths=None, device=None):
+    """One bidirectional layer as one op or as two recurrence calls and a concat: outputs, finals, gradients."""
+    x, *states = _leaves([arrays["x"], *arrays["states"]], device)
+    flat = _leaves([w for ws in arrays["weights"] for w in ws], device)
+    weights = [tuple(flat[4 * k:4 * k + 4]) for k in range(2)]
+    valid = None if lengths is None else mx.array(lengths, device=device or mx.cpu(0))
+    with mx.autograd.record():
+        if paired:
+            out, finals = rnn_stack.bidirectional_recurrence(mode, x, states, weights, clip=clip, valid_length=valid)
+        else:
+            outs, per_state = [], [[] for _ in states]
+            for d in (0, 1):
+                o, last = rnn_ops.recurrence(mode, x, [s[d] for s in states], weights[d], reverse=d == 1, clip=clip,
+                                             valid_length=valid)
+                outs.append(o)
+                for k, f in enumerate(last):
+                    per_state[k].append(f)
+            out, finals = ops.concat(outs, axis=2), [ops.stack(f, axis=0) for f in per_state]
+        loss = _loss(out, finals)
+    loss.backward()
+    return [out.asnumpy(), *(f.asnumpy() for f in finals)] + [
+        t.grad.asnumpy() for t in [x, *states, *flat] if t is not None]
+
+
+def _pair_problem(rng, mode, biases=True, dtype=np.float64, length=7, batch=4, features=5, hidden=6):
+    return {"x": rng.standard_normal((length, batch, features)).astype(dtype),
+            "states": [rng.standard_normal((2, batch, hidden)).astype(dtype) for _ in range(rnn_ops.NUM_STATES[mode])],
+            "weights": _layer_weights(rng, mode, features, hidden, 2, 1, biases, dtype)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases")]
+                         + [("lstm", "clip")])
+def test_a_direction_pair_gives_the_bits_of_two_recurrences_on_1_2_and_3_threads(mode, variant, dtype, thread_count):
+    rng = np.random.default_rng(zlib.crc32(f"pair {mode} {variant}".encode()))
+    arrays = _pair_problem(rng, mode, biases=variant != "no-biases", dtype=dtype)
+    lengths = np.array([7, 2, 0, 5]) if variant == "lengths" else None
+    clip = (-0.4, 0.5) if variant == "clip" else None
+    want = _run_pair(False, mode, arrays, clip, lengths)
+    for count in (1, 2, 3):
+        thread_count(count)
+        got = _run_pair(True, mode, arrays, clip, lengths)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _same_bits(g, w, f"result {k} on {count} thread(s)")
+
+
+def test_a_direction_pair_names_the_direction_in_errors():
+    rng = np.random.default_rng(9)
+    arrays = _pair_problem(rng, "gru")
+    x, *states = (mx.array(a) for a in [arrays["x"], *arrays["states"]])
+    weights = [tuple(None if a is None else mx.array(a) for a in w) for w in arrays["weights"]]
+    with pytest.raises(ValueError, match=r"reverse direction: h2h_weight has shape \(18, 5\)"):
+        rnn_stack.bidirectional_recurrence("gru", x, states, [weights[0], (weights[1][0], weights[1][1][:, :5], None,
+                                                                           None)])
+    with pytest.raises(ValueError, match=r"states\[0\] has shape \(3, 4, 6\), expected \(2, N, H\)"):
+        rnn_stack.bidirectional_recurrence("gru", x, [mx.array(np.zeros((3, 4, 6)))], weights)
+    with pytest.raises(ValueError, match="weights must be \\[forwards, reverse\\]"):
+        rnn_stack.bidirectional_recurrence("gru", x, states, weights[:1])
+
+
+@gpu
+@needs_gpu
+def test_a_direction_pair_on_a_gpu_equals_two_recurrences():
+    rng = np.random.default_rng(10)
+    arrays = _pair_problem(rng, "lstm", dtype=np.float32)
+    want = _run_pair(False, "lstm", arrays, device=mx.gpu(0))
+    got = _run_pair(True, "lstm", arrays, device=mx.gpu(0))
     for k, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=f"result {k}")

@@ -670,11 +670,7 @@ class _Layer:
         with self.device.use():
             with _step_gemms(self.xp):
                 self.run_back(0, self.length)
-            dx = None
-            if x_needs_grad:
-                T, N, gh = self.length, self.batch, self.gates
-                d2 = self.d_gates.reshape(T * N, gh)
-                dx = self._time_order(blas.matmul(d2, self.weights[0]._data).reshape(T, N, self.features))
+            dx = self.input_grad_all() if x_needs_grad else None
             states = [g if needed else None for g, needed in zip(self.state_grads(), states_need_grad)]
             params = self.param_grads()
         self.release_backward()
@@ -727,6 +723,13 @@ class _Layer:
         rows, gh = (t1 - t0) * self.batch, self.gates
         blas.matmul(self.d_gates[t0:t1].reshape(rows, gh), self.weights[0]._data,
                     out=out.reshape(rows, self.features))
+
+    def input_grad_all(self) -> Any:
+        """The input's gradient ``(T, N, C)`` in time order (any layer), once :meth:`run_back` has run every step."""
+        T, N, gh = self.length, self.batch, self.gates
+        with self.device.use():
+            d2 = self.d_gates.reshape(T * N, gh)
+            return self._time_order(blas.matmul(d2, self.weights[0]._data).reshape(T, N, self.features))
 
     def state_grads(self) -> list[Any]:
         """The begin states' gradients, once :meth:`run_back` has run every step."""

@@ -1,4 +1,7 @@
-"""A stack of unidirectional recurrent layers as one autograd op, its layers overlapped on the host's threads.
+"""Recurrent layers as one autograd op with their independent work overlapped on the host's threads.
+
+:func:`stack_recurrence` runs a stack of unidirectional layers, :func:`bidirectional_recurrence` the
+two directions of one bidirectional layer (each direction's work a task of its own; below, the stack).
 
 Purpose: a recurrent layer's time loop is a chain of small steps (one ``N x H`` by ``H x G*H`` GEMM and
 one cell kernel each, about 0.4 ms at N=32, H=256): too small to split over threads with profit, and
@@ -16,17 +19,20 @@ the other. :func:`stack_recurrence` cuts the sequence into chunks of time steps 
   gradients (whole-sequence GEMMs), which overlap with the layers below still in their loops.
 
 Every task writes only its own outputs, and the chunks depend on the sequence length alone, so the
-results are the same on any number of threads (on one, the tasks run in order). They equal those
-of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer up to the rounding of the
-input projection GEMMs, which here run a chunk at a time.
+results are the same on any number of threads (on one, the tasks run in order). They are also the
+bits of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer (tested): the input
+projections and input gradients here are GEMMs over a chunk's rows instead of the whole sequence's,
+which gives the same bits with NumPy's OpenBLAS (a BLAS whose rounding of a row depended on the
+number of rows in the call could differ in the last bit).
 
 Dropout between the layers: the masks are drawn before the tasks, layer by layer, as
 ``nn_ops.dropout`` would draw them between the layers run one by one; a projection task applies its
 chunk of the mask to its chunk of the input, an input-gradient task to its chunk of the gradient.
 
-Where it runs: ``mxlite.gluon.rnn._steps.rnn_sequence`` calls it for stacks of two or more
-unidirectional layers on CPU devices; on a GPU the tasks would run one after another on the calling
-thread (the layer-by-layer path is used there instead).
+Where it runs: ``mxlite.gluon.rnn._steps.rnn_sequence`` calls :func:`stack_recurrence` for stacks of
+two or more unidirectional layers and :func:`bidirectional_recurrence` for each bidirectional layer, on
+CPU devices; on a GPU the tasks would run one after another on the calling thread (the layer-by-layer
+path is used there instead).
 """
 
 from __future__ import annotations
@@ -259,4 +265,125 @@ def _param_grads(layer: _Layer, part: int, into: dict[int, Any]) -> Callable[[],
     """Part 0 or 1: the i2h or h2h weight's gradient; 2: the biases' gradients (a list), into ``into[part]``."""
     def run() -> None:
         into[part] = layer.bias_grads() if part == 2 else layer.weight_grad(part)
+    return run
+
+
+# -- the two directions of a bidirectional layer ---------------------------------------------------------------
+def bidirectional_recurrence(mode: str, x: Tensor, states: Sequence[Tensor],
+                             weights: Sequence[Sequence[Tensor | None]],
+                             clip: tuple[float | None, float | None] | None = None,
+                             valid_length: Any = None) -> tuple[Tensor, list[Tensor]]:
+    """Both directions of one bidirectional recurrent layer as one autograd node, the two side by side.
+
+    The same computation as :func:`mxlite.autograd.rnn_ops.recurrence` run forwards and in reverse over
+    ``x`` and the outputs concatenated (MXNet's fused ``RNN`` op, one bidirectional layer). The two
+    directions are independent, so on CPU devices each runs on a thread of its own (its projection, its
+    time loop, and in the backward its loop, input gradient and weight gradients); the results are the bits
+    of the two ``recurrence`` calls, on any thread count (the input's gradient is the sum of the two
+    directions', which is exact in either order).
+
+    Args:
+        mode: 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.
+        x: the input sequence ``(T, N, C)``, time-major.
+        states: begin states ``[h]``, or ``[h, c]`` for LSTM, each ``(2, N, H)`` (0: forwards, 1: reverse).
+        weights: ``[forwards, reverse]``, each ``(i2h_weight, h2h_weight, i2h_bias or None, h2h_bias or None)``.
+        clip: LSTM only: cell-state bounds ``(min, max)`` (a None side is open), or None.
+        valid_length: optional per-sample lengths ``(N,)``, as for ``recurrence``.
+
+    Returns:
+        ``(outputs, final_states)``: outputs ``(T, N, 2H)`` (forwards, then reverse, on the last axis) and
+        the final ``[h]`` or ``[h, c]``, each ``(2, N, H)``.
+
+    Raises:
+        ValueError: an unknown mode, not two directions' weights, shapes or dtypes that disagree (the
+            message names the direction and the tensor), clip for a mode other than LSTM, or lengths
+            outside ``[0, T]``.
+        TypeError: a dtype other than float16, float32 or float64.
+    """
+    weights = [tuple(w) for w in weights]
+    if len(weights) != 2 or any(len(w) != 4 for w in weights):
+        raise ValueError("bidirectional_recurrence: weights must be [forwards, reverse], each "
+                         "(i2h_weight, h2h_weight, i2h_bias, h2h_bias)")
+    return _bidirectional(mode, x, list(states), weights, clip, valid_length)
+
+
+@_op("bidirectional_recurrence")
+def _bidirectional(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]],
+                   clip: tuple[float | None, float | None] | None, valid_length: Any) -> tuple[Tensor, list[Tensor]]:
+    if mode not in GATES:
+        raise ValueError(f"bidirectional_recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
+    if len(states) != NUM_STATES[mode]:
+        raise ValueError(f"{mode} takes {NUM_STATES[mode]} begin state(s), got {len(states)}")
+    for k, s in enumerate(states):
+        if s.ndim != 3 or s.shape[0] != 2:
+            raise ValueError(f"states[{k}] has shape {s.shape}, expected (2, N, H): forwards and reverse")
+    for name, w in zip(("forwards", "reverse"), weights):
+        try:
+            _check(mode, x, [_Like(s.shape[1:], s.dtype) for s in states], w)
+        except ValueError as exc:
+            raise ValueError(f"{name} direction: {exc}") from None
+    if clip is not None and mode != "lstm":
+        raise ValueError(f"clip bounds the LSTM cell state; {mode} has none, got clip={clip}")
+    device, xp = x.device, x.device.xp
+    lengths = None if valid_length is None else _lengths(device, valid_length, x.shape[0], x.shape[1])
+    parents = (x, *states, *(t for w in weights for t in w if t is not None))
+    record = _state.is_recording() and any(p._requires_grad() for p in parents)
+    with device.use():
+        layers = [_Layer(mode, x._data, device, [s._data[d] for s in states], weights[d], lengths, d == 1, clip)
+                  for d in (0, 1)]
+        tasks = _Tasks()
+        for d, layer in enumerate(layers):
+            layer.begin(save=record)
+            tasks.add(("project", d), _call(layer.project, 0, x.shape[0]))
+        for d, layer in enumerate(layers):
+            tasks.add(("run", d), _call(layer.run, 0, x.shape[0]), ("project", d))
+        with _step_gemms(xp):
+            tasks.run(device)
+        results = [layer.results() for layer in layers]
+        outputs = xp.concatenate([results[0][0], results[1][0]], axis=2)
+        finals = [xp.stack([results[0][1][k], results[1][1][k]]) for k in range(len(states))]
+    if not record:
+        return Tensor(outputs, device), [Tensor(f, device) for f in finals]
+
+    def backward(grads: dict[str, Any]) -> list[Any]:
+        return _bidirectional_backward(layers, grads, x, states, device)
+
+    return _one_node("bidirectional_recurrence", device, x.dtype, parents, backward, outputs, finals)
+
+
+def _bidirectional_backward(layers: list[_Layer], grads: dict[str, Any], x: Tensor, states: list[Tensor],
+                            device: Any) -> list[Any]:
+    """The gradients of (x, states, both directions' weights present) as :func:`_bidirectional`'s node returns."""
+    xp = device.xp
+    hidden = layers[0].hidden
+    d_out, d_h, d_c = grads.get("out"), grads.get("h"), grads.get("c")
+    dx: list[Any] = [None, None]
+    params: list[dict[int, Any]] = [{}, {}]
+    with device.use():
+        tasks = _Tasks()
+        for d, layer in enumerate(layers):
+            half = None if d_out is None else d_out[..., d * hidden:(d + 1) * hidden]
+            layer.begin_backward(half, None if d_h is None else d_h[d], None if d_c is None else d_c[d])
+            tasks.add(("back", d), _call(layer.run_back, 0, x.shape[0]))
+        for d, layer in enumerate(layers):
+            if x._requires_grad():
+                tasks.add(("input", d), _whole_input_grad(layer, dx, d), ("back", d))
+            for part in range(3):
+                tasks.add(("params", d, part), _param_grads(layer, part, params[d]), ("back", d))
+        with _step_gemms(xp):
+            tasks.run(device)
+        d_states = [layer.state_grads() for layer in layers]
+        for layer in layers:
+            layer.release_backward()
+        out: list[Any] = [None if dx[0] is None else dx[0] + dx[1]]
+        for k, s in enumerate(states):
+            out.append(xp.stack([d[k] for d in d_states]) if s._requires_grad() else None)
+        for parts in params:
+            out += [parts[0], parts[1], *parts[2]]
+    return out
+
+
+def _whole_input_grad(layer: _Layer, into: list[Any], d: int) -> Callable[[], None]:
+    def run() -> None:
+        into[d] = layer.input_grad_all()
     return run

@@ -114,7 +114,9 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
             after its last valid step. Fused only.
         fused: True (the default) runs each layer and direction as one
             :func:`~mxlite.autograd.rnn_ops.recurrence` (on CPU devices, a stack of unidirectional
-            layers as one :func:`~mxlite.autograd.rnn_stack.stack_recurrence`); False
+            layers as one :func:`~mxlite.autograd.rnn_stack.stack_recurrence`, and a bidirectional
+            layer's two directions as one
+            :func:`~mxlite.autograd.rnn_stack.bidirectional_recurrence`); False
             composes them step by step from the one-step functions above (the reference, many
             recorded ops per step).
 
@@ -137,9 +139,17 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
     length, batch = x.shape[0], x.shape[1]
     finals: list[list[Tensor]] = [[] for _ in states]
     layer_in = x
+    pairs = fused and bidirectional and not x.device.is_gpu  # a layer's two directions side by side on host threads
     for layer in range(num_layers):
         if layer > 0 and dropout > 0 and training:
             layer_in = nn_ops.dropout(layer_in, dropout, training=True)
+        if pairs:
+            begin = [ops.getitem(s, slice(2 * layer, 2 * layer + 2)) for s in states]
+            layer_in, last = rnn_stack.bidirectional_recurrence(mode, layer_in, begin, weights[2 * layer:2 * layer + 2],
+                                                                clip=clip, valid_length=valid_length)
+            for k, s in enumerate(last):
+                finals[k].append(s)  # (2, N, H): both directions
+            continue
         outs = []
         for d in range(dirs):
             i2h_weight, h2h_weight, i2h_bias, h2h_bias = weights[layer * dirs + d]
@@ -157,6 +167,8 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
             for k, s in enumerate(last):
                 finals[k].append(s)
         layer_in = outs[0] if dirs == 1 else ops.concat(outs, axis=2)
+    if pairs:
+        return layer_in, [ops.concat(f, axis=0) for f in finals]
     return layer_in, [ops.stack(f, axis=0) for f in finals]
 
 
