@@ -1,13 +1,15 @@
 """A stack of unidirectional recurrent layers as one op (mxlite.autograd.rnn_stack), its layers on host threads.
 
-The stack must give the bits of :func:`rnn_ops.recurrence` called layer by layer (outputs, final states and
-every gradient), on one thread and on several, for every mode, with and without sequence lengths, clip,
-biases and dropout between the layers; ``rnn_sequence`` must use it where it applies (CPU, two or more
+The stack must give the same bits on one thread and on several, and equal :func:`rnn_ops.recurrence` called
+layer by layer up to rounding (outputs, final states and every gradient), for every mode, with and without
+sequence lengths, clip, biases and dropout between the layers; a bidirectional layer's two directions as one
+op must give the bits of two ``recurrence`` calls; ``rnn_sequence`` must use it where it applies (CPU, two or more
 unidirectional layers) and only there; bad shapes are named by layer.
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import numpy as np
@@ -57,23 +59,54 @@ def _run(stacked, mode, arrays, clip=None, lengths=None, device=None, dropout=0.
         t.grad.asnumpy() for t in [x, *states, *flat] if t is not None]
 
 
+TOLERANCE = {np.float32: {"rtol": 1e-4, "atol": 1e-5}, np.float64: {"rtol": 1e-10, "atol": 1e-12}}
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases", "dropout")]
                          + [("lstm", "clip")])
-def test_the_stack_gives_the_bits_of_its_layers_run_one_by_one_on_1_2_and_3_threads(mode, variant, dtype,
-                                                                                  thread_count):
+def test_the_stack_gives_the_same_bits_on_1_2_and_3_threads_and_equals_its_layers_one_by_one(mode, variant, dtype,
+                                                                                             thread_count):
+    """Same bits on any thread count; against the layers run one by one, equal up to rounding (a chunk's
+    projection is a GEMM over fewer rows, which the BLAS may round differently in the last bit)."""
     rng = np.random.default_rng(zlib.crc32(f"{mode} {variant}".encode()))
-    arrays = _problem(rng, mode, layers=3, biases=variant != "no-biases", dtype=dtype)
+    arrays = _problem(rng, mode, layers=3, features=24, hidden=20, biases=variant != "no-biases", dtype=dtype)
     lengths = np.array([9, 3, 0, 6]) if variant == "lengths" else None
     clip = (-0.4, 0.5) if variant == "clip" else None
     dropout = 0.3 if variant == "dropout" else 0.0
     want = _run(False, mode, arrays, clip, lengths, dropout=dropout)
+    results = {}
     for count in (1, 2, 3):
         thread_count(count)
-        got = _run(True, mode, arrays, clip, lengths, dropout=dropout)
-        assert len(got) == len(want)
-        for k, (g, w) in enumerate(zip(got, want)):
-            _same_bits(g, w, f"result {k} on {count} thread(s)")
+        results[count] = _run(True, mode, arrays, clip, lengths, dropout=dropout)
+        assert len(results[count]) == len(want)
+        for k, (g, w) in enumerate(zip(results[count], want)):
+            np.testing.assert_allclose(g, w, err_msg=f"result {k} on {count} thread(s)", **TOLERANCE[dtype])
+    for count in (2, 3):
+        for k, (g, w) in enumerate(zip(results[count], results[1])):
+            _same_bits(g, w, f"result {k}: {count} threads against 1")
+
+
+def test_two_layers_run_side_by_side_on_two_threads(thread_count, monkeypatch):
+    """Layer 1's first chunk and layer 0's second chunk are ready together: on two threads they run at once
+    (each waits for the other at a barrier, which fails after 10 s if they ran one after the other)."""
+    thread_count(2)
+    rng = np.random.default_rng(12)
+    arrays = _problem(rng, "gru", layers=2, length=8, features=5, hidden=6)
+    second = rnn_stack._chunks(8)[1][0]
+    meet = threading.Barrier(2, timeout=10)
+    original = rnn_ops._Layer.run
+
+    def run(layer, s0, s1):
+        if (layer.features == 6 and s0 == 0) or (layer.features == 5 and s0 == second):  # layer 1 / layer 0
+            meet.wait()
+        original(layer, s0, s1)
+
+    monkeypatch.setattr(rnn_ops._Layer, "run", run)
+    x, h = (mx.array(a) for a in (arrays["x"], arrays["states"][0]))
+    weights = [tuple(mx.array(a) for a in w) for w in arrays["weights"]]
+    out, _ = rnn_stack.stack_recurrence("gru", x, [h], weights)
+    assert out.shape == (8, 4, 6)
 
 
 def test_the_stack_equals_the_step_by_step_composition():
@@ -115,13 +148,14 @@ def test_gradients_reach_the_inputs_through_one_final_state_alone():
     np.testing.assert_array_equal(h.grad.asnumpy()[1], 0)
 
 
-def test_inference_returns_plain_results():
+def test_inference_records_nothing():
     rng = np.random.default_rng(5)
     arrays = _problem(rng, "lstm", layers=2)
-    x, *states = (mx.array(a) for a in [arrays["x"], *arrays["states"]])
-    weights = [tuple(None if a is None else mx.array(a) for a in w) for w in arrays["weights"]]
+    x, *states = _leaves([arrays["x"], *arrays["states"]])  # leaves wanting gradients, but no record()
+    weights = [tuple(_leaves(w)) for w in arrays["weights"]]
     out, finals = rnn_stack.stack_recurrence("lstm", x, states, weights)
     assert out.shape == (9, 4, 6) and [f.shape for f in finals] == [(2, 4, 6)] * 2
+    assert out._node is None and all(f._node is None for f in finals)
     np.testing.assert_array_equal(out.asnumpy()[-1], finals[0].asnumpy()[1])
 
 
@@ -224,7 +258,7 @@ def _run_pair(paired, mode, arrays, clip=None, lengths=None, device=None):
         t.grad.asnumpy() for t in [x, *states, *flat] if t is not None]
 
 
-def _pair_problem(rng, mode, biases=True, dtype=np.float64, length=7, batch=4, features=5, hidden=6):
+def _pair_problem(rng, mode, biases=True, dtype=np.float64, length=7, batch=4, features=24, hidden=20):
     return {"x": rng.standard_normal((length, batch, features)).astype(dtype),
             "states": [rng.standard_normal((2, batch, hidden)).astype(dtype) for _ in range(rnn_ops.NUM_STATES[mode])],
             "weights": _layer_weights(rng, mode, features, hidden, 2, 1, biases, dtype)}
@@ -249,7 +283,7 @@ def test_a_direction_pair_gives_the_bits_of_two_recurrences_on_1_2_and_3_threads
 
 def test_a_direction_pair_names_the_direction_in_errors():
     rng = np.random.default_rng(9)
-    arrays = _pair_problem(rng, "gru")
+    arrays = _pair_problem(rng, "gru", features=5, hidden=6)
     x, *states = (mx.array(a) for a in [arrays["x"], *arrays["states"]])
     weights = [tuple(None if a is None else mx.array(a) for a in w) for w in arrays["weights"]]
     with pytest.raises(ValueError, match=r"reverse direction: h2h_weight has shape \(18, 5\)"):
@@ -270,3 +304,35 @@ def test_a_direction_pair_on_a_gpu_equals_two_recurrences():
     got = _run_pair(True, "lstm", arrays, device=mx.gpu(0))
     for k, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=f"result {k}")
+
+
+def test_tasks_refuse_to_wait_for_a_task_that_does_not_exist():
+    tasks = rnn_stack._Tasks()
+    tasks.add(("run", 0, 0), lambda: None)
+    tasks.add(("run", 0, 1), lambda: None, ("run", 0, 0), None)
+    assert tasks.after == [[], [0]]
+    with pytest.raises(KeyError, match=r"waits for \('run', 1, 0\)"):
+        tasks.add(("run", 1, 1), lambda: None, ("run", 1, 0))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["stack", "pair"])
+def test_a_layer_at_training_sizes_gives_the_same_bits_on_1_and_2_threads(bidirectional, thread_count):
+    """Word-LM-like sizes (the products and cell steps of a real step) through the Gluon layer, with lengths."""
+    rng = np.random.default_rng(13)
+    layer = mx.rnn.LSTM(128, num_layers=2, bidirectional=bidirectional, input_size=64, use_sequence_length=True)
+    layer.initialize(mx.init.Uniform(0.1), device=mx.cpu(0))
+    x_np = rng.standard_normal((12, 64, 64)).astype(np.float32)
+    lengths = rng.integers(0, 13, 64)
+    results = {}
+    for count in (1, 2):
+        thread_count(count)
+        x = mx.array(x_np)
+        x.attach_grad()
+        with mx.autograd.record():
+            out, finals = layer(x, layer.begin_state(64), mx.array(lengths))
+            loss = (out * out).sum() + sum((f * f).sum() for f in finals)
+        loss.backward()
+        results[count] = [out.asnumpy(), *(f.asnumpy() for f in finals), x.grad.asnumpy()] + [
+            p.grad().asnumpy() for p in layer.collect_params().values()]
+    for k, (a, b) in enumerate(zip(results[2], results[1])):
+        _same_bits(a, b, f"result {k}: 2 threads against 1")

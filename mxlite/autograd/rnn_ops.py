@@ -546,8 +546,10 @@ class _Layer:
     The passes come in phases, so that :mod:`.rnn_stack` can interleave the layers of a stack on host
     threads: forward :meth:`begin`, :meth:`project` (the input projection of a range of time steps),
     :meth:`run` (a range of processing steps), :meth:`results`; backward :meth:`begin_backward`,
-    :meth:`run_back`, :meth:`input_grad`, :meth:`state_grads`, :meth:`param_grads`.
-    :meth:`forward` and :meth:`backward` run them over the whole sequence, as :func:`recurrence` does.
+    :meth:`run_back`, :meth:`input_grad` (a range of time steps) or :meth:`input_grad_all`,
+    :meth:`state_grads`, :meth:`weight_grad` and :meth:`bias_grads` (or :meth:`param_grads`, all three),
+    then :meth:`release_backward`. :meth:`forward` and :meth:`backward` run them over the whole
+    sequence, as :func:`recurrence` does.
 
     ``x`` is the input array ``(T, N, C)``; a stack hands a layer the output buffer of the layer below
     (:meth:`output_buffer`) before that layer has filled it. ``states`` are arrays, ``weights`` Tensors
@@ -561,7 +563,7 @@ class _Layer:
         self.x, self.states, self.weights = x, states, weights
         self.length, self.batch, self.features = x.shape
         self.hidden = weights[1].shape[1]
-        self.gates = weights[1].shape[0]
+        self.gate_rows = weights[1].shape[0]  # G*H: the gates' rows in the weights
         self.dtype = x.dtype
         self.cells = _Cells(device, x.dtype)
         self.backwards = reverse and lengths is None
@@ -597,7 +599,7 @@ class _Layer:
 
     def begin(self, save: bool) -> None:
         """Allocate the forward's buffers and set the begin states (``save``: keep what backward needs)."""
-        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gates
+        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gate_rows
         _, h2h_weight, i2h_bias, h2h_bias = (None if w is None else w._data for w in self.weights)
         with self.device.use():
             self.x2 = self._time_order(self.x).reshape(T * N, self.features)
@@ -627,7 +629,7 @@ class _Layer:
 
     def project(self, t0: int, t1: int) -> None:
         """The input projection of time steps ``t0 .. t1-1`` (processing order): one GEMM."""
-        N, gh = self.batch, self.gates
+        N, gh = self.batch, self.gate_rows
         blas.matmul(self.x2[t0 * N:t1 * N], self.weights[0]._data.T, out=self.proj[t0:t1].reshape((t1 - t0) * N, gh))
 
     def run(self, s0: int, s1: int) -> None:
@@ -680,7 +682,7 @@ class _Layer:
         """Allocate the backward's buffers from the gradients of the outputs and the final states (each may be
         None). A C-contiguous ``d_out`` of the layer's dtype is used in place, not copied (a stack fills it
         range by range before :meth:`run_back` reaches it). Call on the thread that runs the backward pass."""
-        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gates
+        xp, T, N, H, gh = self.xp, self.length, self.batch, self.hidden, self.gate_rows
         lstm, gru = self.mode == "lstm", self.mode == "gru"
         with self.device.use():
             if d_out is None:
@@ -720,13 +722,13 @@ class _Layer:
     def input_grad(self, t0: int, t1: int, out: Any) -> None:
         """``out`` (``(t1-t0, N, C)``, C-contiguous) = the input's gradient at time steps ``t0 .. t1-1`` (not for
         a flipped layer), once :meth:`run_back` has covered them."""
-        rows, gh = (t1 - t0) * self.batch, self.gates
+        rows, gh = (t1 - t0) * self.batch, self.gate_rows
         blas.matmul(self.d_gates[t0:t1].reshape(rows, gh), self.weights[0]._data,
                     out=out.reshape(rows, self.features))
 
     def input_grad_all(self) -> Any:
         """The input's gradient ``(T, N, C)`` in time order (any layer), once :meth:`run_back` has run every step."""
-        T, N, gh = self.length, self.batch, self.gates
+        T, N, gh = self.length, self.batch, self.gate_rows
         with self.device.use():
             d2 = self.d_gates.reshape(T * N, gh)
             return self._time_order(blas.matmul(d2, self.weights[0]._data).reshape(T, N, self.features))
@@ -745,7 +747,7 @@ class _Layer:
         weight = self.weights[k]
         if not weight._requires_grad():
             return None
-        T, N, H, gh = self.length, self.batch, self.hidden, self.gates
+        T, N, H, gh = self.length, self.batch, self.hidden, self.gate_rows
         if k == 0:
             rows, cols = self.d_gates.reshape(T * N, gh), self.x2
         else:
@@ -756,7 +758,7 @@ class _Layer:
 
     def bias_grads(self) -> list[Any]:
         """The gradients of the biases present, in order (None where not needed)."""
-        T, N, gh = self.length, self.batch, self.gates
+        T, N, gh = self.length, self.batch, self.gate_rows
         gru = self.mode == "gru"
         d2 = self.d_gates.reshape(T * N, gh)
         dh2 = self.dh_gates.reshape(T * N, gh)

@@ -19,11 +19,11 @@ the other. :func:`stack_recurrence` cuts the sequence into chunks of time steps 
   gradients (whole-sequence GEMMs), which overlap with the layers below still in their loops.
 
 Every task writes only its own outputs, and the chunks depend on the sequence length alone, so the
-results are the same on any number of threads (on one, the tasks run in order). They are also the
-bits of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer (tested): the input
+results are the same bits on any number of threads (on one, the tasks run in order). They equal
+those of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer up to rounding: the input
 projections and input gradients here are GEMMs over a chunk's rows instead of the whole sequence's,
-which gives the same bits with NumPy's OpenBLAS (a BLAS whose rounding of a row depended on the
-number of rows in the call could differ in the last bit).
+and OpenBLAS may round a row of a small product differently from the same row inside a larger one
+(seen in the last bits at a few rows per chunk; at 32 rows and more the bits agreed in the cases tried).
 
 Dropout between the layers: the masks are drawn before the tasks, layer by layer, as
 ``nn_ops.dropout`` would draw them between the layers run one by one; a projection task applies its
@@ -47,7 +47,7 @@ from .ops import _op
 from .rnn_ops import GATES, NUM_STATES, _check, _Layer, _lengths, _one_node, _step_gemms
 from .tensor import Tensor
 
-__all__ = ["stack_recurrence"]
+__all__ = ["bidirectional_recurrence", "stack_recurrence"]
 
 _CHUNKS = 8  # the sequence is cut into at most this many chunks of equal length (the last may be shorter)
 
@@ -132,11 +132,21 @@ class _Tasks:
         self.after: list[list[int]] = []
         self.index: dict[tuple[Any, ...], int] = {}
 
-    def add(self, key: tuple[Any, ...], call: Callable[[], None], *needs: tuple[Any, ...]) -> None:
-        """Task ``key`` runs ``call`` after the tasks ``needs`` that exist (a missing key needs nothing)."""
+    def add(self, key: tuple[Any, ...], call: Callable[[], None], *needs: tuple[Any, ...] | None) -> None:
+        """Task ``key`` runs ``call`` after the tasks ``needs``, each added before (None: no such need here).
+
+        Raises:
+            KeyError: a need that names no task added so far (a wrong key would otherwise be a race).
+        """
+        after = []
+        for need in needs:
+            if need is not None:
+                if need not in self.index:
+                    raise KeyError(f"task {key} waits for {need}, which is not a task (yet)")
+                after.append(self.index[need])
         self.index[key] = len(self.calls)
         self.calls.append(call)
-        self.after.append([self.index[n] for n in needs if n in self.index])
+        self.after.append(after)
 
     def run(self, device: Any) -> None:
         if device.is_gpu:  # one stream: in order on this thread (each task comes after those it waits for)
@@ -159,8 +169,10 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
     parents = (x, *states, *(t for w in weights for t in w if t is not None))
     record = _state.is_recording() and any(p._requires_grad() for p in parents)
     layers: list[_Layer] = []
-    below: list[Any] = []  # per layer above the first: the outputs of the layer below (before dropout)
-    masks: list[Any] = []  # and, with dropout, its mask (its input is then outputs * mask, a buffer of its own)
+    # Per layer above the first, with dropout: the outputs of the layer below and the mask (the layer's input is
+    # then outputs * mask, a buffer of its own); None without dropout (the input is the outputs themselves).
+    below: list[Any] = []
+    masks: list[Any] = []
     layer_in = x._data
     with device.use():
         for i, w in enumerate(weights):
@@ -184,7 +196,8 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
                               ("run", i - 1, k))
                 else:
                     tasks.add(("project", 0, k), _call(layer.project, t0, t1))
-                tasks.add(("run", i, k), _call(layer.run, t0, t1), ("run", i, k - 1), ("project", i, k))
+                tasks.add(("run", i, k), _call(layer.run, t0, t1), ("run", i, k - 1) if k else None,
+                          ("project", i, k))
         with _step_gemms(xp):
             tasks.run(device)
         results = [layer.results() for layer in layers]
@@ -231,14 +244,15 @@ def _backward(layers: list[_Layer], masks: list[Any], grads: dict[str, Any], x: 
             t0, t1 = chunks[k]
             for i in range(top, -1, -1):
                 layer = layers[i]
-                tasks.add(("back", i, k), _call(layer.run_back, t0, t1), ("back", i, k + 1), ("input", i + 1, k))
+                tasks.add(("back", i, k), _call(layer.run_back, t0, t1),
+                          ("back", i, k + 1) if k + 1 < len(chunks) else None, ("input", i + 1, k) if i < top else None)
                 target = d_inputs[i - 1] if i else dx
                 if target is not None:
                     tasks.add(("input", i, k), _input_grad(layer, t0, t1, target, masks[i - 1] if i else None),
                               ("back", i, k))
         for i, layer in enumerate(layers):  # two GEMMs and the bias sums, once the layer's loop is done
             for part in range(3):
-                tasks.add(("params", i, part), _param_grads(layer, part, params[i]), ("back", i, 0))
+                tasks.add(("params", i, part), _param_grads(layer, part, params[i]), ("back", i, 0) if chunks else None)
         with _step_gemms(xp):
             tasks.run(device)
         d_states = [layer.state_grads() for layer in layers]
@@ -277,10 +291,11 @@ def bidirectional_recurrence(mode: str, x: Tensor, states: Sequence[Tensor],
 
     The same computation as :func:`mxlite.autograd.rnn_ops.recurrence` run forwards and in reverse over
     ``x`` and the outputs concatenated (MXNet's fused ``RNN`` op, one bidirectional layer). The two
-    directions are independent, so on CPU devices each runs on a thread of its own (its projection, its
-    time loop, and in the backward its loop, input gradient and weight gradients); the results are the bits
-    of the two ``recurrence`` calls, on any thread count (the input's gradient is the sum of the two
-    directions', which is exact in either order).
+    directions are independent, so on CPU devices their work (each one's projection and time loop, and in
+    the backward its loop, input gradient and weight gradients) runs as tasks side by side when a second
+    thread is free; the results are the bits of the two ``recurrence`` calls, on any thread count (whole-
+    sequence GEMMs as there; the input's gradient is the sum of the two directions', the same in either
+    order).
 
     Args:
         mode: 'rnn_relu', 'rnn_tanh', 'lstm' or 'gru'.

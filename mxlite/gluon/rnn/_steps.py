@@ -133,7 +133,7 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
         raise NotImplementedError("rnn_sequence: valid_length needs the fused recurrence (fused=True)")
     if fused and num_layers > 1 and not bidirectional and not x.device.is_gpu:
         # one node for the stack, its layers overlapped on the host's threads (rnn_stack's docstring)
-        return rnn_stack.stack_recurrence(mode, x, states, weights, clip=clip, valid_length=valid_length,
+        return rnn_stack.stack_recurrence(mode, x, states, weights[:num_layers], clip=clip, valid_length=valid_length,
                                           dropout=dropout if training else 0.0)
     dirs = 2 if bidirectional else 1
     length, batch = x.shape[0], x.shape[1]
