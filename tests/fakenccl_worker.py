@@ -40,4 +40,33 @@ gathered = cupy.zeros(2 * size, np.int64)
 mine = cupy.full(2, rank, np.int64)
 comm.allGather(mine.data.ptr, gathered.data.ptr, 2, nccl.NCCL_INT64, 0)
 assert gathered.get().tolist() == [r for r in range(size) for _ in range(2)], gathered.get()
+# A captured all-reduce: every rank captures, then every launch of the graphs sums what the buffers hold then.
+from mxlite._emulation import install as emu  # noqa: E402
+
+capturing = cupy.cuda.Stream(non_blocking=True)
+with capturing:
+    grads = cupy.zeros(4, np.float32)
+    summed = cupy.zeros(4, np.float32)
+    capturing.begin_capture()
+    comm.allReduce(grads.data.ptr, summed.data.ptr, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, capturing.ptr)
+    graph = capturing.end_capture()
+    assert summed.get().tolist() == [0.0] * 4, summed.get()  # the run at capture was undone
+    for step in range(3):
+        grads.fill(float((rank + 1) * (step + 1)))
+        graph.launch()
+        assert summed.get().tolist() == [float(size * (size + 1) // 2 * (step + 1))] * 4, (step, summed.get())
+
+# One rank capturing while the others call it eagerly would hang on GPUs: refused on every rank.
+with capturing:
+    if rank == 0:
+        capturing.begin_capture()
+    try:
+        comm.allReduce(grads.data.ptr, summed.data.ptr, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, capturing.ptr)
+    except emu.EmulatedGPUError as exc:
+        assert "while capturing a CUDA graph" in str(exc), exc
+    else:
+        raise AssertionError("a collective captured on one rank only was not refused")
+    finally:
+        if rank == 0:
+            capturing.end_capture()
 print(f"fakenccl worker ok rank {rank}", flush=True)

@@ -216,6 +216,44 @@ def test_mxlite_nccl_communicator_on_the_double(cp):
             assert buf.get().tolist() == [3.0] * 6
 
 
+def test_a_one_rank_collective_is_captured_and_replayed_on_the_contents_at_launch(cp):
+    """A captured collective is a graph node: the capture leaves the buffers as they were, each launch runs it
+    again on what the send buffer holds then, and counts it."""
+    from cupy.cuda import nccl  # noqa: PLC0415
+
+    comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        send = cp.arange(6, dtype=np.float32)
+        recv = cp.zeros(6, np.float32)
+        stream.begin_capture()
+        comm.allReduce(send.data.ptr, recv.data.ptr, 6, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+        graph = stream.end_capture()
+        assert recv.get().tolist() == [0.0] * 6  # the run at capture was undone
+        emu.reset_counters()
+        for value in (2.0, 7.0):
+            send.fill(value)
+            graph.launch()
+            assert recv.get().tolist() == [value] * 6
+    counts = emu.counters()[0]
+    assert counts["graph_launches"] == 2 and counts["nccl_calls"] == {"allReduce": 2}
+
+
+def test_collectives_of_ranks_sharing_the_process_cannot_be_captured(cp):
+    from cupy.cuda import nccl  # noqa: PLC0415
+
+    comms = nccl.NcclCommunicator.initAll([0, 1])
+    with cp.cuda.Device(0):
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            buf = cp.ones(4, np.float32)
+            stream.begin_capture()
+            with pytest.raises(EmulatedGPUError, match="2 ranks of this communicator live in this process"):
+                comms[0].allReduce(buf.data.ptr, buf.data.ptr, 4, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+            stream.end_capture()
+            assert buf.get().tolist() == [1.0] * 4
+
+
 @pytest.mark.mpi
 @needs_mpi
 def test_two_mpi_ranks_allreduce_and_bcast():

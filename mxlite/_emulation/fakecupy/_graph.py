@@ -233,10 +233,7 @@ def before_access(stream: _streams.Stream, reads: Iterable[Any], writes: Iterabl
                   collective: bool) -> None:
     """Called by ``_core.check_access`` while some capture is active: claim or guard the capture's buffers."""
     cap = stream._capture
-    if cap is not None:
-        if collective:
-            raise EmulatedGPUError(f"{what}: an NCCL call on {stream!r}, which is capturing; NCCL calls during a "
-                                   "stream capture are not emulated (issue them outside the capture)")
+    if cap is not None:  # an NCCL call too: cuda/nccl.py records it (and refuses what it cannot capture)
         for x in reads:
             cap.touch(x, False, what)
         for x in writes:

@@ -30,6 +30,15 @@ Byte counts, per rank (each rank's device counters), with ``n`` ranks:
   as on a GPU), so a rank that never joins shows as a call that blocks; the wait polls non-blocking
   MPI requests, and :meth:`NcclCommunicator.abort` (from another thread) ends it with NcclError.
 
+Stream capture: a collective issued on a capturing stream is recorded as a graph node (and, like all
+captured work here, also run once at capture and its writes undone when the capture ends); each launch
+of the graph runs it again on the buffers' contents then, as CUDA replays an NCCL kernel. Only a
+communicator with one rank in this process can be captured (one GPU per process, under ``mpiexec``, or
+a single-rank communicator): ranks that share a process would each need the others' graph launches to
+complete theirs, which this synchronous double cannot interleave, so such a call raises. Over MPI, a
+rank that runs a collective at its capture while another rank runs the same collective outside any
+capture (which would hang on a GPU: capture executes nothing) is refused as a mismatch.
+
 Reductions follow NCCL's numerics (see :mod:`._reduce`).
 """
 
@@ -43,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _core, _counters, _memory, _state, _streams
+from .. import _core, _counters, _graph, _memory, _state, _streams
 from .._errors import EmulatedGPUError as _EmulatedGPUError
 from ._reduce import DTYPES as _DTYPES
 from ._reduce import OPS as _OPS
@@ -126,7 +135,8 @@ def groupEnd() -> None:  # noqa: N802
 class _Call:
     """One rank's part of a collective: its arguments resolved to host views."""
 
-    __slots__ = ("kind", "rank", "send", "recv", "count", "dtype", "op", "root", "stream", "allocs", "what")
+    __slots__ = ("kind", "rank", "send", "recv", "count", "dtype", "op", "root", "stream", "allocs", "what",
+                 "capturing")
 
     def __init__(self, **kw: Any) -> None:
         for k, v in kw.items():
@@ -260,11 +270,17 @@ class _MpiClique:
         return rows
 
     def _run(self, call: _Call) -> None:
-        signature = np.array([_KINDS.index(call.kind), call.count, call.dtype, call.op, call.root], np.int64)
+        signature = np.array([_KINDS.index(call.kind), call.count, call.dtype, call.op, call.root,
+                              int(call.capturing)], np.int64)
         signatures = self._allgather(signature, call.what)
-        if (signatures != signature).any():
-            shown = [(_KINDS[k], *map(int, rest)) for k, *rest in signatures.tolist()]
+        if (signatures[:, :5] != signature[:5]).any():
+            shown = [(_KINDS[k], *map(int, rest)) for k, *rest in signatures[:, :5].tolist()]
             raise _EmulatedGPUError(f"mismatched NCCL collectives across MPI ranks: {shown}")
+        if (signatures[:, 5] != signature[5]).any():
+            captured = [int(r) for r, flag in zip(self.order, signatures[:, 5]) if flag]
+            raise _EmulatedGPUError(f"{call.what}: rank(s) {captured} issued it while capturing a CUDA graph and the "
+                                    "others outside any capture; a capture runs nothing, so on a GPU the others "
+                                    "would wait for a collective that never starts (capture it on every rank)")
         dtype = _DTYPES[call.dtype][0]
         if call.kind in ("bcast", "broadcast"):
             data = np.empty(call.count, dtype) if self.rank != call.root else np.ascontiguousarray(call.send)
@@ -412,17 +428,37 @@ class NcclCommunicator:
         recv_view, recv_alloc = self._buffer(recv, recv_count, dtype, what) if recv is not None else (None, None)
         reads = [send_alloc] if send_alloc is not None else []
         writes = [recv_alloc] if recv_alloc is not None else []
+        capture = _graph.issue(stream, f"NCCL {what}")
+        if capture is not None and isinstance(self._clique, _Clique) and self._clique.nranks > 1:
+            raise _EmulatedGPUError(
+                f"NCCL {what} on {stream!r}, which is capturing: the {self._clique.nranks} ranks of this "
+                "communicator live in this process, and the emulation cannot capture their collectives (each rank's "
+                "graph launch would wait for the others'); capture with one rank per process (mpiexec), or issue "
+                "the collective outside the capture")
         _core.check_access(stream, reads, writes, f"NCCL {what}", collective=True)
         _core.record_access(stream, reads, writes)
+        self._count(kind, send_count, recv_count, dtype)
+        allocs = tuple({id(r[0]): r[0] for r in reads + writes}.values())
+
+        def call(capturing: bool) -> _Call:
+            return _Call(kind=kind, rank=self._rank, send=send_view, recv=recv_view, count=recv_count, dtype=dtype,
+                         op=op, root=root, stream=stream, allocs=allocs, what=what, capturing=capturing)
+
+        self._clique.submit(call(capture is not None))
+        if capture is not None:
+            def replay() -> None:  # a launch of the graph: the collective again, on the contents then
+                self._count(kind, send_count, recv_count, dtype)
+                self._clique.submit(call(False))
+
+            capture.add(f"NCCL {kind}", replay, reads, writes)
+
+    def _count(self, kind: str, send_count: int, recv_count: int, dtype: int) -> None:
         c = _counters.counters[self._device]
         c.nccl_calls[kind] += 1
         c.nccl_bytes[_DTYPES[dtype][1]] += send_count * _DTYPES[dtype][0].itemsize
         c.nccl_call_bytes[kind] += send_count * _DTYPES[dtype][0].itemsize
         whole = max(send_count, recv_count) * _DTYPES[dtype][0].itemsize  # the n-chunk buffer
         c.nccl_ring_bytes[kind] += (2 if kind == "allReduce" else 1) * (self._size - 1) * whole / self._size
-        allocs = tuple({id(r[0]): r[0] for r in reads + writes}.values())
-        self._clique.submit(_Call(kind=kind, rank=self._rank, send=send_view, recv=recv_view, count=recv_count,
-                                  dtype=dtype, op=op, root=root, stream=stream, allocs=allocs, what=what))
 
     def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,  # noqa: N802
                   stream: int) -> None:
