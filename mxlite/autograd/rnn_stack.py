@@ -100,16 +100,20 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
     return _stack(mode, x, list(states), weights, clip, valid_length, float(dropout))
 
 
-def _check_stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]]) -> None:
+def _check_states(name: str, mode: str, states: list[Tensor], rows: int, meaning: str) -> None:
+    """The mode, and ``states``: one ``(rows, N, H)`` tensor per state of ``mode`` (``meaning``: what a row is)."""
     if mode not in GATES:
-        raise ValueError(f"stack_recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
+        raise ValueError(f"{name}: mode must be one of {sorted(GATES)}, got {mode!r}")
     if len(states) != NUM_STATES[mode]:
         raise ValueError(f"{mode} takes {NUM_STATES[mode]} begin state(s), got {len(states)}")
-    layers = len(weights)
-    layer_in: Any = x
     for k, s in enumerate(states):
-        if s.ndim != 3 or s.shape[0] != layers:
-            raise ValueError(f"states[{k}] has shape {s.shape}, expected ({layers}, N, H): one row per layer")
+        if s.ndim != 3 or s.shape[0] != rows:
+            raise ValueError(f"states[{k}] has shape {s.shape}, expected ({rows}, N, H): {meaning}")
+
+
+def _check_stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]]) -> None:
+    _check_states("stack_recurrence", mode, states, len(weights), "one row per layer")
+    layer_in: Any = x
     for index, w in enumerate(weights):
         try:
             length, batch, _, hidden = _check(mode, layer_in, [_Like(s.shape[1:], s.dtype) for s in states], w)
@@ -169,20 +173,15 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
     parents = (x, *states, *(t for w in weights for t in w if t is not None))
     record = _state.is_recording() and any(p._requires_grad() for p in parents)
     layers: list[_Layer] = []
-    # Per layer above the first, with dropout: the outputs of the layer below and the mask (the layer's input is
-    # then outputs * mask, a buffer of its own); None without dropout (the input is the outputs themselves).
-    below: list[Any] = []
+    # Per layer: with dropout, above the first, the mask its input is made with (outputs of the layer below * mask,
+    # in a buffer of its own); None where the input is the array below as it is.
     masks: list[Any] = []
     layer_in = x._data
     with device.use():
         for i, w in enumerate(weights):
-            if i and dropout > 0:
-                masks.append(_dropout_mask(device, layer_in.shape, dropout, x.dtype))
-                below.append(layer_in)
+            masks.append(_dropout_mask(device, layer_in.shape, dropout, x.dtype) if i and dropout > 0 else None)
+            if masks[i] is not None:
                 layer_in = xp.empty(layer_in.shape, dtype=x.dtype)
-            elif i:
-                masks.append(None)
-                below.append(None)
             layer = _Layer(mode, layer_in, device, [s._data[i] for s in states], w, lengths, False, clip)
             layer.begin(save=record)
             layers.append(layer)
@@ -191,11 +190,8 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
         tasks = _Tasks()
         for k, (t0, t1) in enumerate(chunks):
             for i, layer in enumerate(layers):
-                if i:
-                    tasks.add(("project", i, k), _project(layer, t0, t1, below[i - 1], masks[i - 1]),
-                              ("run", i - 1, k))
-                else:
-                    tasks.add(("project", 0, k), _call(layer.project, t0, t1))
+                below = layers[i - 1].output_buffer() if i else None
+                tasks.add(("project", i, k), _project(layer, t0, t1, below, masks[i]), ("run", i - 1, k) if i else None)
                 tasks.add(("run", i, k), _call(layer.run, t0, t1), ("run", i, k - 1) if k else None,
                           ("project", i, k))
         with _step_gemms(xp):
@@ -217,7 +213,8 @@ def _call(method: Callable[[int, int], None], t0: int, t1: int) -> Callable[[], 
 
 
 def _project(layer: _Layer, t0: int, t1: int, below: Any, mask: Any) -> Callable[[], None]:
-    """Layer ``layer``'s input projection over ``t0 .. t1-1``; with a mask, its input there first (dropout)."""
+    """Layer ``layer``'s input projection over ``t0 .. t1-1``; with a mask, its input there first: ``below`` (the
+    outputs of the layer below) times the mask (dropout)."""
     def run() -> None:
         if mask is not None:
             layer.xp.multiply(below[t0:t1], mask[t0:t1], out=layer.x[t0:t1])
@@ -248,21 +245,26 @@ def _backward(layers: list[_Layer], masks: list[Any], grads: dict[str, Any], x: 
                           ("back", i, k + 1) if k + 1 < len(chunks) else None, ("input", i + 1, k) if i < top else None)
                 target = d_inputs[i - 1] if i else dx
                 if target is not None:
-                    tasks.add(("input", i, k), _input_grad(layer, t0, t1, target, masks[i - 1] if i else None),
-                              ("back", i, k))
+                    tasks.add(("input", i, k), _input_grad(layer, t0, t1, target, masks[i]), ("back", i, k))
         for i, layer in enumerate(layers):  # two GEMMs and the bias sums, once the layer's loop is done
             for part in range(3):
                 tasks.add(("params", i, part), _param_grads(layer, part, params[i]), ("back", i, 0) if chunks else None)
         with _step_gemms(xp):
             tasks.run(device)
-        d_states = [layer.state_grads() for layer in layers]
-        for layer in layers:
-            layer.release_backward()
-        out: list[Any] = [dx]
-        for k, s in enumerate(states):
-            out.append(xp.stack([d[k] for d in d_states]) if s._requires_grad() else None)
-        for parts in params:
-            out += [parts[0], parts[1], *parts[2]]
+        return _gradients(layers, dx, states, params, xp)
+
+
+def _gradients(layers: list[_Layer], dx: Any, states: list[Tensor], params: list[dict[int, Any]], xp: Any) -> list[Any]:
+    """The node's gradients once its backward tasks ran: ``dx``, each state's (stacked over ``layers``), then every
+    layer's weights' and biases' (``params``: per layer, part -> gradients); hands the layers' buffers back."""
+    d_states = [layer.state_grads() for layer in layers]
+    for layer in layers:
+        layer.release_backward()
+    out: list[Any] = [dx]
+    for k, s in enumerate(states):
+        out.append(xp.stack([d[k] for d in d_states]) if s._requires_grad() else None)
+    for parts in params:
+        out += [parts[0], parts[1], *parts[2]]
     return out
 
 
@@ -325,13 +327,7 @@ def bidirectional_recurrence(mode: str, x: Tensor, states: Sequence[Tensor],
 @_op("bidirectional_recurrence")
 def _bidirectional(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tensor | None, ...]],
                    clip: tuple[float | None, float | None] | None, valid_length: Any) -> tuple[Tensor, list[Tensor]]:
-    if mode not in GATES:
-        raise ValueError(f"bidirectional_recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
-    if len(states) != NUM_STATES[mode]:
-        raise ValueError(f"{mode} takes {NUM_STATES[mode]} begin state(s), got {len(states)}")
-    for k, s in enumerate(states):
-        if s.ndim != 3 or s.shape[0] != 2:
-            raise ValueError(f"states[{k}] has shape {s.shape}, expected (2, N, H): forwards and reverse")
+    _check_states("bidirectional_recurrence", mode, states, 2, "forwards and reverse")
     for name, w in zip(("forwards", "reverse"), weights):
         try:
             _check(mode, x, [_Like(s.shape[1:], s.dtype) for s in states], w)
@@ -387,15 +383,7 @@ def _bidirectional_backward(layers: list[_Layer], grads: dict[str, Any], x: Tens
                 tasks.add(("params", d, part), _param_grads(layer, part, params[d]), ("back", d))
         with _step_gemms(xp):
             tasks.run(device)
-        d_states = [layer.state_grads() for layer in layers]
-        for layer in layers:
-            layer.release_backward()
-        out: list[Any] = [None if dx[0] is None else dx[0] + dx[1]]
-        for k, s in enumerate(states):
-            out.append(xp.stack([d[k] for d in d_states]) if s._requires_grad() else None)
-        for parts in params:
-            out += [parts[0], parts[1], *parts[2]]
-    return out
+        return _gradients(layers, None if dx[0] is None else dx[0] + dx[1], states, params, xp)
 
 
 def _whole_input_grad(layer: _Layer, into: list[Any], d: int) -> Callable[[], None]:
