@@ -27,9 +27,9 @@ from tests.mpi_helpers import ROOT, mpirun, needs_mpi
 WORKER = os.path.join(ROOT, "tests", "fault_worker.py")
 
 
-def _mpirun(*args: str, ranks: int = 2) -> tuple[subprocess.CompletedProcess, float]:
+def _mpirun(*args: str, ranks: int = 2, **env_vars: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    result = mpirun(ranks, WORKER, *args, timeout=60)
+    result = mpirun(ranks, WORKER, *args, timeout=60, **env_vars)
     return result, time.monotonic() - start
 
 
@@ -46,9 +46,13 @@ def _mpirun(*args: str, ranks: int = 2) -> tuple[subprocess.CompletedProcess, fl
 ])
 def test_a_failing_rank_ends_the_job_instead_of_hanging_it(mode, status, says, ranks):
     says = [text.format(n=ranks) for text in says]
+    env = {}
     if mode == "os_exit":
         status = None  # Hydra reports the failed rank's status (3) or the SIGKILL (9) it sent another rank
-    result, elapsed = _mpirun(mode, ranks=ranks)
+        # Hydra now and then records an os._exit(3) as status 0 and leaves the other ranks waiting (mpich's
+        # exit-code race, about 1 run in 30 with 3 ranks here): the collective timeout is what ends the job then.
+        env["MXLITE_COLLECTIVE_TIMEOUT"] = "10"
+    result, elapsed = _mpirun(mode, ranks=ranks, **env)
     output = result.stdout + result.stderr
     assert elapsed < 30, f"{mode}: took {elapsed:.1f} s\n{output}"
     assert result.returncode == status if status is not None else result.returncode != 0, output
