@@ -172,6 +172,8 @@ class Communicator:
     rank: int = 0
     size: int = 1
     _calls: int = 0  # collectives made (debug mode numbers them)
+    # Whether a CUDA graph may record its collectives (NCCL, one GPU per process); see watch_replay.
+    captures_collectives: bool = False
     _checking: bool = False  # inside a debug-mode check (whose own collective is not checked)
 
     @property
@@ -253,6 +255,10 @@ class Communicator:
 
     def barrier(self) -> None:
         """Return when every process has called ``barrier`` (one process: at once)."""
+
+    def watch_replay(self, what: str) -> None:
+        """A CUDA graph holding this communicator's collectives was just launched on the current stream: watch it
+        like an eager collective (``MXLITE_COLLECTIVE_TIMEOUT``). Nothing to do where collectives are not captured."""
 
     # -- helpers shared by the implementations ----------------------------------------------
     def _debug_check(self, op: str, buffers: Sequence[Any], with_shapes: bool = True) -> None:

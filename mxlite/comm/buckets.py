@@ -196,6 +196,9 @@ class GradientSync:
         self._narrow = on_nccl and codec.narrow_wire  # fp16/bf16: the update reads the half-precision sum
         self._on_device = on_nccl and not codec.narrow_wire
         self._deferred: list[tuple[list[Any], list[tuple[Any, ...]]]] = []  # threshold: encoded, not exchanged
+        # Set by the Trainer while its step's CUDA graph issues the collectives: backward's ready-hooks then
+        # leave every bucket to allreduce_grads (a graph replays a fixed set of collectives).
+        self.held = False
         # The newest GradientSync owns its parameters: one built later for any of them (another
         # Trainer, or this Trainer's plan rebuilt) takes them over, and this one stops reducing.
         self._taken: list[str] = []  # labels of parameters a newer GradientSync took over
@@ -229,6 +232,8 @@ class GradientSync:
         return any(b.stale() for b in self.buckets)
 
     def _on_ready(self, leaf: Any) -> None:
+        if self.held:
+            return
         bucket = self._bucket_of.get(id(leaf))
         if bucket is None or bucket.stale() or self._taken:
             return  # a grown arena (replanned at the next allreduce_grads), or a plan taken over
@@ -248,6 +253,24 @@ class GradientSync:
             self._works.append(self._reduce(bucket))
             bucket.reduced = True
             bucket.pending = set(bucket.leaves)
+
+    def capturable(self) -> bool:
+        """Whether the collectives can be recorded into a CUDA graph of the step: plain all-reduces (no codec, no
+        sharding) over NCCL with one GPU per process, not checked on the host (``MXLITE_DEBUG_COLLECTIVES``)."""
+        from . import debug  # noqa: PLC0415
+
+        return (self.codec is None and not self.layouts and self.comm.captures_collectives
+                and not (self.comm.size > 1 and debug.enabled()))
+
+    def left_for_step(self) -> bool:
+        """Whether every bucket waits for :meth:`allreduce_grads` (none was reduced during backward) on the
+        current plan: the step may then issue all of them, inside its graph."""
+        return (self.held or not self.overlap) and not self._taken and not self._stale_plan() and not any(
+            b.reduced for b in self.buckets)
+
+    def graph_key(self) -> tuple:
+        """What a step graph that issues these collectives depends on: the plan, its buffers and the communicator."""
+        return (id(self), id(self.comm), tuple((id(b.grad_bufs[0]), b.start[0], b.end[0]) for b in self.buckets))
 
     def allreduce_grads(self) -> None:
         """Reduce every bucket not yet reduced during backward, then wait for all of them.

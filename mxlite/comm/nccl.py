@@ -144,6 +144,9 @@ class NcclCommunicator(Communicator):
             with self.devices[0].use():
                 self._comms = [nccl.NcclCommunicator(self.size, uid, self.rank)]
             faults.attach(token, [])
+            # One rank per process: a CUDA graph may record the collectives (NCCL's grouped calls over several
+            # GPUs of one process would need a graph spanning devices).
+            self.captures_collectives = True
         else:
             self._comms = nccl.NcclCommunicator.initAll([d.device_id for d in self.devices])
         if self._timeout is not None:
@@ -185,6 +188,20 @@ class NcclCommunicator(Communicator):
         self._calls_made += 1
         self._watching = faults.watch(f"NCCL {what} (call {self._calls_made} of this communicator)", self.rank,
                                       self.size, self._timeout)
+
+    def watch_replay(self, what: str) -> None:
+        """Watch the collectives of a CUDA graph just launched on the current stream (``MXLITE_COLLECTIVE_TIMEOUT``):
+        they are done when the graph is, which an event recorded after the launch tells the watchdog."""
+        if self._timeout is None:
+            return
+        self._calls_made += 1
+        token = faults.watch(f"NCCL collectives replayed by {what} (call {self._calls_made} of this communicator)",
+                             self.rank, self.size, self._timeout)
+        events = []
+        for device in self.devices:
+            with device.use():
+                events.append(self._cupy.cuda.get_current_stream().record())
+        faults.attach(token, events)
 
     def _finished(self) -> None:
         """The host has seen the watched collectives complete (it synchronised): the watchdog forgets them."""

@@ -25,7 +25,8 @@ called again. A block called again before the backward of its previous recorded 
 alive with their history) runs that call eagerly: the graph's buffers hold one call's activations.
 
 :class:`StepGraphs` captures the Trainer's fused update the same way (one eager warm-up per signature,
-then one graph per GPU) when every parameter it updates is read by a captured block (:func:`graphed_params`).
+then one graph per GPU) when every parameter it updates is read by a captured block (:func:`graphed_params`);
+with one GPU per process, the buckets' NCCL all-reduces go into that graph ahead of the update.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..autograd._graphed import GraphedFunction, capture, signature
 from ..autograd.tensor import Tensor
@@ -229,6 +232,10 @@ class _StepEntry:
         self.graphs = graphs
         self.refs = refs
 
+    def drop(self) -> None:
+        for graph in self.graphs:
+            graph.drop()
+
 
 class StepGraphs:
     """The Trainer's fused update captured as CUDA graphs: one graph per device, replayed at every step.
@@ -249,6 +256,8 @@ class StepGraphs:
         self._failed: dict[tuple, str] = {}
         self._warned: set[str] = set()
         self.replays = 0  # steps run by launching graphs
+        # A step with collectives failed to capture: they stay eager (overlapping backward) from then on.
+        self.collectives_failed = False
 
     @staticmethod
     def wanted(params: Iterable[Any]) -> bool:
@@ -267,15 +276,23 @@ class StepGraphs:
         warnings.warn(f"mxlite: Trainer.step runs eagerly (its blocks are captured as CUDA graphs, the step is "
                       f"not): {cause}", stacklevel=level)
 
-    def run(self, updates: Sequence[tuple[Any, Any]], optimizer: Any) -> None:
+    def run(self, updates: Sequence[tuple[Any, Any]], optimizer: Any, collectives: Sequence[Any] = ()) -> None:
         """Launch the prepared ``updates`` = [(updater, prepared)]: by replaying their graphs when captured,
-        eagerly for a signature's first step (or one that could not be captured)."""
-        key, refs = _signature(updates, optimizer)
+        eagerly for a signature's first step (or one that could not be captured).
+
+        ``collectives``: gradient syncs (:class:`~mxlite.comm.buckets.GradientSync`, one GPU per process over
+        NCCL) whose every bucket waits for this step: their all-reduces come first, in the same graph. Their
+        ranks decide alike (same history, same signatures); a capture is kept only when it succeeded on every
+        rank (one small all-gather per capture), so no rank replays collectives another runs eagerly.
+        """
+        key, refs = _signature(updates, optimizer, collectives)
         entry = self._entries.get(key)
         if entry is not None and all(g.alive for g in entry.graphs):
             self._entries.move_to_end(key)
             for graph in entry.graphs:
                 graph.launch()
+            for sync in collectives:
+                sync.comm.watch_replay(entry.graphs[0].label)
             self.replays += 1
             return
         if entry is not None:
@@ -285,18 +302,25 @@ class StepGraphs:
             self._seen[key] = refs
             while len(self._seen) > 2 * MAX_GRAPHS:
                 self._seen.popitem(last=False)
+            _sum(collectives)
             _launch(updates)
             return
         try:
-            entry = self._capture(updates, refs)
+            entry = self._capture(updates, refs, collectives)
+            failure = None
         except _device_graphs.GraphUnavailableError as exc:
-            self._failed[key] = str(exc)
-            self.notice(str(exc))
-            _launch(updates)
-            return
+            failure = str(exc)
         except _device_graphs.CaptureError as exc:
-            self._failed[key] = exc.cause
-            self.notice(exc.cause)
+            failure = exc.cause
+        if collectives and not _every_rank_captured(collectives, failure is None):
+            if failure is None:
+                entry.drop()
+                failure = "another rank could not capture its step (the ranks run their collectives alike)"
+        if failure is not None:
+            self._failed[key] = failure
+            self.collectives_failed = self.collectives_failed or bool(collectives)
+            self.notice(failure)
+            _sum(collectives)
             _launch(updates)
             return
         self._entries[key] = entry
@@ -306,19 +330,30 @@ class StepGraphs:
             graph.launch()  # a capture records the step; this launch runs it
 
     @staticmethod
-    def _capture(updates: Sequence[tuple[Any, Any]], refs: list[Any]) -> _StepEntry:
+    def _capture(updates: Sequence[tuple[Any, Any]], refs: list[Any], collectives: Sequence[Any]) -> _StepEntry:
         devices: list[Any] = []
         for updater, prepared in updates:
             device = updater.arena.device
             prepared.plan.tables(device)  # made on the first launch; never copied from the host inside a capture
             if device not in devices:
                 devices.append(device)
+        for sync in collectives:
+            if sync.comm.devices[0] not in devices:
+                raise _device_graphs.CaptureError("gradients summed on a device the update does not run on",
+                                                  str(sync.comm.devices))
         graphs = []
         try:
             for device in devices:
                 mine = [(u, p) for u, p in updates if u.arena.device == device]
-                label = f"Trainer.step {type(mine[0][0].optimizer).__name__} ({len(mine)} arena update(s))"
-                graph, _ = _device_graphs.capture(device, lambda mine=mine: _launch(mine), label)
+                sums = [s for s in collectives if s.comm.devices[0] == device]
+                what = " with its gradient all-reduce" if sums else ""
+                label = f"Trainer.step {type(mine[0][0].optimizer).__name__} ({len(mine)} arena update(s){what})"
+
+                def step(mine: list[tuple[Any, Any]] = mine, sums: list[Any] = sums) -> None:
+                    _sum(sums)
+                    _launch(mine)
+
+                graph, _ = _device_graphs.capture(device, step, label)
                 graphs.append(graph)
         except BaseException:
             for graph in graphs:
@@ -350,9 +385,25 @@ def _launch(updates: Sequence[tuple[Any, Any]]) -> None:
             raise RuntimeError("an unsharded update has no partial sums to complete")
 
 
-def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any) -> tuple[tuple, list[Any]]:
-    """The key of a step (the buffers its launches read and write, the optimizer's kernel arguments) and the
-    objects it names by ``id()``."""
+def _sum(collectives: Sequence[Any]) -> None:
+    """Every bucket of every gradient sync all-reduced, the current stream waiting for the sums."""
+    for sync in collectives:
+        sync.allreduce_grads()
+
+
+def _every_rank_captured(collectives: Sequence[Any], captured: bool) -> bool:
+    """Whether every rank of every communicator of ``collectives`` captured its step (this rank: ``captured``)."""
+    ok = True
+    for comm in {id(s.comm): s.comm for s in collectives}.values():
+        flags = comm.allgather(np.array([1 if captured else 0], np.int32))
+        ok = ok and all(int(f[0]) == 1 for f in flags)
+    return ok
+
+
+def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any, collectives: Sequence[Any] = ()
+               ) -> tuple[tuple, list[Any]]:
+    """The key of a step (the buffers its launches read and write, the optimizer's kernel arguments, the
+    collectives it issues first) and the objects it names by ``id()``."""
     refs: list[Any] = []
     parts = []
     for updater, prepared in updates:
@@ -362,4 +413,5 @@ def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any) -> tuple[tupl
         parts.append(tuple(id(x) for x in held))
     scalars = tuple(sorted((k, v) for k, v in vars(optimizer).items()
                            if type(v) in _SCALARS and k not in _PER_STEP))
-    return (tuple(parts), type(optimizer), scalars), refs
+    refs.extend(collectives)
+    return (tuple(parts), type(optimizer), scalars, tuple(s.graph_key() for s in collectives)), refs

@@ -29,7 +29,8 @@ Behaviour:
 
 * When every parameter is read by a block captured as CUDA graphs (``hybridize(static_alloc=True,
   static_shape=True)`` on GPUs), the fused update is captured too, one graph per GPU, and replayed; the
-  per-parameter table (rates, schedule, update counts) is written to the device before each replay. What
+  per-parameter table (rates, schedule, update counts) is written to the device before each replay. With one
+  GPU per process (NCCL under ``mpiexec``) the buckets' all-reduces join that graph, ahead of the update. What
   needs the host (``update_on_kvstore``, ``partial_sync``, compression, AMP, ``check_finite``, sharded
   states, a rule without fused kernels) keeps it eager with one warning per reason. See docs/graphs.md.
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -364,8 +365,18 @@ class Trainer(TrainerStates):
             self._update(batch_size, ignore_stale_grad, workers=1 / max(1, len(self._devices())))
             self._average_partition()
         else:
-            self._allreduce_grads()  # a narrow wire's half-precision sum stays for the fused update to read
-            self.update(batch_size, ignore_stale_grad)
+            joined = self._joined_syncs()
+            if joined and all(sync.left_for_step() for sync in joined):
+                # One GPU per process: the buckets' all-reduces go into the step's CUDA graph with the update.
+                self._update(batch_size, ignore_stale_grad, self._workers_divisor(), joined)
+            else:
+                self._allreduce_grads()  # a narrow wire's half-precision sum stays for the fused update to read
+                self.update(batch_size, ignore_stale_grad)
+            # The next backward leaves the joined syncs' buckets to the step (its graph), the others reduce
+            # from the ready-hooks as usual.
+            for _, sync in self._syncs.values():
+                if sync is not None:
+                    sync.held = bool(joined) and any(sync is j for j in joined)
         self._debug_check_after_step()
 
     def allreduce_grads(self) -> None:
@@ -385,6 +396,7 @@ class Trainer(TrainerStates):
         self._allreduce_grads()
         for _, sync in self._syncs.values():
             if sync is not None:
+                sync.held = False  # the user sums: overlap with backward again
                 sync.materialize()  # the caller reads the gradient buffers: a narrow wire's sums go there
                 if sync.layouts:
                     sync.gather_grads()  # sharded: each owner holds its sums; the caller reads every gradient
@@ -411,6 +423,17 @@ class Trainer(TrainerStates):
                     and len(param.list_device()) > 1):
                 _sum_row_sparse_into_all(param)
 
+    def _joined_syncs(self) -> list[GradientSync]:
+        """The gradient syncs whose all-reduces join the step's CUDA graph (empty when the step's collectives stay
+        eager): when the step is captured at all, its plans are current and every sync's collectives can be
+        recorded (NCCL with one GPU per process, no codec, no sharding; see docs/graphs.md)."""
+        syncs = [sync for _, sync in self._syncs.values() if sync is not None]
+        if (not syncs or self._step_graphs.collectives_failed or not all(sync.capturable() for sync in syncs)
+                or self._plans_to_rebuild()
+                or not self._step_graphs.wanted(self._params) or self._eager_step_reason() is not None):
+            return []
+        return syncs
+
     def _check_devices_unchanged(self) -> None:
         """RuntimeError naming the parameter when one now lives on other devices than its gradient sum was built for."""
         for devices, (_, sync) in self._syncs.items():
@@ -431,18 +454,10 @@ class Trainer(TrainerStates):
         (sync, parameters that joined it, or None for a first plan) for the plans built.
         """
         self._init_kvstore()
-        groups: dict[tuple[Any, ...], list[Parameter]] = {}
-        for param in self._params:
-            if param.is_initialized:
-                groups.setdefault(tuple(param.list_device()), []).append(param)
         rebuilt = []
-        for devices, params in groups.items():
-            new = [p for p in params if id(p) not in self._synced_params]
-            dense = [p for p in params if p.grad_req != "null" and p.grad_stype == "default"]
+        for devices, new, dense in self._plans_to_rebuild():
             old_comm, old_sync = self._syncs.get(devices, (None, None))
             old_dense = old_sync.params if old_sync is not None else []
-            if old_comm is not None and not new and [id(p) for p in dense] == [id(p) for p in old_dense]:
-                continue
             comm = old_comm if old_comm is not None else self._communicator(list(devices))
             self._start_in_sync(comm, new)
             needed = (comm.size > 1 or len(devices) > 1) and not self._update_on_kvstore and bool(dense)
@@ -458,6 +473,23 @@ class Trainer(TrainerStates):
                 if self._loaded_residuals:
                     self._restore_residuals()
         return rebuilt
+
+    def _plans_to_rebuild(self) -> list[tuple[tuple[Any, ...], list[Parameter], list[Parameter]]]:
+        """(devices, new parameters, dense gradient-carrying parameters) of every device list whose communicator or
+        bucket plan :meth:`_ensure_sync` must (re)build: new parameters, or another set of dense gradients."""
+        groups: dict[tuple[Any, ...], list[Parameter]] = {}
+        for param in self._params:
+            if param.is_initialized:
+                groups.setdefault(tuple(param.list_device()), []).append(param)
+        todo = []
+        for devices, params in groups.items():
+            new = [p for p in params if id(p) not in self._synced_params]
+            dense = [p for p in params if p.grad_req != "null" and p.grad_stype == "default"]
+            old_comm, old_sync = self._syncs.get(devices, (None, None))
+            old_dense = old_sync.params if old_sync is not None else []
+            if old_comm is None or new or [id(p) for p in dense] != [id(p) for p in old_dense]:
+                todo.append((devices, new, dense))
+        return todo
 
     def _communicator(self, devices: list[Any]) -> Communicator:
         kind = self._kvstore.kind if self._kvstore is not None else "device"  # canonical, aliases resolved
@@ -582,7 +614,10 @@ class Trainer(TrainerStates):
                                "Try setting `update_on_kvstore` to False when creating trainer.")
         self._update(batch_size, ignore_stale_grad, self._workers_divisor())
 
-    def _update(self, batch_size: int, ignore_stale_grad: bool, workers: float) -> None:
+    def _update(self, batch_size: int, ignore_stale_grad: bool, workers: float,
+                collectives: Sequence[GradientSync] = ()) -> None:
+        """Update every fresh parameter; ``collectives``: gradient syncs whose buckets are summed here first,
+        inside the step's CUDA graph when the update is captured (else at once)."""
         # Each worker passes its own batch size; the sum over workers is divided by it (MXNet), or
         # also by num_workers (average_over_workers).
         self._optimizer.rescale_grad = self._scale / (batch_size * workers)
@@ -590,6 +625,11 @@ class Trainer(TrainerStates):
         todo = self._fresh_params(ignore_stale_grad)
         fused = [p.grad_stype == "default" and fused_rule(opt, p.dtype) is not None for _, p in todo]
         sharded_syncs = [sync for _, sync in self._syncs.values() if sync is not None and sync.layouts]
+        captured = bool(todo) and self._step_capturable(fused, sharded_syncs)
+        if collectives and not captured:
+            for sync in collectives:
+                sync.allreduce_grads()
+            collectives = ()
         if self._check_finite or self._amp_loss_scaler is not None or not all(fused):
             for _, sync in self._syncs.values():  # these read the gradient buffers, not a narrow wire
                 if sync is not None:
@@ -613,7 +653,6 @@ class Trainer(TrainerStates):
         # One fused update per (arena, mirror): every parameter of the arena in one launch. Sharded, every
         # mirror updates its own slice, and the mirrors of one arena are driven together (norm sums).
         together: dict[int, tuple[Communicator, list[Any]]] = {}
-        captured = bool(todo) and self._step_capturable(fused, sharded_syncs)
         prepared = []  # captured: every table written first, then the launches replayed (one graph per GPU)
         for key, (arena, entries) in groups.items():
             sync, layout = self._shard_layout(arena)
@@ -635,7 +674,7 @@ class Trainer(TrainerStates):
             else:
                 together.setdefault(id(layout), (sync.comm, []))[1].append(updater.steps(entries, narrow))
         if prepared:
-            self._step_graphs.run(prepared, opt)
+            self._step_graphs.run(prepared, opt, collectives)
         for comm, steps in together.values():
             _drive_shards(comm, steps)
         opt.set_current_mirror(0)
