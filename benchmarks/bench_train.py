@@ -65,13 +65,16 @@ One thread per library: on a small shared VM, NumPy's OpenBLAS pool and PyTorch'
 then vary several-fold between runs; single-threaded, runs agree within a few percent.
 ``--threads N`` sets both libraries to N threads (``mx.set_num_threads``, ``torch.set_num_threads``);
 0 (the default) leaves each at its own default; ``--separate`` then runs each library in a child
-process of its own, so that their thread pools do not meet (``--only`` runs one library). Each
-record's ``run_spread_pct`` is the spread of its runs' times, (slowest - fastest) / median. The
-recurrent models on a 2-core CPU, both settings::
+process of its own, so that their thread pools do not meet (``--only`` runs one library), and
+``--rounds K`` runs that pair K times, alternating which goes first, each mxlite ratio then being the
+median of the K rounds' ratios (listed in the notes): on a shared VM whose speed drifts by 20% within
+minutes, a ratio of two runs a minute apart says more than a ratio of two medians. Each record's
+``run_spread_pct`` is the spread of its runs' times, (slowest - fastest) / median. The recurrent models
+on a 2-core CPU, both settings::
 
     PYTHONPATH=. python3 benchmarks/bench_train.py --device cpu --models lstm_lm,gru_lm,mlp \
         --hidden 2048 --layers 4 --input 2048 --batch 256 --kvstores none --steps 5 --repeat 7 --threads 1
-    (the same with --threads 0 --separate)
+    (the same with --threads 0 --separate --rounds 3)
 """
 
 from __future__ import annotations
@@ -485,6 +488,8 @@ def _compare(records: list[dict[str, Any]]) -> None:
         if r["framework"] != "mxlite":
             continue
         r["ratio_vs_torch"] = r["samples_per_s"] / torch_rate[r["model"]] if r["model"] in torch_rate else None
+        if r.get("round_ratios"):  # --separate --rounds: the median of ratios of runs close in time
+            r["ratio_vs_torch"] = statistics.median(r["round_ratios"])
         if r["model"] in graph_rate:
             r["ratio_vs_torch_graph"] = r["samples_per_s"] / graph_rate[r["model"]]
         r["sync_overhead_pct"] = 100 * r["allreduce_grads_ms"] / r["update_ms"]
@@ -566,12 +571,15 @@ def versions() -> dict[str, Any]:
     return out
 
 
-def _separate_children(argv: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def _separate_children(argv: list[str], rounds: int = 1) -> tuple[list[dict[str, Any]], list[str]]:
     """``--separate``: this benchmark once per library, each in a child process; their records and notes.
 
     Each library's thread pools then run alone in their process: NumPy's OpenBLAS threads and PyTorch's
     OpenMP threads both spin after each call and, sharing a process on a small machine, slow each other
-    down at the default thread counts. The children run one after the other (mxlite, then PyTorch).
+    down at the default thread counts. The children run one after the other: mxlite then PyTorch, and with
+    ``rounds`` > 1 that many times, the order swapped every other round (mxlite, PyTorch, PyTorch, mxlite,
+    ...), so that a machine that drifts slower or faster during the run weighs on both alike. The rounds
+    are merged by :func:`merge_rounds`.
     """
     import subprocess  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
@@ -580,22 +588,75 @@ def _separate_children(argv: list[str]) -> tuple[list[dict[str, Any]], list[str]
     notes: list[str] = []
     script = os.path.abspath(__file__)
     plain = [a for a in argv if a != "--separate"]
-    cut = [i for i, a in enumerate(plain) if a == "--json"]
-    if cut:
-        del plain[cut[0]:cut[0] + 2]
-    for library in ("mxlite", "torch"):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "records.json")
-            done = subprocess.run([sys.executable, script, *plain, "--only", library, "--json", out],
-                                  capture_output=True, text=True, check=False)
-            if not os.path.isfile(out):
-                notes.append(f"{library} child failed: {done.stderr[-500:]}")
-                continue
-            with open(out) as f:
-                report = json.load(f)
-        records += report["records"]
-        notes += report["notes"]
+    for flag in ("--json", "--rounds"):
+        cut = [i for i, a in enumerate(plain) if a == flag]
+        if cut:
+            del plain[cut[0]:cut[0] + 2]
+    plain = [a for a in plain if not a.startswith(("--json=", "--rounds="))]
+    by_round: list[list[dict[str, Any]]] = []
+    for k in range(rounds):
+        mine: list[dict[str, Any]] = []
+        for library in ("mxlite", "torch") if k % 2 == 0 else ("torch", "mxlite"):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "records.json")
+                done = subprocess.run([sys.executable, script, *plain, "--only", library, "--json", out],
+                                      capture_output=True, text=True, check=False)
+                if not os.path.isfile(out):
+                    notes.append(f"{library} child failed: {done.stderr[-500:]}")
+                    continue
+                with open(out) as f:
+                    report = json.load(f)
+            mine += report["records"]
+            notes += [n for n in report["notes"] if n not in notes]
+        by_round.append(mine)
+    records = merge_rounds(by_round)
+    if rounds > 1:
+        for r in records:
+            if r.get("round_ratios"):
+                shown = ", ".join(f"{x:.2f}" for x in r["round_ratios"])
+                notes.append(f"{r['model']} {r['config']}: mx/torch by round {shown} (median "
+                             f"{statistics.median(r['round_ratios']):.2f})")
     return records, notes
+
+
+def merge_rounds(by_round: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per setup from several rounds of ``--separate`` children (``by_round[k]``: round k's records).
+
+    Each setup (framework, model, config, mode) keeps the record of its median round (the lower median
+    of an even count), with ``round_seconds_per_step``, every round's time, added. An mxlite record also
+    gets ``round_ratios``: its samples/s over PyTorch eager's of the same round, for every round where
+    both ran; :func:`_compare` then reports their median as ``ratio_vs_torch`` (ratios of runs close in
+    time, not of two medians taken minutes apart). One round: the records as they are.
+    """
+    if len(by_round) == 1:
+        return list(by_round[0])
+
+    def key(r: dict[str, Any]) -> tuple:
+        return r["framework"], r["model"], r["config"], r.get("mode", "eager")
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for records in by_round:
+        for r in records:
+            groups.setdefault(key(r), []).append(r)
+    merged = []
+    for runs in groups.values():
+        ordered = sorted(runs, key=lambda r: r["seconds_per_step"])
+        chosen = dict(ordered[(len(ordered) - 1) // 2])
+        chosen["round_seconds_per_step"] = [r["seconds_per_step"] for r in runs]
+        merged.append(chosen)
+    for r in merged:
+        if r["framework"] != "mxlite":
+            continue
+        ratios = []
+        for records in by_round:
+            mine = [x for x in records if key(x) == key(r)]
+            torch = [x for x in records if x["framework"] == "torch" and x["model"] == r["model"]
+                     and x.get("mode", "eager") == "eager"]
+            if mine and torch:
+                ratios.append(mine[0]["samples_per_s"] / torch[0]["samples_per_s"])
+        if ratios:
+            r["round_ratios"] = ratios
+    return merged
 
 
 def apply_threads(count: int) -> None:
@@ -650,6 +711,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     parser.add_argument("--separate", action="store_true",
                         help="run mxlite and PyTorch in two child processes (their thread pools apart)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --separate: run the two children this many times, alternating which goes first, "
+                             "and report each mxlite ratio as the median of the rounds' ratios")
     parser.add_argument("--only", choices=["mxlite", "torch"], help="run one library only")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for both libraries (mx.set_num_threads, torch.set_num_threads); 0: defaults")
@@ -672,6 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps, --repeat, --hidden, --layers, --input, --batch and --cnn-batch must be positive")
     if min(args.lm_vocab, args.lm_embed, args.lm_hidden, args.lm_layers, args.lm_length, args.lm_batch) <= 0:
         parser.error("the --lm-* sizes must be positive")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, got {args.rounds}")
     if args.threads < 0:
         parser.error(f"--threads must be 0 (the libraries' defaults) or a positive count, got {args.threads}")
     apply_threads(args.threads)
@@ -693,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"mxlite skipped: {mxlite_skip}")
     records: list[dict[str, Any]] = []
     if args.separate and have_torch and args.only is None:
-        records, notes = _separate_children(argv)
+        records, notes = _separate_children(argv, args.rounds)
         models = []  # measured by the children
     for model in models:
         makers: list[tuple[str, Callable[[], Setup]]] = [

@@ -120,6 +120,26 @@ def test_bench_train_adam_single_model_without_torch(tmp_path):
     assert all(r["loss_decreased"] for r in report["records"])
 
 
+def test_bench_train_rounds_pair_each_ratio_with_the_same_rounds_pytorch():
+    bench = _load("bench_train")
+
+    def rec(framework, model, seconds, config="kvstore=None"):
+        return {"framework": framework, "model": model, "config": config, "seconds_per_step": seconds,
+                "samples_per_s": 64 / seconds, "kvstore": None, "optimizer_step_ms": 1.0, "allreduce_grads_ms": 0.0,
+                "update_ms": 1.0}
+
+    # PyTorch drifts from 30 to 60 ms a step; mxlite stays 10% slower than it in every round
+    by_round = [[rec("mxlite", "cnn", 1.1 * t), rec("torch", "cnn", t, "eager")] for t in (0.03, 0.06, 0.045)]
+    merged = bench.merge_rounds(by_round)
+    mine = next(r for r in merged if r["framework"] == "mxlite")
+    assert mine["round_seconds_per_step"] == pytest.approx([0.033, 0.066, 0.0495])
+    assert mine["seconds_per_step"] == pytest.approx(0.0495)  # the median round's record
+    assert mine["round_ratios"] == pytest.approx([1 / 1.1] * 3)
+    bench._compare(merged)
+    assert mine["ratio_vs_torch"] == pytest.approx(1 / 1.1)  # not 0.0495 against a median taken apart
+    assert bench.merge_rounds(by_round[:1]) == by_round[0]  # one round: as it is
+
+
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_profile_step_reports_sections_profile_and_allocations(tmp_path, capsys, model):
     prof = _load("profile_step")
