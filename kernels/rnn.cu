@@ -12,7 +12,9 @@
 //   rnn_forward<T>    h' = tanh(pre) or relu(pre) (`relu` flag). Saves nothing: h' is the state.
 //   rnn_backward<T>   d(pre-activation) (N, H) from dh' and h'.
 //
-// One launch is one time step. Every forward kernel takes the input projection's slice of the step,
+// One launch is one time step (on CPU devices the host build adds, at the end of this file, a loop that runs a
+// range of steps in one call: the product and the launch per step, as the launcher's Python loop does, which is
+// its twin). Every forward kernel takes the input projection's slice of the step,
 // xg = x @ W_i^T (N, G*H), the recurrent product hg = h @ W_h^T (N, G*H) and both biases (G*H each, zeros
 // when the layer has none), added here rather than in passes of their own over the projections; the
 // pre-activation of gate k is (xg[k] + b_i[k]) + (hg[k] + b_h[k]), the order of mxlite/rnn/_steps.py
@@ -372,3 +374,154 @@ __global__ void rnn_backward(const T *__restrict__ h_next, const T *__restrict__
 RNN_INSTANTIATE(float)
 RNN_INSTANTIATE(double)
 RNN_INSTANTIATE(__half)
+
+#ifdef HOSTCUDA_SERIAL
+// ---- host build only (CPU devices): a layer's time loops in one call each -------------------------------------
+// Per processing step s, what mxlite/autograd/rnn_ops.py's _Layer.run (forward) and _Layer.run_back
+// (backward) do from Python: the per-step product through NumPy's own BLAS (its cblas_sgemm/cblas_dgemm,
+// looked up by rnn_ops and passed in: the call numpy.matmul makes, hence the same bits) and the cell
+// kernel over every row, launched through the runtime as from Python. One call per chunk of steps: no
+// interpreter between the steps, so the layers of a stack (rnn_stack.py) run side by side on the host
+// threads instead of taking turns at the GIL. Not compiled for GPUs (NVRTC, nvcc): there the steps are
+// CuPy calls, or one CUDA graph.
+namespace {
+
+struct ForwardSteps {  // laid out as rnn_ops._ForwardSteps (ctypes)
+    void *gemm;                  // cblas_sgemm (float) or cblas_dgemm (double) of NumPy's BLAS
+    long long ilp64;             // its integer arguments are 64-bit
+    long long mode;              // 0 LSTM, 1 GRU, 2 RNN tanh, 3 RNN relu
+    long long length, batch, hidden, backwards, threads;
+    const void *proj, *bias_i, *bias_h, *w_t;  // proj (T, N, G*H); w_t (H, G*H), row-major
+    void *hg, *hs, *cs, *y, *saved;            // hg (N, G*H); hs, cs (T+1, N, H); y (T, N, H); saved (T, N, S*H)
+    const int *lengths;
+    long long clip;
+    double clip_lo, clip_hi;
+};
+
+constexpr int kRowMajor = 101, kNoTrans = 111;
+
+// C (m x n) = A (m x k) @ B (k x n), row-major, contiguous rows.
+template <typename T, typename Steps>
+void gemm_rows(const Steps &p, long long m, long long n, long long k, const T *a, const T *b, T *c) {
+    if (p.ilp64) {
+        using Gemm = void (*)(int, int, int, long long, long long, long long, T, const T *, long long, const T *,
+                              long long, T, T *, long long);
+        reinterpret_cast<Gemm>(p.gemm)(kRowMajor, kNoTrans, kNoTrans, m, n, k, T(1), a, k, b, n, T(0), c, n);
+    } else {
+        using Gemm = void (*)(int, int, int, int, int, int, T, const T *, int, const T *, int, T, T *, int);
+        reinterpret_cast<Gemm>(p.gemm)(kRowMajor, kNoTrans, kNoTrans, (int)m, (int)n, (int)k, T(1), a, (int)k, b,
+                                       (int)n, T(0), c, (int)n);
+    }
+}
+
+template <typename T>
+int forward_steps(const ForwardSteps &p, int s0, int s1, char *err, size_t err_len) {
+    const int N = (int)p.batch, H = (int)p.hidden, gates = p.mode == 0 ? 4 : p.mode == 1 ? 3 : 1;
+    const int saved_width = p.mode == 0 ? 4 : p.mode == 1 ? 4 : 0;  // rnn_ops._SAVED
+    const long long G = (long long)gates * H;
+    const unsigned grid[3] = {(unsigned)(N < 65535 ? N : 65535), 1u, 1u}, block[3] = {1u, 1u, 1u};
+    T *hg = static_cast<T *>(p.hg), *hs = static_cast<T *>(p.hs), *cs = static_cast<T *>(p.cs);
+    const T *bias_i = static_cast<const T *>(p.bias_i), *bias_h = static_cast<const T *>(p.bias_h);
+    const int *lengths = p.lengths;
+    int rows = N, hidden = H;
+    for (int s = s0; s < s1; ++s) {
+        const long long t = p.backwards ? p.length - 1 - s : s;
+        const long long prev = p.backwards ? t + 1 : t, next = p.backwards ? t : t + 1;
+        const T *x = static_cast<const T *>(p.proj) + t * N * G;
+        const T *h_prev = hs + prev * N * H;
+        T *h_next = hs + next * N * H;
+        T *y = p.y ? static_cast<T *>(p.y) + t * N * H : nullptr;
+        T *saved = p.saved ? static_cast<T *>(p.saved) + t * N * saved_width * H : nullptr;
+        gemm_rows<T>(p, N, G, H, h_prev, static_cast<const T *>(p.w_t), hg);
+        const T *hgc = hg;
+        int step = s, rc;
+        if (p.mode == 0) {
+            const T *c_prev = cs + prev * N * H;
+            T *c_next = cs + next * N * H;
+            int clip = (int)p.clip;
+            Math<T> lo = (Math<T>)p.clip_lo, hi = (Math<T>)p.clip_hi;
+            void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &c_prev, &h_next, &c_next, &y, &saved, &lengths,
+                            &step, &rows, &hidden, &clip, &lo, &hi};
+            rc = ::hostcuda::launch(&lstm_forward<T>, "lstm_forward", args, grid, block, 0, p.threads, err, err_len);
+        } else if (p.mode == 1) {
+            void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &h_next, &y, &saved, &lengths, &step, &rows,
+                            &hidden};
+            rc = ::hostcuda::launch(&gru_forward<T>, "gru_forward", args, grid, block, 0, p.threads, err, err_len);
+        } else {
+            int relu = p.mode == 3;
+            void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &h_next, &y, &lengths, &step, &rows, &hidden, &relu};
+            rc = ::hostcuda::launch(&rnn_forward<T>, "rnn_forward", args, grid, block, 0, p.threads, err, err_len);
+        }
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+struct BackwardSteps {  // laid out as rnn_ops._BackwardSteps (ctypes)
+    void *gemm;
+    long long ilp64, mode, length, batch, hidden, backwards, threads;
+    const void *saved, *cs, *hs, *dy, *w;  // w: W_h (G*H, H), row-major
+    void *rec, *carry, *dc, *d_gates, *dh_gates;
+    const int *lengths;
+    long long clip;
+    double clip_lo, clip_hi;
+};
+
+// Processing steps s1-1 down to s0 of a layer's backward, as rnn_ops' _Layer.run_back: per step the cell's
+// backward, then rec = dh_gates[t] @ W_h (the gradient reaching the previous step's state).
+template <typename T>
+int backward_steps(const BackwardSteps &p, int s0, int s1, char *err, size_t err_len) {
+    const int N = (int)p.batch, H = (int)p.hidden, gates = p.mode == 0 ? 4 : p.mode == 1 ? 3 : 1;
+    const int saved_width = p.mode == 0 ? 4 : p.mode == 1 ? 4 : 0;
+    const long long G = (long long)gates * H;
+    const unsigned grid[3] = {(unsigned)(N < 65535 ? N : 65535), 1u, 1u}, block[3] = {1u, 1u, 1u};
+    const T *hs = static_cast<const T *>(p.hs), *cs = static_cast<const T *>(p.cs);
+    T *rec = static_cast<T *>(p.rec), *carry = static_cast<T *>(p.carry), *dc = static_cast<T *>(p.dc);
+    const int *lengths = p.lengths;
+    int rows = N, hidden = H;
+    for (int s = s1 - 1; s >= s0; --s) {
+        const long long t = p.backwards ? p.length - 1 - s : s;
+        const long long prev = p.backwards ? t + 1 : t, next = p.backwards ? t : t + 1;
+        const T *saved = p.saved ? static_cast<const T *>(p.saved) + t * N * saved_width * H : nullptr;
+        const T *dy = static_cast<const T *>(p.dy) + t * N * H;
+        const T *recc = rec;
+        T *d_gates = static_cast<T *>(p.d_gates) + t * N * G;
+        T *dh_gates = static_cast<T *>(p.dh_gates) + t * N * G;
+        int step = s, rc;
+        if (p.mode == 0) {
+            const T *c_prev = cs + prev * N * H;
+            int clip = (int)p.clip;
+            Math<T> lo = (Math<T>)p.clip_lo, hi = (Math<T>)p.clip_hi;
+            void *args[] = {&saved, &c_prev, &dy, &recc, &carry, &dc, &d_gates, &lengths, &step, &rows, &hidden,
+                            &clip, &lo, &hi};
+            rc = ::hostcuda::launch(&lstm_backward<T>, "lstm_backward", args, grid, block, 0, p.threads, err, err_len);
+        } else if (p.mode == 1) {
+            const T *h_prev = hs + prev * N * H;
+            void *args[] = {&saved, &h_prev, &dy, &recc, &carry, &d_gates, &dh_gates, &lengths, &step, &rows,
+                            &hidden};
+            rc = ::hostcuda::launch(&gru_backward<T>, "gru_backward", args, grid, block, 0, p.threads, err, err_len);
+        } else {
+            const T *h_next = hs + next * N * H;
+            int relu = p.mode == 3;
+            void *args[] = {&h_next, &dy, &recc, &carry, &d_gates, &lengths, &step, &rows, &hidden, &relu};
+            rc = ::hostcuda::launch(&rnn_backward<T>, "rnn_backward", args, grid, block, 0, p.threads, err, err_len);
+        }
+        if (rc != 0) return rc;
+        gemm_rows<T>(p, N, H, G, dh_gates, static_cast<const T *>(p.w), rec);
+    }
+    return 0;
+}
+
+}  // namespace
+
+// The entry points rnn_ops finds by name: mxlite_rnn_{forward,backward}_steps_{float,double}(steps, s0, s1, err, len).
+#define RNN_STEPS_ENTRY(DIRECTION, STEPS, T)                                                                    \
+    extern "C" __attribute__((visibility("default"))) int mxlite_rnn_##DIRECTION##_steps_##T(                  \
+        const STEPS *p, int s0, int s1, char *err, size_t err_len) {                                          \
+        return DIRECTION##_steps<T>(*p, s0, s1, err, err_len);                                                  \
+    }
+RNN_STEPS_ENTRY(forward, ForwardSteps, float)
+RNN_STEPS_ENTRY(forward, ForwardSteps, double)
+RNN_STEPS_ENTRY(backward, BackwardSteps, float)
+RNN_STEPS_ENTRY(backward, BackwardSteps, double)
+#endif  // HOSTCUDA_SERIAL

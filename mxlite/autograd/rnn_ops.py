@@ -33,6 +33,7 @@ are kept, ``(T+1, N, H)``), not a small GEMM per step.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import threading
 import weakref
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import HostEntry, cpu_kernels_enabled, get_kernel, host_entry
 from ..device.threads import blas_threads_limited
 from . import _state
 from .ops import _op
@@ -330,6 +331,96 @@ class _Cells:
             function((min(rows, _MAX_BLOCKS),), (threads,), args)
 
 
+# -- the forward time loop in one native call (CPU devices) ------------------------------------------------------
+class _ForwardSteps(ctypes.Structure):
+    """kernels/rnn.cu's ``ForwardSteps``: what its host-only ``mxlite_rnn_forward_steps_<T>`` loop needs."""
+
+    _fields_ = [("gemm", ctypes.c_void_p), ("ilp64", ctypes.c_longlong), ("mode", ctypes.c_longlong),
+                ("length", ctypes.c_longlong), ("batch", ctypes.c_longlong), ("hidden", ctypes.c_longlong),
+                ("backwards", ctypes.c_longlong), ("threads", ctypes.c_longlong),
+                *[(name, ctypes.c_void_p) for name in ("proj", "bias_i", "bias_h", "w_t", "hg", "hs", "cs", "y",
+                                                       "saved", "lengths")],
+                ("clip", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
+
+
+class _BackwardSteps(ctypes.Structure):
+    """kernels/rnn.cu's ``BackwardSteps``: what its host-only ``mxlite_rnn_backward_steps_<T>`` loop needs."""
+
+    _fields_ = [("gemm", ctypes.c_void_p), ("ilp64", ctypes.c_longlong), ("mode", ctypes.c_longlong),
+                ("length", ctypes.c_longlong), ("batch", ctypes.c_longlong), ("hidden", ctypes.c_longlong),
+                ("backwards", ctypes.c_longlong), ("threads", ctypes.c_longlong),
+                *[(name, ctypes.c_void_p) for name in ("saved", "cs", "hs", "dy", "w", "rec", "carry", "dc",
+                                                       "d_gates", "dh_gates", "lengths")],
+                ("clip", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
+
+
+_MODES = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
+def _address(a: Any) -> int:
+    return 0 if a is None else a.__array_interface__["data"][0]
+
+
+class _NativeSteps:
+    """A layer's forward or backward steps as calls of kernels/rnn.cu's host loops: per step the BLAS product
+    (NumPy's own ``cblas_?gemm``, :func:`mxlite.device.blas.host_gemm`) and the cell kernel, as :meth:`_Layer.run`
+    and :meth:`_Layer.run_back` do, with the same bits, but a whole range of steps per call, without the
+    interpreter (and its lock) between them."""
+
+    def __init__(self, entry: HostEntry, steps: ctypes.Structure, arrays: Sequence[Any], units: int) -> None:
+        for a in arrays:
+            if a is not None and not a.flags.c_contiguous:
+                raise ValueError("the native time loop needs C-contiguous buffers")
+        self._entry, self._steps, self._units = entry, steps, units
+
+    def __call__(self, s0: int, s1: int) -> None:
+        # the cells' thread budget as _Cells gives it: small steps on the calling thread
+        self._steps.threads = 1 if self._units < _CPU_SPREAD_UNITS else HostEntry.launch_budget()
+        self._entry(ctypes.byref(self._steps), s0, s1)
+
+
+def _native_entry(layer: _Layer, direction: str) -> tuple[HostEntry, tuple[int, bool]] | None:
+    """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` and NumPy's gemm for ``layer``, where the native
+    loops apply (a CPU device with the compiled kernels, float32 or float64, NumPy's OpenBLAS found): else
+    None, and the steps run from Python."""
+    if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled:
+        return None
+    if layer.dtype.name not in ("float32", "float64"):
+        return None
+    gemm = blas.host_gemm(layer.dtype)
+    lengths = layer.lengths
+    if gemm is None or (lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous)):
+        return None
+    entry = host_entry(KERNEL_FILE, f"mxlite_rnn_{direction}_steps_{_TYPE_NAMES[layer.dtype.name]}", _ALL_NAMES)
+    if entry is None:
+        return None
+    entry.function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    return entry, gemm
+
+
+def _native_forward(layer: _Layer) -> _NativeSteps | None:
+    """The forward's native loop for ``layer`` (after :meth:`_Layer.begin`), or None."""
+    found = _native_entry(layer, "forward")
+    if found is None:
+        return None
+    (entry, (gemm, ilp64)), L = found, layer
+    arrays = (L.proj, *L.biases, L.w_t, L.hg, L.hs, L.cs, L.y, L.saved)
+    steps = _ForwardSteps(gemm, int(ilp64), _MODES[L.mode], L.length, L.batch, L.hidden, int(L.backwards), 1,
+                          *[_address(a) for a in arrays], _address(L.lengths), *L.clip)
+    return _NativeSteps(entry, steps, arrays, L.batch * L.hidden)
+
+
+def _native_backward(layer: _Layer) -> _NativeSteps | None:
+    """The backward's native loop for ``layer`` (after :meth:`_Layer.begin_backward`), or None."""
+    found = _native_entry(layer, "backward")
+    w = layer.weights[1]._data
+    if found is None or not w.flags.c_contiguous:
+        return None
+    (entry, (gemm, ilp64)), L = found, layer
+    arrays = (L.saved, L.cs, L.hs, L.dy, w, L.rec, L.carry, L.dc, L.d_gates, L.dh_gates)
+    steps = _BackwardSteps(gemm, int(ilp64), _MODES[L.mode], L.length, L.batch, L.hidden, int(L.backwards), 1,
+                           *[_address(a) for a in arrays], _address(L.lengths), *L.clip)
+    return _NativeSteps(entry, steps, arrays, L.batch * L.hidden)
+
+
 # -- host scratch buffers ---------------------------------------------------------------------------------------
 class _Spares:
     """Large host arrays handed back after use and handed out again (CPU devices; CuPy pools device memory).
@@ -374,6 +465,8 @@ _SPARES = _Spares()
 # and waits for the slowest: on the 2-core VM beside a busy neighbour one such product took 1.3 ms on
 # two threads against 0.2 ms on one (benchmarks/bench_busy.py, docs/design.md "CPU threads").
 STEP_GEMM_THREADS: int | None = 1
+# Whether CPU devices run a layer's time loops in native calls (_NativeSteps) where they apply.
+NATIVE_STEPS = True
 
 
 def _step_gemms(xp: Any) -> Any:
@@ -575,6 +668,7 @@ class _Layer:
                 self.flip = (xp.where(t < within, within - 1 - t, t), xp.arange(self.batch)[None, :])
         self.clip = (0, -np.inf, np.inf) if clip is None or clip == (None, None) else (
             1, -np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
+        self.native = self.native_back = None  # the time loops as native calls (_NativeSteps), once set up
 
     def _slots(self, s: int) -> tuple[int, int, int]:
         """(time index, state slot read, state slot written) of processing step s."""
@@ -620,6 +714,7 @@ class _Layer:
             # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
             # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
             self.w_t = xp.ascontiguousarray(h2h_weight.T)
+            self.native = _native_forward(self)
 
     def output_buffer(self) -> Any:
         """The array :meth:`run` writes the outputs into, ``(T, N, H)`` in time order (not for a flipped layer)."""
@@ -633,7 +728,11 @@ class _Layer:
         blas.matmul(self.x2[t0 * N:t1 * N], self.weights[0]._data.T, out=self.proj[t0:t1].reshape((t1 - t0) * N, gh))
 
     def run(self, s0: int, s1: int) -> None:
-        """Processing steps ``s0 .. s1-1``: per step one GEMM and one cell kernel (their inputs projected)."""
+        """Processing steps ``s0 .. s1-1``: per step one GEMM and one cell kernel (their inputs projected); on CPU
+        devices one native call for them all (:class:`_NativeSteps`) where it applies."""
+        if self.native is not None:
+            self.native(s0, s1)
+            return
         N, H = self.batch, self.hidden
         y, lstm = self.y, self.mode == "lstm"
         for s in range(s0, s1):
@@ -659,7 +758,7 @@ class _Layer:
             last = 0 if self.backwards else T
             finals = [self.hs[last]] + ([self.cs[last].copy()] if self.cs is not None else [])  # cs stays here
         _SPARES.give(self.proj)
-        self.proj = None
+        self.proj = self.native = None  # the native loop held the projection's address
         # the saved gates and cell states go back when the graph lets go of this layer
         weakref.finalize(self, _SPARES.give, self.saved, self.cs)
         return outputs, finals
@@ -700,9 +799,14 @@ class _Layer:
             self.dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else self.d_gates
         # where the weights' gradients may be written directly (a per-thread lookup: resolved here)
         self.targets = [None if w is None else grad_out(w, self.dtype) for w in self.weights]
+        self.native_back = _native_backward(self)
 
     def run_back(self, s0: int, s1: int) -> None:
-        """Processing steps ``s1-1`` down to ``s0``: per step one cell kernel and one GEMM."""
+        """Processing steps ``s1-1`` down to ``s0``: per step one cell kernel and one GEMM; on CPU devices one
+        native call for them all (:class:`_NativeSteps`) where it applies."""
+        if self.native_back is not None:
+            self.native_back(s0, s1)
+            return
         N, H = self.batch, self.hidden
         lstm, gru = self.mode == "lstm", self.mode == "gru"
         w, rec, carry, dc, dy = self.weights[1]._data, self.rec, self.carry, self.dc, self.dy
@@ -785,4 +889,4 @@ class _Layer:
     def release_backward(self) -> None:
         """Hand the gate gradients back for reuse, once nothing reads them any more (nothing returned is a view)."""
         _SPARES.give(self.d_gates, *((self.dh_gates,) if self.dh_gates is not self.d_gates else ()))
-        self.d_gates = self.dh_gates = None
+        self.d_gates = self.dh_gates = self.native_back = None  # the native loop held their addresses

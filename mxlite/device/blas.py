@@ -47,7 +47,7 @@ from .devices import cuda_status
 from .host_buffers import host_empty
 from .parallel import inside_parallel_for, parallel_for
 
-__all__ = ["backend", "matmul", "prepare"]
+__all__ = ["backend", "host_gemm", "matmul", "prepare"]
 
 # cuBLAS's guidance (cublasSetWorkspace, "cuBLAS workspace" in the cuBLAS documentation): at least 4 MiB,
 # its own default pool's size, and 32 MiB on Hopper (compute capability 9.x) and later.
@@ -173,6 +173,46 @@ def prepare(device_id: int, stream: Any) -> bool:
 _SMALL_MNK = 1 << 16  # m*n*k below which OpenBLAS stays on one thread by itself (its SMP threshold)
 _PIECE_MNK = 1 << 26  # m*n*k of a piece at least: about 1.3 ms on one core
 _PIECE_ALIGN = 16  # rows or columns of a piece: a multiple of this (whole register tiles of the BLAS)
+
+
+_HOST_GEMMS: dict[str, tuple[int, bool] | None] = {}
+
+
+def host_gemm(dtype: Any) -> tuple[int, bool] | None:
+    """``(address, ilp64)`` of the ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) of the OpenBLAS NumPy
+    itself loaded, for native code that runs a product per step (the recurrent layers' time loop in
+    ``kernels/rnn.cu``): calling it as ``numpy.matmul`` does gives ``numpy.matmul``'s bits. ``ilp64``: its
+    integer arguments are 64-bit. None for other dtypes, another BLAS, or when it cannot be found.
+    """
+    name = np.dtype(dtype).name
+    if name not in _HOST_GEMMS:
+        _HOST_GEMMS[name] = _find_host_gemm({"float32": "s", "float64": "d"}.get(name))
+    return _HOST_GEMMS[name]
+
+
+def _find_host_gemm(letter: str | None) -> tuple[int, bool] | None:
+    import ctypes  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    from threadpoolctl import threadpool_info  # noqa: PLC0415 - a dependency; imported when first asked
+
+    if letter is None:
+        return None
+    numpy_dir = os.path.dirname(os.path.dirname(np.__file__))
+    for info in threadpool_info():  # the OpenBLAS NumPy's wheel ships (numpy.libs), not another library's
+        path = info.get("filepath", "")
+        if info.get("internal_api") != "openblas" or not path.startswith(numpy_dir) or "numpy" not in path:
+            continue
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            return None
+        prefix = "scipy_" if "scipy_openblas" in os.path.basename(path) else ""
+        for symbol, ilp64 in ((f"{prefix}cblas_{letter}gemm64_", True), (f"{prefix}cblas_{letter}gemm", False)):
+            entry = getattr(library, symbol, None)
+            if entry is not None:
+                return ctypes.cast(entry, ctypes.c_void_p).value, ilp64
+    return None
 
 
 def _spans(extent: int, pieces: int, align: int) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ The host build never contracts either (``-ffp-contract=off``).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.resources
 import os
@@ -30,7 +31,8 @@ from typing import Any
 from . import env, threads
 from .devices import Device
 
-__all__ = ["CPU_KERNELS_ENV", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "kernel_source"]
+__all__ = ["CPU_KERNELS_ENV", "HostEntry", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "host_entry",
+           "kernel_source"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
@@ -115,6 +117,52 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
         threads.adapt_to_load()  # a CPU step's regular beat: the BLAS follows the cores other processes leave
         return _host_module(filename, all_names).get_function(name_expression)
     return _function(filename, name_expression, device.device_id, all_names)
+
+
+class HostEntry:
+    """A host-only function a kernel file exports from its serial host build (``extern "C"``, for CPU devices):
+    called with ctypes arguments and an error buffer, it returns 0 or a runtime error code.
+
+    Attributes:
+        function: the ctypes function (its ``argtypes`` set by the caller, ``restype`` int).
+    """
+
+    _ERR_LEN = 4096
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+        self.function.restype = ctypes.c_int
+        self._err = ctypes.create_string_buffer(self._ERR_LEN)
+
+    def __call__(self, *args: Any) -> None:
+        """Call it with ``args`` then the error buffer and its length.
+
+        Raises:
+            mxlite.device._hostcuda.HostCudaLaunchError: it returned an error (a kernel it launched failed).
+        """
+        from ._hostcuda import HostCudaLaunchError  # noqa: PLC0415
+
+        rc = self.function(*args, self._err, self._ERR_LEN)
+        if rc != 0:
+            raise HostCudaLaunchError(self._err.value.decode(errors="replace"), rc)
+
+    @staticmethod
+    def launch_budget() -> int:
+        """The threads a serial launch made now by this thread may use (1 inside a :mod:`.parallel` piece)."""
+        from ._hostcuda import launch  # noqa: PLC0415
+
+        return launch.launch_budget()
+
+
+def host_entry(filename: str, symbol: str, all_names: tuple[str, ...]) -> HostEntry | None:
+    """``symbol`` of ``filename``'s serial host build (built first if needed), or None when it does not export it.
+
+    Raises:
+        mxlite.device._hostcuda.HostCudaError: the host build is not possible or failed (check
+            :func:`cpu_kernels_enabled` first).
+    """
+    function = getattr(_host_module(filename, tuple(all_names)).library(), symbol, None)
+    return None if function is None else HostEntry(function)
 
 
 def _cpu_mode() -> str:

@@ -74,6 +74,12 @@ def get_threads() -> int:
     return _threads
 
 
+def launch_budget() -> int:
+    """The thread budget a serial launch made now by this thread gets by default: 1 inside
+    :func:`on_this_thread`, else :func:`get_threads`."""
+    return 1 if getattr(_this_thread, "alone", False) else _threads
+
+
 @contextlib.contextmanager
 def on_this_thread() -> Iterator[None]:
     """Run the serial launches this thread makes inside the block on this thread alone (a budget of 1).
@@ -248,6 +254,13 @@ class HostModule:
                 if self.serial and id(self._lib) not in _serial_libraries:
                     _serial_libraries[id(self._lib)] = self._lib
                     _spread_entry(self._lib)(_spread[0], _spread[1], None)
+
+    def library(self) -> ctypes.CDLL:
+        """The built shared library (compiled first if needed), for host-only entry points a source exports
+        itself (``extern "C" __attribute__((visibility("default")))``; kernels/rnn.cu's time loop)."""
+        self.compile()
+        assert self._lib is not None
+        return self._lib
 
     def get_function(self, name: str) -> HostKernel:
         """The kernel of name expression ``name`` (compiling the module first if needed).
