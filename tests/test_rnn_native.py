@@ -34,18 +34,17 @@ def native_calls(monkeypatch):
 
 
 def _train_once(layer, x_np, lengths, seed):
-    """Outputs, final states and every gradient of one recorded pass (as arrays)."""
+    """Outputs, final states and every gradient of one recorded pass, and an inference output (as arrays)."""
     mx.random.seed(seed)  # the same dropout masks for both loops
     x = mx.array(x_np, dtype=x_np.dtype)
     x.attach_grad()
+    args = (x, layer.begin_state(x_np.shape[1], dtype=x_np.dtype)) + (() if lengths is None else (mx.array(lengths),))
     with mx.autograd.record():
-        if lengths is None:
-            out, finals = layer(x, layer.begin_state(x_np.shape[1], dtype=x_np.dtype))
-        else:
-            out, finals = layer(x, layer.begin_state(x_np.shape[1], dtype=x_np.dtype), mx.array(lengths))
+        out, finals = layer(*args)
         loss = (out * out).sum() + sum((f * f).sum() for f in finals)
     loss.backward()
-    return [out.asnumpy(), *(f.asnumpy() for f in finals), x.grad.asnumpy()] + [
+    inference = layer(*args)[0].asnumpy()  # not recorded: no gates saved for a backward
+    return [out.asnumpy(), *(f.asnumpy() for f in finals), x.grad.asnumpy(), inference] + [
         p.grad().asnumpy() for p in layer.collect_params().values()]
 
 
@@ -81,6 +80,19 @@ def test_the_native_loops_give_the_python_loops_bits(kind, kwargs, with_lengths,
     for k, (a, b) in enumerate(zip(native, python)):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert a.tobytes() == b.tobytes(), f"result {k} differs between the native and the Python loop"
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_an_empty_batch_or_sequence_trains_as_before(kind, native_calls):
+    layer = getattr(mx.rnn, kind)(6, num_layers=2, input_size=4)
+    layer.initialize(device=mx.cpu(0))
+    for shape in ((5, 0, 4), (0, 3, 4)):
+        x = mx.array(np.ones(shape, np.float32))
+        x.attach_grad()
+        with mx.autograd.record():
+            out = layer(x)
+        out.backward()
+        assert out.shape == shape[:2] + (6,) and x.grad.shape == shape
 
 
 def test_half_precision_runs_the_python_loop(native_calls):

@@ -381,8 +381,8 @@ def _native_entry(layer: _Layer, direction: str) -> tuple[HostEntry, tuple[int, 
     """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` and NumPy's gemm for ``layer``, where the native
     loops apply (a CPU device with the compiled kernels, float32 or float64, NumPy's OpenBLAS found): else
     None, and the steps run from Python."""
-    if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled:
-        return None
+    if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled or layer.batch == 0:
+        return None  # (an empty batch launches nothing: the Python loop skips its cells)
     if layer.dtype.name not in ("float32", "float64"):
         return None
     gemm = blas.host_gemm(layer.dtype)
