@@ -386,23 +386,44 @@ RNN_INSTANTIATE(__half)
 // CuPy calls, or one CUDA graph.
 namespace {
 
-struct ForwardSteps {  // laid out as rnn_ops._ForwardSteps (ctypes)
-    void *gemm;                  // cblas_sgemm (float) or cblas_dgemm (double) of NumPy's BLAS
-    long long ilp64;             // its integer arguments are 64-bit
-    long long mode;              // 0 LSTM, 1 GRU, 2 RNN tanh, 3 RNN relu
-    long long length, batch, hidden, backwards, threads;
+// What both loops share, first in both argument structs (rnn_ops._STEPS_HEAD, ctypes).
+struct StepsHead {
+    void *gemm;            // cblas_sgemm (float) or cblas_dgemm (double) of NumPy's BLAS
+    long long ilp64;       // its integer arguments are 64-bit
+    long long mode;        // 0 LSTM, 1 GRU, 2 RNN tanh, 3 RNN relu
+    long long length, batch, hidden;
+    long long gate_rows;   // G*H: the gates' width (4H LSTM, 3H GRU, H RNN)
+    long long saved_rows;  // the saved gates' width per row (rnn_ops._SAVED: 4H LSTM and GRU, none for RNN)
+    long long backwards;   // steps run from the last time index down (slots as rnn_ops' _Layer._slots)
+    long long threads;     // the cell launches' thread budget
+};
+
+struct Clip {
+    long long on;
+    double lo, hi;
+};
+
+struct ForwardSteps {  // laid out as rnn_ops._ForwardSteps
+    StepsHead head;
     const void *proj, *bias_i, *bias_h, *w_t;  // proj (T, N, G*H); w_t (H, G*H), row-major
-    void *hg, *hs, *cs, *y, *saved;            // hg (N, G*H); hs, cs (T+1, N, H); y (T, N, H); saved (T, N, S*H)
+    void *hg, *hs, *cs, *y, *saved;            // hg (N, G*H); hs, cs (T+1, N, H); y (T, N, H); saved (T, N, S)
     const int *lengths;
-    long long clip;
-    double clip_lo, clip_hi;
+    Clip clip;
+};
+
+struct BackwardSteps {  // laid out as rnn_ops._BackwardSteps
+    StepsHead head;
+    const void *saved, *cs, *hs, *dy, *w;  // w: W_h (G*H, H), row-major
+    void *rec, *carry, *dc, *d_gates, *dh_gates;
+    const int *lengths;
+    Clip clip;
 };
 
 constexpr int kRowMajor = 101, kNoTrans = 111;
 
 // C (m x n) = A (m x k) @ B (k x n), row-major, contiguous rows.
-template <typename T, typename Steps>
-void gemm_rows(const Steps &p, long long m, long long n, long long k, const T *a, const T *b, T *c) {
+template <typename T>
+void gemm_rows(const StepsHead &p, long long m, long long n, long long k, const T *a, const T *b, T *c) {
     if (p.ilp64) {
         using Gemm = void (*)(int, int, int, long long, long long, long long, T, const T *, long long, const T *,
                               long long, T, T *, long long);
@@ -414,100 +435,94 @@ void gemm_rows(const Steps &p, long long m, long long n, long long k, const T *a
     }
 }
 
+// Processing step s: its time index and the state slots it reads and writes (rnn_ops' _Layer._slots).
+struct Slots {
+    long long t, prev, next;
+};
+Slots slots_of(const StepsHead &p, int s) {
+    if (p.backwards) {
+        const long long t = p.length - 1 - s;
+        return {t, t + 1, t};
+    }
+    return {s, s, s + 1LL};
+}
+
 template <typename T>
 int forward_steps(const ForwardSteps &p, int s0, int s1, char *err, size_t err_len) {
-    const int N = (int)p.batch, H = (int)p.hidden, gates = p.mode == 0 ? 4 : p.mode == 1 ? 3 : 1;
-    const int saved_width = p.mode == 0 ? 4 : p.mode == 1 ? 4 : 0;  // rnn_ops._SAVED
-    const long long G = (long long)gates * H;
+    const StepsHead &q = p.head;
+    const long long N = q.batch, H = q.hidden, G = q.gate_rows;
     const unsigned grid[3] = {(unsigned)(N < 65535 ? N : 65535), 1u, 1u}, block[3] = {1u, 1u, 1u};
     T *hg = static_cast<T *>(p.hg), *hs = static_cast<T *>(p.hs), *cs = static_cast<T *>(p.cs);
     const T *bias_i = static_cast<const T *>(p.bias_i), *bias_h = static_cast<const T *>(p.bias_h);
     const int *lengths = p.lengths;
-    int rows = N, hidden = H;
+    int rows = (int)N, hidden = (int)H, clip = (int)p.clip.on, relu = q.mode == 3;
+    Math<T> lo = (Math<T>)p.clip.lo, hi = (Math<T>)p.clip.hi;
     for (int s = s0; s < s1; ++s) {
-        const long long t = p.backwards ? p.length - 1 - s : s;
-        const long long prev = p.backwards ? t + 1 : t, next = p.backwards ? t : t + 1;
-        const T *x = static_cast<const T *>(p.proj) + t * N * G;
-        const T *h_prev = hs + prev * N * H;
-        T *h_next = hs + next * N * H;
-        T *y = p.y ? static_cast<T *>(p.y) + t * N * H : nullptr;
-        T *saved = p.saved ? static_cast<T *>(p.saved) + t * N * saved_width * H : nullptr;
-        gemm_rows<T>(p, N, G, H, h_prev, static_cast<const T *>(p.w_t), hg);
+        const Slots at = slots_of(q, s);
+        const T *x = static_cast<const T *>(p.proj) + at.t * N * G;
+        const T *h_prev = hs + at.prev * N * H;
+        T *h_next = hs + at.next * N * H;
+        T *y = p.y ? static_cast<T *>(p.y) + at.t * N * H : nullptr;
+        T *saved = p.saved ? static_cast<T *>(p.saved) + at.t * N * q.saved_rows : nullptr;
+        gemm_rows<T>(q, N, G, H, h_prev, static_cast<const T *>(p.w_t), hg);
         const T *hgc = hg;
         int step = s, rc;
-        if (p.mode == 0) {
-            const T *c_prev = cs + prev * N * H;
-            T *c_next = cs + next * N * H;
-            int clip = (int)p.clip;
-            Math<T> lo = (Math<T>)p.clip_lo, hi = (Math<T>)p.clip_hi;
+        if (q.mode == 0) {
+            const T *c_prev = cs + at.prev * N * H;
+            T *c_next = cs + at.next * N * H;
             void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &c_prev, &h_next, &c_next, &y, &saved, &lengths,
                             &step, &rows, &hidden, &clip, &lo, &hi};
-            rc = ::hostcuda::launch(&lstm_forward<T>, "lstm_forward", args, grid, block, 0, p.threads, err, err_len);
-        } else if (p.mode == 1) {
+            rc = ::hostcuda::launch(&lstm_forward<T>, "lstm_forward", args, grid, block, 0, q.threads, err, err_len);
+        } else if (q.mode == 1) {
             void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &h_next, &y, &saved, &lengths, &step, &rows,
                             &hidden};
-            rc = ::hostcuda::launch(&gru_forward<T>, "gru_forward", args, grid, block, 0, p.threads, err, err_len);
+            rc = ::hostcuda::launch(&gru_forward<T>, "gru_forward", args, grid, block, 0, q.threads, err, err_len);
         } else {
-            int relu = p.mode == 3;
             void *args[] = {&x, &hgc, &bias_i, &bias_h, &h_prev, &h_next, &y, &lengths, &step, &rows, &hidden, &relu};
-            rc = ::hostcuda::launch(&rnn_forward<T>, "rnn_forward", args, grid, block, 0, p.threads, err, err_len);
+            rc = ::hostcuda::launch(&rnn_forward<T>, "rnn_forward", args, grid, block, 0, q.threads, err, err_len);
         }
         if (rc != 0) return rc;
     }
     return 0;
 }
 
-struct BackwardSteps {  // laid out as rnn_ops._BackwardSteps (ctypes)
-    void *gemm;
-    long long ilp64, mode, length, batch, hidden, backwards, threads;
-    const void *saved, *cs, *hs, *dy, *w;  // w: W_h (G*H, H), row-major
-    void *rec, *carry, *dc, *d_gates, *dh_gates;
-    const int *lengths;
-    long long clip;
-    double clip_lo, clip_hi;
-};
-
 // Processing steps s1-1 down to s0 of a layer's backward, as rnn_ops' _Layer.run_back: per step the cell's
 // backward, then rec = dh_gates[t] @ W_h (the gradient reaching the previous step's state).
 template <typename T>
 int backward_steps(const BackwardSteps &p, int s0, int s1, char *err, size_t err_len) {
-    const int N = (int)p.batch, H = (int)p.hidden, gates = p.mode == 0 ? 4 : p.mode == 1 ? 3 : 1;
-    const int saved_width = p.mode == 0 ? 4 : p.mode == 1 ? 4 : 0;
-    const long long G = (long long)gates * H;
+    const StepsHead &q = p.head;
+    const long long N = q.batch, H = q.hidden, G = q.gate_rows;
     const unsigned grid[3] = {(unsigned)(N < 65535 ? N : 65535), 1u, 1u}, block[3] = {1u, 1u, 1u};
     const T *hs = static_cast<const T *>(p.hs), *cs = static_cast<const T *>(p.cs);
     T *rec = static_cast<T *>(p.rec), *carry = static_cast<T *>(p.carry), *dc = static_cast<T *>(p.dc);
     const int *lengths = p.lengths;
-    int rows = N, hidden = H;
+    int rows = (int)N, hidden = (int)H, clip = (int)p.clip.on, relu = q.mode == 3;
+    Math<T> lo = (Math<T>)p.clip.lo, hi = (Math<T>)p.clip.hi;
     for (int s = s1 - 1; s >= s0; --s) {
-        const long long t = p.backwards ? p.length - 1 - s : s;
-        const long long prev = p.backwards ? t + 1 : t, next = p.backwards ? t : t + 1;
-        const T *saved = p.saved ? static_cast<const T *>(p.saved) + t * N * saved_width * H : nullptr;
-        const T *dy = static_cast<const T *>(p.dy) + t * N * H;
+        const Slots at = slots_of(q, s);
+        const T *saved = p.saved ? static_cast<const T *>(p.saved) + at.t * N * q.saved_rows : nullptr;
+        const T *dy = static_cast<const T *>(p.dy) + at.t * N * H;
         const T *recc = rec;
-        T *d_gates = static_cast<T *>(p.d_gates) + t * N * G;
-        T *dh_gates = static_cast<T *>(p.dh_gates) + t * N * G;
+        T *d_gates = static_cast<T *>(p.d_gates) + at.t * N * G;
+        T *dh_gates = static_cast<T *>(p.dh_gates) + at.t * N * G;
         int step = s, rc;
-        if (p.mode == 0) {
-            const T *c_prev = cs + prev * N * H;
-            int clip = (int)p.clip;
-            Math<T> lo = (Math<T>)p.clip_lo, hi = (Math<T>)p.clip_hi;
+        if (q.mode == 0) {
+            const T *c_prev = cs + at.prev * N * H;
             void *args[] = {&saved, &c_prev, &dy, &recc, &carry, &dc, &d_gates, &lengths, &step, &rows, &hidden,
                             &clip, &lo, &hi};
-            rc = ::hostcuda::launch(&lstm_backward<T>, "lstm_backward", args, grid, block, 0, p.threads, err, err_len);
-        } else if (p.mode == 1) {
-            const T *h_prev = hs + prev * N * H;
+            rc = ::hostcuda::launch(&lstm_backward<T>, "lstm_backward", args, grid, block, 0, q.threads, err, err_len);
+        } else if (q.mode == 1) {
+            const T *h_prev = hs + at.prev * N * H;
             void *args[] = {&saved, &h_prev, &dy, &recc, &carry, &d_gates, &dh_gates, &lengths, &step, &rows,
                             &hidden};
-            rc = ::hostcuda::launch(&gru_backward<T>, "gru_backward", args, grid, block, 0, p.threads, err, err_len);
+            rc = ::hostcuda::launch(&gru_backward<T>, "gru_backward", args, grid, block, 0, q.threads, err, err_len);
         } else {
-            const T *h_next = hs + next * N * H;
-            int relu = p.mode == 3;
+            const T *h_next = hs + at.next * N * H;
             void *args[] = {&h_next, &dy, &recc, &carry, &d_gates, &lengths, &step, &rows, &hidden, &relu};
-            rc = ::hostcuda::launch(&rnn_backward<T>, "rnn_backward", args, grid, block, 0, p.threads, err, err_len);
+            rc = ::hostcuda::launch(&rnn_backward<T>, "rnn_backward", args, grid, block, 0, q.threads, err, err_len);
         }
         if (rc != 0) return rc;
-        gemm_rows<T>(p, N, H, G, dh_gates, static_cast<const T *>(p.w), rec);
+        gemm_rows<T>(q, N, H, G, dh_gates, static_cast<const T *>(p.w), rec);
     }
     return 0;
 }

@@ -331,30 +331,25 @@ class _Cells:
             function((min(rows, _MAX_BLOCKS),), (threads,), args)
 
 
-# -- the forward time loop in one native call (CPU devices) ------------------------------------------------------
-class _ForwardSteps(ctypes.Structure):
-    """kernels/rnn.cu's ``ForwardSteps``: what its host-only ``mxlite_rnn_forward_steps_<T>`` loop needs."""
-
-    _fields_ = [("gemm", ctypes.c_void_p), ("ilp64", ctypes.c_longlong), ("mode", ctypes.c_longlong),
-                ("length", ctypes.c_longlong), ("batch", ctypes.c_longlong), ("hidden", ctypes.c_longlong),
-                ("backwards", ctypes.c_longlong), ("threads", ctypes.c_longlong),
-                *[(name, ctypes.c_void_p) for name in ("proj", "bias_i", "bias_h", "w_t", "hg", "hs", "cs", "y",
-                                                       "saved", "lengths")],
-                ("clip", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
+# -- the time loops in one native call (CPU devices) --------------------------------------------------------------
+# kernels/rnn.cu's host-only loops take one struct each: StepsHead, their buffers' addresses, then Clip.
+_STEPS_HEAD = [("gemm", ctypes.c_void_p), *[(name, ctypes.c_longlong) for name in (
+    "ilp64", "mode", "length", "batch", "hidden", "gate_rows", "saved_rows", "backwards", "threads")]]
+_CLIP = [("clip_on", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
 
 
-class _BackwardSteps(ctypes.Structure):
-    """kernels/rnn.cu's ``BackwardSteps``: what its host-only ``mxlite_rnn_backward_steps_<T>`` loop needs."""
-
-    _fields_ = [("gemm", ctypes.c_void_p), ("ilp64", ctypes.c_longlong), ("mode", ctypes.c_longlong),
-                ("length", ctypes.c_longlong), ("batch", ctypes.c_longlong), ("hidden", ctypes.c_longlong),
-                ("backwards", ctypes.c_longlong), ("threads", ctypes.c_longlong),
-                *[(name, ctypes.c_void_p) for name in ("saved", "cs", "hs", "dy", "w", "rec", "carry", "dc",
-                                                       "d_gates", "dh_gates", "lengths")],
-                ("clip", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
+def _steps_struct(name: str, buffers: tuple[str, ...]) -> type[ctypes.Structure]:
+    fields = [*_STEPS_HEAD, *[(b, ctypes.c_void_p) for b in buffers], ("lengths", ctypes.c_void_p), *_CLIP]
+    return type(name, (ctypes.Structure,), {"_fields_": fields, "__doc__": f"kernels/rnn.cu's ``{name[1:]}``."})
 
 
+_FORWARD_BUFFERS = ("proj", "bias_i", "bias_h", "w_t", "hg", "hs", "cs", "y", "saved")
+_BACKWARD_BUFFERS = ("saved", "cs", "hs", "dy", "w", "rec", "carry", "dc", "d_gates", "dh_gates")
+_ForwardSteps = _steps_struct("_ForwardSteps", _FORWARD_BUFFERS)
+_BackwardSteps = _steps_struct("_BackwardSteps", _BACKWARD_BUFFERS)
 _MODES = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
+
+
 def _address(a: Any) -> int:
     return 0 if a is None else a.__array_interface__["data"][0]
 
@@ -363,13 +358,16 @@ class _NativeSteps:
     """A layer's forward or backward steps as calls of kernels/rnn.cu's host loops: per step the BLAS product
     (NumPy's own ``cblas_?gemm``, :func:`mxlite.device.blas.host_gemm`) and the cell kernel, as :meth:`_Layer.run`
     and :meth:`_Layer.run_back` do, with the same bits, but a whole range of steps per call, without the
-    interpreter (and its lock) between them."""
+    interpreter (and its lock) between them. The layer's buffers (``arrays``, C-contiguous) must stay where
+    they are while it is used."""
 
-    def __init__(self, entry: HostEntry, steps: ctypes.Structure, arrays: Sequence[Any], units: int) -> None:
-        for a in arrays:
-            if a is not None and not a.flags.c_contiguous:
-                raise ValueError("the native time loop needs C-contiguous buffers")
-        self._entry, self._steps, self._units = entry, steps, units
+    def __init__(self, layer: _Layer, entry: HostEntry, gemm: tuple[int, bool], struct: type[ctypes.Structure],
+                 arrays: Sequence[Any]) -> None:
+        L = layer
+        self._entry, self._units = entry, L.batch * L.hidden
+        self._steps = struct(gemm[0], int(gemm[1]), _MODES[L.mode], L.length, L.batch, L.hidden, L.gate_rows,
+                             _SAVED[L.mode] * L.hidden, int(L.backwards), 1, *[_address(a) for a in arrays],
+                             _address(L.lengths), *L.clip)
 
     def __call__(self, s0: int, s1: int) -> None:
         # the cells' thread budget as _Cells gives it: small steps on the calling thread
@@ -377,48 +375,25 @@ class _NativeSteps:
         self._entry(ctypes.byref(self._steps), s0, s1)
 
 
-def _native_entry(layer: _Layer, direction: str) -> tuple[HostEntry, tuple[int, bool]] | None:
-    """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` and NumPy's gemm for ``layer``, where the native
-    loops apply (a CPU device with the compiled kernels, float32 or float64, NumPy's OpenBLAS found): else
-    None, and the steps run from Python."""
+def _native_steps(layer: _Layer, direction: str, arrays: Sequence[Any]) -> _NativeSteps | None:
+    """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` over ``arrays`` (the struct's buffers, in order) where
+    the native loops apply (a CPU device with the compiled kernels, float32 or float64, NumPy's OpenBLAS found,
+    C-contiguous buffers and int32 lengths); else None, and the steps run from Python."""
     if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled or layer.batch == 0:
         return None  # (an empty batch launches nothing: the Python loop skips its cells)
-    if layer.dtype.name not in ("float32", "float64"):
+    if layer.dtype.name not in ("float32", "float64") or any(a is not None and not a.flags.c_contiguous
+                                                              for a in arrays):
         return None
     gemm = blas.host_gemm(layer.dtype)
     lengths = layer.lengths
     if gemm is None or (lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous)):
         return None
-    entry = host_entry(KERNEL_FILE, f"mxlite_rnn_{direction}_steps_{_TYPE_NAMES[layer.dtype.name]}", _ALL_NAMES)
+    entry = host_entry(KERNEL_FILE, f"mxlite_rnn_{direction}_steps_{_TYPE_NAMES[layer.dtype.name]}", _ALL_NAMES,
+                       [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
     if entry is None:
         return None
-    entry.function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-    return entry, gemm
-
-
-def _native_forward(layer: _Layer) -> _NativeSteps | None:
-    """The forward's native loop for ``layer`` (after :meth:`_Layer.begin`), or None."""
-    found = _native_entry(layer, "forward")
-    if found is None:
-        return None
-    (entry, (gemm, ilp64)), L = found, layer
-    arrays = (L.proj, *L.biases, L.w_t, L.hg, L.hs, L.cs, L.y, L.saved)
-    steps = _ForwardSteps(gemm, int(ilp64), _MODES[L.mode], L.length, L.batch, L.hidden, int(L.backwards), 1,
-                          *[_address(a) for a in arrays], _address(L.lengths), *L.clip)
-    return _NativeSteps(entry, steps, arrays, L.batch * L.hidden)
-
-
-def _native_backward(layer: _Layer) -> _NativeSteps | None:
-    """The backward's native loop for ``layer`` (after :meth:`_Layer.begin_backward`), or None."""
-    found = _native_entry(layer, "backward")
-    w = layer.weights[1]._data
-    if found is None or not w.flags.c_contiguous:
-        return None
-    (entry, (gemm, ilp64)), L = found, layer
-    arrays = (L.saved, L.cs, L.hs, L.dy, w, L.rec, L.carry, L.dc, L.d_gates, L.dh_gates)
-    steps = _BackwardSteps(gemm, int(ilp64), _MODES[L.mode], L.length, L.batch, L.hidden, int(L.backwards), 1,
-                           *[_address(a) for a in arrays], _address(L.lengths), *L.clip)
-    return _NativeSteps(entry, steps, arrays, L.batch * L.hidden)
+    struct = _ForwardSteps if direction == "forward" else _BackwardSteps
+    return _NativeSteps(layer, entry, gemm, struct, arrays)
 
 
 # -- host scratch buffers ---------------------------------------------------------------------------------------
@@ -714,7 +689,8 @@ class _Layer:
             # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
             # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
             self.w_t = xp.ascontiguousarray(h2h_weight.T)
-            self.native = _native_forward(self)
+            self.native = _native_steps(self, "forward", (self.proj, *self.biases, self.w_t, self.hg, self.hs,
+                                                          self.cs, self.y, self.saved))
 
     def output_buffer(self) -> Any:
         """The array :meth:`run` writes the outputs into, ``(T, N, H)`` in time order (not for a flipped layer)."""
@@ -799,7 +775,9 @@ class _Layer:
             self.dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else self.d_gates
         # where the weights' gradients may be written directly (a per-thread lookup: resolved here)
         self.targets = [None if w is None else grad_out(w, self.dtype) for w in self.weights]
-        self.native_back = _native_backward(self)
+        self.native_back = _native_steps(self, "backward", (self.saved, self.cs, self.hs, self.dy,
+                                                            self.weights[1]._data, self.rec, self.carry, self.dc,
+                                                            self.d_gates, self.dh_gates))
 
     def run_back(self, s0: int, s1: int) -> None:
         """Processing steps ``s1-1`` down to ``s0``: per step one cell kernel and one GEMM; on CPU devices one

@@ -154,15 +154,19 @@ class HostEntry:
         return launch.launch_budget()
 
 
-def host_entry(filename: str, symbol: str, all_names: tuple[str, ...]) -> HostEntry | None:
+def host_entry(filename: str, symbol: str, all_names: tuple[str, ...], argtypes: list[Any]) -> HostEntry | None:
     """``symbol`` of ``filename``'s serial host build (built first if needed), or None when it does not export it.
+    ``argtypes``: the ctypes types of its arguments before the error buffer and its length.
 
     Raises:
         mxlite.device._hostcuda.HostCudaError: the host build is not possible or failed (check
             :func:`cpu_kernels_enabled` first).
     """
     function = getattr(_host_module(filename, tuple(all_names)).library(), symbol, None)
-    return None if function is None else HostEntry(function)
+    if function is None:
+        return None
+    function.argtypes = [*argtypes, ctypes.c_char_p, ctypes.c_size_t]
+    return HostEntry(function)
 
 
 def _cpu_mode() -> str:
