@@ -471,6 +471,37 @@ __device__ __forceinline__ void max_lines_serially(const T *__restrict__ src, T 
     }
 }
 
+// The one-thread form of max_pool_forward for 2x2 windows that tile a 2-D plane (stride 2, no padding: the
+// usual pooling after a convolution): each output element's four taps compared in tap order, as
+// keep_max does tap by tap, with one store per output. The lines are too short (ow positions, 16 after a
+// 32x32 image) for the tap-by-tap form's per-line setup to pay for itself; this gives the same bits.
+template <typename T>
+__device__ __forceinline__ void max_2x2_serially(const T *__restrict__ src, T *__restrict__ best,
+                                                 int *__restrict__ at, const Geometry &g) {
+    const long long pw = g.pw;
+    for (int y = 0; y < g.oh; ++y) {
+        const T *__restrict__ r0 = src + 2LL * y * pw;
+        const T *__restrict__ r1 = r0 + pw;
+        T *__restrict__ bl = best + (long long)y * g.ow;
+        int *__restrict__ al = at + (long long)y * g.ow;
+        for (int z = 0; z < g.ow; ++z) {
+            T b = r0[2 * z];
+            int f = 0;
+            keep_max(b, f, r0[2 * z + 1], 1);
+            keep_max(b, f, r1[2 * z], 2);
+            keep_max(b, f, r1[2 * z + 1], 3);
+            const auto bv = arith(b);
+            bl[z] = b;
+            al[z] = bv == bv ? f : 4;
+        }
+    }
+}
+
+// Whether a plane is pooled by 2x2 windows that tile it (max_2x2_serially, scatter_2x2_serially).
+__device__ __forceinline__ bool tiles_2x2(const Geometry &g) {
+    return g.tiles() && g.pd == 1 && g.kd == 1 && g.kh == 2 && g.kw == 2 && !g.accumulate;
+}
+
 // Max pooling's forward without a copy of the windows: maxima[n, c, o] = the maximum of window o of the
 // image (NaN where a tap is NaN), first[n, c, o] = the tap, in tap order, that first holds it (taps()
 // where it is NaN: no tap takes the gradient). Tap by tap over the window lines, a later tap replacing
@@ -489,7 +520,8 @@ __global__ void max_pool_forward(const T *__restrict__ img, T *__restrict__ maxi
         T *__restrict__ best = maxima + plane * positions;
         int *__restrict__ at = first + plane * positions;
         if (blockDim.x == 1) {  // one thread: a line of ow positions at a time
-            if (g.sw == 1) max_lines_serially<true>(src, best, at, g);
+            if (tiles_2x2(g)) max_2x2_serially(src, best, at, g);
+            else if (g.sw == 1) max_lines_serially<true>(src, best, at, g);
             else max_lines_serially<false>(src, best, at, g);
             continue;
         }
@@ -524,6 +556,24 @@ __global__ void max_pool_scatter(const int *__restrict__ first, const T *__restr
     for (long long plane = run.first; plane < run.end; plane += run.step) {
         const int *__restrict__ hit = first + plane * positions;
         const T *__restrict__ gw = grad + plane * positions;
+        if (blockDim.x == 1 && tiles_2x2(g)) {  // one thread, 2x2 tiles: each window's four elements assigned
+            T *__restrict__ out = img + plane * g.plane_size();
+            for (int y = 0; y < g.oh; ++y) {
+                T *__restrict__ r0 = out + 2LL * y * g.pw;
+                T *__restrict__ r1 = r0 + g.pw;
+                const T *__restrict__ gl = gw + (long long)y * g.ow;
+                const int *__restrict__ hl = hit + (long long)y * g.ow;
+                for (int z = 0; z < g.ow; ++z) {
+                    r0[2 * z] = times_hit(gl[z], hl[z] == 0);
+                    r0[2 * z + 1] = times_hit(gl[z], hl[z] == 1);
+                }
+                for (int z = 0; z < g.ow; ++z) {
+                    r1[2 * z] = times_hit(gl[z], hl[z] == 2);
+                    r1[2 * z + 1] = times_hit(gl[z], hl[z] == 3);
+                }
+            }
+            continue;
+        }
         sum_taps_into_plane(img + plane * g.plane_size(), g,
                             [&](int k, long long o) { return times_hit(gw[o], hit[o] == k); });
     }

@@ -196,6 +196,8 @@ POOL_CASES = {
     "1d k3 s1 (overlap)": (3, 1, 0, False, (2, 3, 10)),
     "1d k2 tiles": (2, 2, 0, False, (2, 2, 9)),
     "2d k2 tiles": (2, 2, 0, False, (2, 3, 8, 8)),
+    "2d k2 tiles 6x10": (2, 2, 0, False, (3, 5, 6, 10)),  # the one-thread 2x2 form, an odd number of columns
+    "2d k2 s2 floor 7x9": (2, 2, 0, False, (2, 3, 7, 9)),  # windows that leave a margin: the general form
     "2d k3 s2 p1 (overlap)": (3, 2, 1, False, (2, 3, 7, 7)),
     "2d (3,2) s(1,3) ceil": ((3, 2), (1, 3), (1, 0), True, (1, 2, 6, 8)),
     "3d k2 s1 (overlap)": (2, 1, 0, False, (1, 2, 4, 3, 5)),
