@@ -26,6 +26,7 @@ from mxlite.device._hostcuda import (
     HostCudaSetupError,
     HostModule,
     Param,
+    launch,
 )
 
 REDUCE = r"""
@@ -646,6 +647,12 @@ __global__ void wait_for(volatile int *flag) {
     while (flag[0] == 0) {}
 }
 __global__ void add_one(int *x) { x[0] += 1; }
+// Each block records the grid it belongs to, after a little work (so that launches on two threads overlap).
+__global__ void grid_of(int *out, int spin) {
+    volatile int sink = 0;
+    for (int i = 0; i < spin; ++i) sink = sink + i;
+    out[blockIdx.x] = (int)gridDim.x;
+}
 """
 
 
@@ -778,6 +785,69 @@ def test_serial_launch_works_in_a_child_forked_during_another_threads_launch(ser
     finally:
         flag[0] = 1
         thread.join()
+
+
+def test_launches_on_two_threads_run_at_once_each_with_its_own_grid(serial_module: HostModule) -> None:
+    """Launches that keep to their thread (a budget of one) take no lock: one runs while another thread's
+    launch is still inside its kernel, and each block sees its own launch's gridDim."""
+    wait_for, add_one, grid_of = (serial_module.get_function(name) for name in ("wait_for", "add_one", "grid_of"))
+    flag = np.zeros(2, np.int32)
+
+    def wait_alone() -> None:
+        with launch.on_this_thread():
+            wait_for((1,), (1,), (flag,))
+
+    waiting = threading.Thread(target=wait_alone)
+    waiting.start()
+    try:
+        while flag[1] == 0:
+            time.sleep(0.001)
+        x = np.zeros(1, np.int32)
+        done = threading.Thread(target=lambda: add_one((1,), (1,), (x,), threads=1))
+        done.start()
+        done.join(timeout=15)
+        assert not done.is_alive(), "a one-thread launch waited for another thread's launch to end"
+        assert x[0] == 1
+    finally:
+        flag[0] = 1
+        waiting.join()
+    failures: list[tuple[int, list[int]]] = []
+    gate = threading.Barrier(2, timeout=10)
+
+    def record(blocks: int) -> None:
+        out = np.zeros(blocks, np.int32)
+        gate.wait()
+        with launch.on_this_thread():
+            for _ in range(100):
+                out[:] = 0
+                grid_of((blocks,), (1,), (out, np.int32(200)))
+                if not (out == blocks).all():
+                    failures.append((blocks, sorted(set(out.tolist()))))
+                    return
+
+    threads_ = [threading.Thread(target=record, args=(blocks,)) for blocks in (37, 91)]
+    for t in threads_:
+        t.start()
+    for t in threads_:
+        t.join()
+    assert failures == []
+
+
+def test_pool_threads_that_join_a_launch_see_its_grid(serial_module: HostModule) -> None:
+    """A launch spread over pool threads: every block, whichever thread ran it, sees the launch's gridDim."""
+    grid_of = serial_module.get_function("grid_of")
+    launch.set_spread(0, 0)
+    try:
+        _, pool_before = launch.spread_counts()
+        for _ in range(200):  # until a pool thread has run blocks (a woken thread may find none left)
+            out = np.zeros(257, np.int32)
+            grid_of((257,), (1,), (out, np.int32(2000)), threads=2)
+            assert (out == 257).all()
+            if launch.spread_counts()[1] > pool_before:
+                break
+        assert launch.spread_counts()[1] > pool_before, "no pool thread ran a block in 200 spread launches"
+    finally:
+        launch.set_spread(-1, -1)
 
 
 def test_an_unwritable_build_cache_is_a_clear_error(tmp_path: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:

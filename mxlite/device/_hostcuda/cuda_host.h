@@ -90,17 +90,19 @@ extern uint3 g_thread_idx;
 extern thread_local uint3 g_block_idx;  // the serial build runs blocks on several OS threads at once
 // Whether the running launch may spread its blocks over several threads: an atomic then traps
 // (blocks that meet through atomics must run in order on one thread, for the same bits every time).
-extern bool g_launch_spread;
+extern thread_local bool g_launch_spread;
 [[noreturn]] void trap(const char *what, const char *file, int line);
 #define HOSTCUDA_ATOMIC_GUARD() \
     (::hostcuda::g_launch_spread ? ::hostcuda::trap("an atomic in a launch spread over threads", __FILE__, __LINE__) \
                                  : (void)0)
+// The running launch's grid, per OS thread: launches on different threads run at once (runtime_serial.cpp).
+extern thread_local dim3 g_grid_dim;
 #else
 extern uint3 g_block_idx;
 #define HOSTCUDA_ATOMIC_GUARD() ((void)0)
+extern dim3 g_grid_dim;
 #endif
 extern dim3 g_block_dim;
-extern dim3 g_grid_dim;
 
 // Warp operation codes (warp_op) and block barrier kinds (block_op).
 enum WarpOpKind : int {
