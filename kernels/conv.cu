@@ -391,14 +391,18 @@ __global__ void im2col(const T *__restrict__ img, T *__restrict__ cols, GEOMETRY
 // img[n, c, p] = sum, in tap order, of cols[n, c, k, o] over o*stride + k*dilation == p (every
 // element of img is written; see the header for accumulate).
 template <typename T>
+__device__ __forceinline__ void col2im_plane(const T *__restrict__ cols, T *__restrict__ img, const Geometry &g,
+                                             long long plane) {
+    const T *__restrict__ src = cols + g.cols_offset(plane);
+    const long long s_k = g.s_k;
+    sum_taps_into_plane(img + plane * g.plane_size(), g, [&](int k, long long o) { return src[k * s_k + o]; });
+}
+
+template <typename T>
 __global__ void col2im(const T *__restrict__ cols, T *__restrict__ img, GEOMETRY_PARAMS) {
     const Geometry g = GEOMETRY_FROM_PARAMS;
-    const long long s_k = g.s_k;
     const PlaneRun run = plane_run(g);
-    for (long long plane = run.first; plane < run.end; plane += run.step) {
-        const T *__restrict__ src = cols + g.cols_offset(plane);
-        sum_taps_into_plane(img + plane * g.plane_size(), g, [&](int k, long long o) { return src[k * s_k + o]; });
-    }
+    for (long long plane = run.first; plane < run.end; plane += run.step) col2im_plane(cols, img, g, plane);
 }
 
 // The input gradient of max pooling (dilation 1): window o's gradient goes to its first maximum in
@@ -593,3 +597,157 @@ __global__ void max_pool_scatter(const int *__restrict__ first, const T *__restr
 CONV_INSTANTIATE(float)
 CONV_INSTANTIATE(double)
 CONV_INSTANTIATE(__half)
+
+#ifdef HOSTCUDA_SERIAL
+#include "host_gemm.cuh"
+// ---- host build only (CPU devices): a convolution's per-sample work in one call per direction ---------------------
+// What mxlite/autograd/conv.py's _ConvGeom.forward, input_grad and weight_grad do piece by piece from Python:
+// each sample's product through NumPy's own BLAS (its cblas_sgemm/cblas_dgemm, host_gemm.cuh: the call
+// numpy.matmul makes for these operands, hence the same bits), then Conv(activation='relu')'s bias and
+// ReLU, col2im through the plane code of the kernel above, or the sum over a piece of the batch. One call
+// deals the samples (the pieces) out to the host threads as blocks of the runtime; from Python, each
+// piece's calls took turns at the interpreter's lock with the other threads' (a call that takes 12 us
+// alone took about 180 us beside another thread's piece on a 2-core VM). mxlite/autograd/_conv_native.py
+// makes the calls; tests/test_conv_native.py holds them to the Python pieces' bits.
+namespace {
+
+using host_blas::kNoTrans;
+using host_blas::kTrans;
+
+// Laid out as _conv_native._Pieces (ctypes).
+struct ConvPieces {
+    void *gemm;              // cblas_sgemm (float) or cblas_dgemm (double) of NumPy's BLAS
+    long long ilp64;         // its integer arguments are 64-bit
+    const void *w;           // the weights (C_out, Kg), row-major
+    const void *g;           // the output gradient (N, C_out, L); forward: the bias (C_out,) or null
+    const void *cols;        // forward, weight_grad: the columns (N, Kg, L)
+    void *out;               // forward: the output (N, C_out, L); input_grad: the input gradient (N, C, *S);
+                             // weight_grad: the pieces' sums (P, Kg, C_out)
+    long long n, c_out, kg, l;
+    long long piece;         // samples per block
+    long long geometry[24];  // input_grad: kernel_geometry(n) in GEOMETRY_PARAMS' order, for col2im
+};
+
+// C = op(A) @ op(B), row-major, through NumPy's BLAS.
+template <typename T>
+void product(const ConvPieces &p, int ta, int tb, long long m, long long n, long long k, const T *a, long long lda,
+             const T *b, long long ldb, T *c, long long ldc) {
+    host_blas::gemm<T>(p.gemm, p.ilp64, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+// Block b's samples: [first, end).
+struct Samples {
+    long long first, end;
+};
+__device__ Samples samples_of(const ConvPieces &p) {
+    const long long first = (long long)blockIdx.x * p.piece;
+    return {first, first + p.piece < p.n ? first + p.piece : p.n};
+}
+
+// This thread's scratch of at least `count` values, kept between calls (a sample's column gradient, a
+// product: a few hundred KiB that stay in the core's cache from one sample to the next).
+template <typename T>
+__device__ T *thread_scratch(long long count) {
+    static thread_local T *buffer = nullptr;
+    static thread_local long long capacity = 0;
+    if (capacity < count) {
+        free(buffer);
+        buffer = static_cast<T *>(malloc((size_t)count * sizeof(T)));
+        capacity = buffer ? count : 0;
+        if (!buffer) __trap();  // out of host memory: the launch fails with a message
+    }
+    return buffer;
+}
+
+// rows[c, i] = relu(rows[c, i] + bias[c]) as kernels/bias_act.cu's bias_relu_forward: the sum rounded to T
+// (host code: + is the IEEE addition), kept where it is > 0 or NaN, else +0.
+template <typename T>
+void bias_relu_rows(T *__restrict__ rows, const T *__restrict__ bias, long long channels, long long width) {
+    for (long long c = 0; c < channels; ++c) {
+        const T b = bias[c];
+        T *__restrict__ row = rows + c * width;
+        for (long long i = 0; i < width; ++i) {
+            const T v = row[i] + b;
+            row[i] = (v > T(0) || v != v) ? v : T(0);
+        }
+    }
+}
+
+// The forward, a sample at a time: W @ cols_n (as numpy.matmul(w_mat, cols_n)), then, with a bias (`g`),
+// relu(out + bias) in place.
+template <typename T>
+__global__ void conv_forward_pieces(const ConvPieces *pp) {
+    const ConvPieces &p = *pp;
+    const Samples at = samples_of(p);
+    const T *w = static_cast<const T *>(p.w), *cols = static_cast<const T *>(p.cols);
+    const T *bias = static_cast<const T *>(p.g);
+    for (long long s = at.first; s < at.end; ++s) {
+        T *out = static_cast<T *>(p.out) + s * p.c_out * p.l;
+        product<T>(p, kNoTrans, kNoTrans, p.c_out, p.l, p.kg, w, p.kg, cols + s * p.kg * p.l, p.l, out, p.l);
+        if (bias) bias_relu_rows(out, bias, p.c_out, p.l);
+    }
+}
+
+// The input gradient, a sample at a time: its column gradient W^T @ g_n (as
+// numpy.matmul(w_mat.transpose(0, 2, 1), g_n)) into this thread's scratch, then col2im of its planes.
+template <typename T>
+__global__ void conv_input_grad_pieces(const ConvPieces *pp) {
+    const ConvPieces &p = *pp;
+    const long long *v = p.geometry;
+    const Geometry geo(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14],
+                       v[15], v[16], v[17], v[18], v[19], v[20], v[21], v[22], v[23]);
+    const Samples at = samples_of(p);
+    const T *w = static_cast<const T *>(p.w), *g = static_cast<const T *>(p.g);
+    T *dcols = thread_scratch<T>(p.kg * p.l);
+    for (long long s = at.first; s < at.end; ++s) {
+        product<T>(p, kTrans, kNoTrans, p.kg, p.l, p.c_out, w, p.kg, g + s * p.c_out * p.l, p.l, dcols, p.l);
+        T *image = static_cast<T *>(p.out) + s * geo.c * geo.plane_size();  // sample s's planes
+        for (long long plane = 0; plane < geo.c; ++plane) col2im_plane<T>(dcols, image, geo, plane);
+    }
+}
+
+// The weight gradient's pieces (block b: samples b*piece ...): each sample's product cols_n @ g_n^T (as
+// numpy.matmul(cols_n, g_n.T)), summed in sample order (as numpy.sum over the samples: the first product
+// itself, then one addition each) into out[b].
+template <typename T>
+__global__ void conv_weight_grad_pieces(const ConvPieces *pp) {
+    const ConvPieces &p = *pp;
+    const Samples at = samples_of(p);
+    const T *cols = static_cast<const T *>(p.cols), *g = static_cast<const T *>(p.g);
+    const long long size = p.kg * p.c_out;
+    T *product_n = thread_scratch<T>(size);
+    T *sum = static_cast<T *>(p.out) + (long long)blockIdx.x * size;
+    for (long long s = at.first; s < at.end; ++s) {
+        T *into = s == at.first ? sum : product_n;
+        product<T>(p, kNoTrans, kTrans, p.kg, p.c_out, p.l, cols + s * p.kg * p.l, p.l, g + s * p.c_out * p.l, p.l,
+                   into, p.c_out);
+        if (s != at.first)
+            for (long long i = 0; i < size; ++i) sum[i] = sum[i] + product_n[i];
+    }
+}
+
+template <typename T>
+int conv_pieces(void (*kernel)(const ConvPieces *), const char *name, const ConvPieces *p, long long threads,
+                char *err, size_t err_len) {
+    const long long blocks = (p->n + p->piece - 1) / p->piece;
+    const unsigned grid[3] = {(unsigned)blocks, 1u, 1u}, block[3] = {1u, 1u, 1u};
+    void *args[] = {&p};
+    return ::hostcuda::launch(kernel, name, args, grid, block, 0, (unsigned long long)threads, err, err_len);
+}
+
+}  // namespace
+
+// The entry points _conv_native.py finds by name:
+// mxlite_conv_{forward,input_grad,weight_grad}_{float,double}(pieces, threads, err, err_len).
+#define CONV_PIECES_ENTRY(WHAT, T)                                                                           \
+    extern "C" __attribute__((visibility("default"))) int mxlite_conv_##WHAT##_##T(                         \
+        const ConvPieces *p, long long threads, char *err, size_t err_len) {                                \
+        return conv_pieces<T>(&conv_##WHAT##_pieces<T>, "conv_" #WHAT "_pieces", p, threads, err, err_len); \
+    }
+CONV_PIECES_ENTRY(forward, float)
+CONV_PIECES_ENTRY(forward, double)
+CONV_PIECES_ENTRY(input_grad, float)
+CONV_PIECES_ENTRY(input_grad, double)
+CONV_PIECES_ENTRY(weight_grad, float)
+CONV_PIECES_ENTRY(weight_grad, double)
+#endif  // HOSTCUDA_SERIAL

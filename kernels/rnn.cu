@@ -376,6 +376,7 @@ RNN_INSTANTIATE(double)
 RNN_INSTANTIATE(__half)
 
 #ifdef HOSTCUDA_SERIAL
+#include "host_gemm.cuh"
 // ---- host build only (CPU devices): a layer's time loops in one call each -------------------------------------
 // Per processing step s, what mxlite/autograd/rnn_ops.py's _Layer.run (forward) and _Layer.run_back
 // (backward) do from Python: the per-step product through NumPy's own BLAS (its cblas_sgemm/cblas_dgemm,
@@ -419,20 +420,10 @@ struct BackwardSteps {  // laid out as rnn_ops._BackwardSteps
     Clip clip;
 };
 
-constexpr int kRowMajor = 101, kNoTrans = 111;
-
 // C (m x n) = A (m x k) @ B (k x n), row-major, contiguous rows.
 template <typename T>
 void gemm_rows(const StepsHead &p, long long m, long long n, long long k, const T *a, const T *b, T *c) {
-    if (p.ilp64) {
-        using Gemm = void (*)(int, int, int, long long, long long, long long, T, const T *, long long, const T *,
-                              long long, T, T *, long long);
-        reinterpret_cast<Gemm>(p.gemm)(kRowMajor, kNoTrans, kNoTrans, m, n, k, T(1), a, k, b, n, T(0), c, n);
-    } else {
-        using Gemm = void (*)(int, int, int, int, int, int, T, const T *, int, const T *, int, T, T *, int);
-        reinterpret_cast<Gemm>(p.gemm)(kRowMajor, kNoTrans, kNoTrans, (int)m, (int)n, (int)k, T(1), a, (int)k, b,
-                                       (int)n, T(0), c, (int)n);
-    }
+    host_blas::gemm<T>(p.gemm, p.ilp64, host_blas::kNoTrans, host_blas::kNoTrans, m, n, k, a, k, b, n, c, n);
 }
 
 // Processing step s: its time index and the state slots it reads and writes (rnn_ops' _Layer._slots).

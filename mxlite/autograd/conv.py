@@ -24,7 +24,7 @@ from ..device.host_buffers import host_empty
 from ..device.parallel import parallel_for
 from ..device.threads import usable_threads
 from . import _conv_kernels as _ck
-from . import _cudnn_ops
+from . import _conv_native, _cudnn_ops
 from . import activations as _activations
 from .ops import _check_float, _named_error, _op, mean
 from .ops import max as _max
@@ -110,10 +110,12 @@ _GPU_COLS_BYTES = 256 << 20
 
 
 # CPU devices: the per-sample GEMMs of a convolution (forward, weight gradient, input gradient with its
-# col2im) run a piece of the batch per host thread (mxlite/device/parallel.py), each GEMM on one BLAS
-# thread: OpenBLAS splits one sample's GEMM over two threads poorly (the CNN's 32->64 layer of
-# benchmarks/bench_train.py: 13.1 -> 9.2 ms for its forward GEMMs at batch 128), and the thin GEMMs of a
-# first layer (27 rows of columns) not at all. A batch is cut into at most _CPU_PIECES pieces.
+# col2im) run a piece of the batch per host thread, each GEMM on one BLAS thread: as one native call per
+# direction where _conv_native.applies (one group, float32/64: no interpreter between the pieces, the same
+# bits), else as pieces from Python (mxlite/device/parallel.py). Why pieces: OpenBLAS splits one sample's
+# GEMM over two threads poorly (the CNN's 32->64 layer of benchmarks/bench_train.py: 13.1 -> 9.2 ms for its
+# forward GEMMs at batch 128), and the thin GEMMs of a first layer (27 rows of columns) not at all. A batch is
+# cut into at most _CPU_PIECES pieces from Python (the native calls take a sample at a time).
 _CPU_PIECES = 8
 
 
@@ -240,8 +242,16 @@ class _ConvGeom:
             return xp.ascontiguousarray(view.transpose(order)).reshape(g, self.kg, n * self.l)
         return xp.ascontiguousarray(view).reshape(n, g, self.kg, self.l)
 
-    def forward(self, xp: Any, w_mat: Any, cols: Any) -> Any:
-        """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous."""
+    def forward(self, xp: Any, w_mat: Any, cols: Any, relu_bias: Any = None) -> Any:
+        """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous; with
+        ``relu_bias`` (C_out,), of the output's dtype, ``relu(product + bias)`` (:func:`_conv_kernels.bias_relu`,
+        fused into the native call where :func:`_conv_native.applies`)."""
+        if xp is np and _conv_native.applies(self, w_mat, cols, *(() if relu_bias is None else (relu_bias,))):
+            out = host_empty((self.n, 1, self.c_out, self.l), cols.dtype)  # a sample at a time, one native call
+            _conv_native.forward(self, w_mat, cols, out, relu_bias)
+            return out.reshape((self.n, self.c_out) + self.out_sp)
+        if relu_bias is not None:
+            return _ck.bias_relu(xp, self.forward(xp, w_mat, cols), relu_bias)
         if xp is np and not self.merged and w_mat.dtype == cols.dtype:  # into a reused buffer (device/host_buffers.py)
             out = host_empty((self.n, self.groups, self.c_out // self.groups, self.l), cols.dtype)
             # one call on one thread (NumPy loops over the samples itself: 0.8 ms less for a first layer's
@@ -293,14 +303,18 @@ class _ConvGeom:
         spans = _pieces(self.n, _WGRAD_BLOCK // max(1, math.prod(shape)))
         dtype = np.result_type(g_mat.dtype, cols.dtype)
         sums = host_empty((len(spans),) + shape[:1] + shape[:0:-1], dtype)
-        products = host_empty((self.n,) + shape[:1] + shape[:0:-1], dtype)  # every sample's, side by side
+        if xp is np and _conv_native.applies(self, g_mat, cols):  # the blocks in one native call, same bits
+            _conv_native.weight_grad_sums(self, g_mat, cols, spans[0][1] - spans[0][0], sums)
+        else:
+            products = host_empty((self.n,) + shape[:1] + shape[:0:-1], dtype)  # every sample's, side by side
 
-        def block(i: int) -> None:
-            start, stop = spans[i]
-            part = blas.matmul(cols[start:stop], g_mat[start:stop].transpose(0, 1, 3, 2), out=products[start:stop])
-            np.sum(part, axis=0, out=sums[i])
+            def block(i: int) -> None:
+                start, stop = spans[i]
+                part = blas.matmul(cols[start:stop], g_mat[start:stop].transpose(0, 1, 3, 2),
+                                   out=products[start:stop])
+                np.sum(part, axis=0, out=sums[i])
 
-        parallel_for(len(spans), block)
+            parallel_for(len(spans), block)
         total = sums[0]
         for part in sums[1:]:
             total += part
@@ -326,6 +340,8 @@ class _ConvGeom:
         """
         if self.merged or self.pointwise:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
+        if xp is np and _conv_native.applies(self, w_mat, g_mat):  # a sample at a time in one native call, same bits
+            return _conv_native.input_grad(self, w_mat, g_mat, host_empty((self.n, self.c) + self.spatial, g_mat.dtype))
         block = max(1, _DCOLS_BLOCK // max(1, self.c * math.prod(self.kernel) * self.l))
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
@@ -534,10 +550,8 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
     else:
         cols = geo.im2col(xp, xpad)
         xpad = None
-        out = geo.forward(xp, w_mat, cols)
-        if relu:
-            _ck.bias_relu(xp, out, bias._data)
-        elif bias is not None:
+        out = geo.forward(xp, w_mat, cols, bias._data if relu else None)
+        if bias is not None and not relu:
             out += bias._data.reshape((1, c_out) + (1,) * nd)
 
     def backward(g: Any) -> tuple[Any, ...]:
