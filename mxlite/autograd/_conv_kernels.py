@@ -107,6 +107,12 @@ def _cols_shape(geom: Geometry, layout: str) -> tuple[int, ...]:
             "taps_first": (taps, n, c, positions)}[layout]
 
 
+def kernel_values(geom: Geometry, layout: str, accumulate: bool) -> tuple[int, ...]:
+    """The 24 geometry values every kernel of kernels/conv.cu takes (GEOMETRY_PARAMS): ``geom``, the column
+    strides of ``layout`` and the accumulate flag."""
+    return (*geom, *_strides(geom, layout), int(bool(accumulate)))
+
+
 @functools.lru_cache(maxsize=1024)
 def _geometry_args(values: tuple[int, ...]) -> tuple[np.int64, ...]:
     """The kernels' 24 geometry arguments (kernels/conv.cu: GEOMETRY_PARAMS) as int64 scalars, made once per
@@ -140,7 +146,7 @@ def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: t
     blocks = n * c
     if threads == 1 and not device.is_gpu:  # a run of planes per block (kernels/conv.cu: "Work split")
         blocks = max(1, min(blocks, blocks * work // _CPU_RUN))
-    values = _geometry_args((*geom, *_strides(geom, layout), int(bool(accumulate))))
+    values = _geometry_args(kernel_values(geom, layout, accumulate))
     with device.use():
         function((min(blocks, _MAX_BLOCKS),), (threads,), (*buffers, *values))
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..device import blas
 from ..device import threads as _threads
-from ..device.kernels import HostEntry, host_entry
+from ..device.kernels import HostEntry, array_address, host_entry
 from . import _conv_kernels as _ck
 
 if TYPE_CHECKING:
@@ -64,7 +64,9 @@ def _entry(what: str, dtype: np.dtype) -> tuple[HostEntry, tuple[int, bool]] | N
 
 
 def applies(geo: _ConvGeom, *arrays: Any) -> bool:
-    """Whether the native pieces compute this convolution's gradients from ``arrays`` (see the module docstring)."""
+    """Whether the native pieces compute this convolution's output or gradients from ``arrays`` (None entries
+    skipped; see the module docstring)."""
+    arrays = tuple(a for a in arrays if a is not None)
     dtype = arrays[0].dtype
     if (not NATIVE or geo.merged or geo.pointwise or geo.groups != 1 or dtype.name not in _TYPE_NAMES
             or min(geo.kg, geo.l, geo.c_out) < 2 or geo.n == 0):
@@ -74,16 +76,11 @@ def applies(geo: _ConvGeom, *arrays: Any) -> bool:
     return _ck.enabled(np, dtype, geo.nd) and _entry("input_grad", dtype) is not None
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
 def _run(what: str, geo: _ConvGeom, piece: int, w: Any, g: Any, cols: Any, out: np.ndarray,
          geometry: tuple[int, ...] = ()) -> None:
     entry, (gemm, ilp64) = _entry(what, out.dtype)  # type: ignore[misc]
-    pieces = _Pieces(gemm, int(ilp64), 0 if w is None else _address(w), 0 if g is None else _address(g),
-                     0 if cols is None else _address(cols), _address(out), geo.n, geo.c_out, geo.kg, geo.l, piece,
-                     (ctypes.c_longlong * 24)(*geometry))
+    pieces = _Pieces(gemm, int(ilp64), array_address(w), array_address(g), array_address(cols), array_address(out),
+                     geo.n, geo.c_out, geo.kg, geo.l, piece, (ctypes.c_longlong * 24)(*geometry))
     with _threads.blas_threads_limited(1):  # each sample's product on the thread that runs it
         entry(ctypes.byref(pieces), HostEntry.launch_budget())
 
@@ -97,14 +94,14 @@ def forward(geo: _ConvGeom, w_mat: np.ndarray, cols: np.ndarray, out: np.ndarray
     return out
 
 
-def input_grad(geo: _ConvGeom, w_mat: np.ndarray, g_mat: np.ndarray, gx: np.ndarray) -> np.ndarray:
+def input_grad(geo: _ConvGeom, w_mat: np.ndarray, g_mat: np.ndarray, gx: np.ndarray, accumulate: bool) -> np.ndarray:
     """``gx`` (N, C, *S) = the input gradient: per sample ``W^T @ g_n`` then col2im, a sample per block.
 
     ``w_mat`` (1, C_out, Kg) and ``g_mat`` (N, 1, C_out, L), C-contiguous; :func:`applies` must hold.
+    ``accumulate``: whether windows may overlap (col2im adds instead of assigning; conv.py's ``_overlapping``).
     """
-    geom = geo.kernel_geometry(geo.n)
-    accumulate = int(_ck_overlapping(geo))
-    _run("input_grad", geo, 1, w_mat, g_mat, None, gx, (*geom, *_ck._strides(geom, "per_sample"), accumulate))
+    geometry = _ck.kernel_values(geo.kernel_geometry(geo.n), "per_sample", accumulate)
+    _run("input_grad", geo, 1, w_mat, g_mat, None, gx, geometry)
     return gx
 
 
@@ -117,8 +114,3 @@ def weight_grad_sums(geo: _ConvGeom, g_mat: np.ndarray, cols: np.ndarray, piece:
     _run("weight_grad", geo, piece, None, g_mat, cols, sums)
     return sums
 
-
-def _ck_overlapping(geo: _ConvGeom) -> bool:
-    from .conv import _overlapping  # noqa: PLC0415 - conv imports this module
-
-    return _overlapping(geo.kernel, geo.stride, geo.dilation, geo.out_sp)

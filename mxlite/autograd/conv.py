@@ -246,7 +246,7 @@ class _ConvGeom:
         """``w_mat`` (groups, C_out/groups, Kg) times the columns: (N, C_out, *O), C-contiguous; with
         ``relu_bias`` (C_out,), of the output's dtype, ``relu(product + bias)`` (:func:`_conv_kernels.bias_relu`,
         fused into the native call where :func:`_conv_native.applies`)."""
-        if xp is np and _conv_native.applies(self, w_mat, cols, *(() if relu_bias is None else (relu_bias,))):
+        if xp is np and _conv_native.applies(self, w_mat, cols, relu_bias):
             out = host_empty((self.n, 1, self.c_out, self.l), cols.dtype)  # a sample at a time, one native call
             _conv_native.forward(self, w_mat, cols, out, relu_bias)
             return out.reshape((self.n, self.c_out) + self.out_sp)
@@ -341,7 +341,9 @@ class _ConvGeom:
         if self.merged or self.pointwise:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))
         if xp is np and _conv_native.applies(self, w_mat, g_mat):  # a sample at a time in one native call, same bits
-            return _conv_native.input_grad(self, w_mat, g_mat, host_empty((self.n, self.c) + self.spatial, g_mat.dtype))
+            gx = host_empty((self.n, self.c) + self.spatial, g_mat.dtype)
+            overlap = _overlapping(self.kernel, self.stride, self.dilation, self.out_sp)
+            return _conv_native.input_grad(self, w_mat, g_mat, gx, overlap)
         block = max(1, _DCOLS_BLOCK // max(1, self.c * math.prod(self.kernel) * self.l))
         if block >= self.n:
             return self.col2im(xp, self.col_grad(xp, w_mat, g_mat))

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
-from ..device.kernels import HostEntry, cpu_kernels_enabled, get_kernel, host_entry
+from ..device.kernels import HostEntry, array_address, cpu_kernels_enabled, get_kernel, host_entry
 from ..device.threads import blas_threads_limited
 from . import _state
 from .ops import _op
@@ -350,10 +350,6 @@ _BackwardSteps = _steps_struct("_BackwardSteps", _BACKWARD_BUFFERS)
 _MODES = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
 
 
-def _address(a: Any) -> int:
-    return 0 if a is None else a.__array_interface__["data"][0]
-
-
 class _NativeSteps:
     """A layer's forward or backward steps as calls of kernels/rnn.cu's host loops: per step the BLAS product
     (NumPy's own ``cblas_?gemm``, :func:`mxlite.device.blas.host_gemm`) and the cell kernel, as :meth:`_Layer.run`
@@ -366,8 +362,8 @@ class _NativeSteps:
         L = layer
         self._entry, self._units = entry, L.batch * L.hidden
         self._steps = struct(gemm[0], int(gemm[1]), _MODES[L.mode], L.length, L.batch, L.hidden, L.gate_rows,
-                             _SAVED[L.mode] * L.hidden, int(L.backwards), 1, *[_address(a) for a in arrays],
-                             _address(L.lengths), *L.clip)
+                             _SAVED[L.mode] * L.hidden, int(L.backwards), 1, *[array_address(a) for a in arrays],
+                             array_address(L.lengths), *L.clip)
 
     def __call__(self, s0: int, s1: int) -> None:
         # the cells' thread budget as _Cells gives it: small steps on the calling thread

@@ -154,6 +154,11 @@ class HostEntry:
         return launch.launch_budget()
 
 
+def array_address(a: Any) -> int:
+    """The address of ``a``'s first element for a host entry's argument struct (0 for None)."""
+    return 0 if a is None else a.__array_interface__["data"][0]
+
+
 def host_entry(filename: str, symbol: str, all_names: tuple[str, ...], argtypes: list[Any]) -> HostEntry | None:
     """``symbol`` of ``filename``'s serial host build (built first if needed), or None when it does not export it.
     ``argtypes``: the ctypes types of its arguments before the error buffer and its length.

@@ -568,7 +568,7 @@ class HostKernel:
         dims[0], dims[1], dims[2], dims[3], dims[4], dims[5] = *g, *b
         if self.module.serial:  # the seed slot carries the thread budget (module docstring)
             if threads is None:
-                threads = 1 if getattr(_this_thread, "alone", False) else _threads
+                threads = launch_budget()
             launch_seed = 1 if self.ordered else max(1, int(threads))
         else:
             launch_seed = (self.module.seed if seed is None else int(seed)) & (2**64 - 1)
