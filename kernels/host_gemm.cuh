@@ -1,6 +1,5 @@
 // NumPy's own cblas_sgemm / cblas_dgemm, called from the native loops of the serial host build (CPU
-// devices only): the recurrent layers' time steps (rnn.cu) and a convolution's per-sample products
-// (conv.cu). The function's address and whether its integers are 64-bit come from
+// devices only): a convolution's per-sample products (conv.cu). The function's address and whether its integers are 64-bit come from
 // mxlite.device.blas.host_gemm (NumPy's OpenBLAS, found through threadpoolctl); called with the
 // arguments numpy.matmul passes for the same operands, it gives numpy.matmul's bits. Included inside
 // `#ifdef HOSTCUDA_SERIAL` (the loader, mxlite/device/kernels.py, pastes it in place): NVRTC, nvcc and

@@ -1,6 +1,7 @@
 // Recurrent cells: one fused kernel per cell type and direction of the pass, all gates of a time step
 // in one pass over memory. The GEMMs (the input projection of the whole sequence, h @ W_h^T per step,
-// and every weight gradient) are BLAS / cuBLAS calls made by the launcher, outside these kernels.
+// and every weight gradient) are BLAS / cuBLAS calls made by the launcher, outside these kernels (on CPU
+// devices the per-step products are packed_product.cuh's, see the host-only section at the end).
 //
 //   lstm_forward<T>   gates i, f, g, o (MXNet's order): c' = sig(f)*c + sig(i)*tanh(g), clipped to
 //                     [lo, hi] when `clip`; h' = sig(o)*tanh(c'). Saves the activated gates (N, 4H).
@@ -376,11 +377,11 @@ RNN_INSTANTIATE(double)
 RNN_INSTANTIATE(__half)
 
 #ifdef HOSTCUDA_SERIAL
-#include "host_gemm.cuh"
+#include "packed_product.cuh"
 // ---- host build only (CPU devices): a layer's time loops in one call each -------------------------------------
 // Per processing step s, what mxlite/autograd/rnn_ops.py's _Layer.run (forward) and _Layer.run_back
-// (backward) do from Python: the per-step product through NumPy's own BLAS (its cblas_sgemm/cblas_dgemm,
-// looked up by rnn_ops and passed in: the call numpy.matmul makes, hence the same bits) and the cell
+// (backward) do from Python: the per-step product against W_h laid out once per pass (packed_product.cuh; the
+// Python loop calls the same product through mxlite_packed_product_<T>, hence the same bits) and the cell
 // kernel over every row, launched through the runtime as from Python. One call per chunk of steps: no
 // interpreter between the steps, so the layers of a stack (rnn_stack.py) run side by side on the host
 // threads instead of taking turns at the GIL. Not compiled for GPUs (NVRTC, nvcc): there the steps are
@@ -389,8 +390,6 @@ namespace {
 
 // What both loops share, first in both argument structs (rnn_ops._STEPS_HEAD, ctypes).
 struct StepsHead {
-    void *gemm;            // cblas_sgemm (float) or cblas_dgemm (double) of NumPy's BLAS
-    long long ilp64;       // its integer arguments are 64-bit
     long long mode;        // 0 LSTM, 1 GRU, 2 RNN tanh, 3 RNN relu
     long long length, batch, hidden;
     long long gate_rows;   // G*H: the gates' width (4H LSTM, 3H GRU, H RNN)
@@ -406,7 +405,7 @@ struct Clip {
 
 struct ForwardSteps {  // laid out as rnn_ops._ForwardSteps
     StepsHead head;
-    const void *proj, *bias_i, *bias_h, *w_t;  // proj (T, N, G*H); w_t (H, G*H), row-major
+    const void *proj, *bias_i, *bias_h, *w_packed;  // proj (T, N, G*H); W_h^T (H x G*H) laid out by pack_panels
     void *hg, *hs, *cs, *y, *saved;            // hg (N, G*H); hs, cs (T+1, N, H); y (T, N, H); saved (T, N, S)
     const int *lengths;
     Clip clip;
@@ -414,16 +413,15 @@ struct ForwardSteps {  // laid out as rnn_ops._ForwardSteps
 
 struct BackwardSteps {  // laid out as rnn_ops._BackwardSteps
     StepsHead head;
-    const void *saved, *cs, *hs, *dy, *w;  // w: W_h (G*H, H), row-major
+    const void *saved, *cs, *hs, *dy, *w_packed;  // W_h (G*H x H) laid out by pack_panels
     void *rec, *carry, *dc, *d_gates, *dh_gates;
     const int *lengths;
     Clip clip;
 };
 
-// C (m x n) = A (m x k) @ B (k x n), row-major, contiguous rows.
-template <typename T>
-void gemm_rows(const StepsHead &p, long long m, long long n, long long k, const T *a, const T *b, T *c) {
-    host_blas::gemm<T>(p.gemm, p.ilp64, host_blas::kNoTrans, host_blas::kNoTrans, m, n, k, a, k, b, n, c, n);
+// C (m x n) = A (m x k) @ B, contiguous rows, B laid out by pack_panels.
+template <typename T> void step_product(long long m, long long n, long long k, const T *a, const void *b, T *c) {
+    packed::product<T>(m, n, k, a, k, static_cast<const T *>(b), c, n);
 }
 
 // Processing step s: its time index and the state slots it reads and writes (rnn_ops' _Layer._slots).
@@ -455,7 +453,7 @@ int forward_steps(const ForwardSteps &p, int s0, int s1, char *err, size_t err_l
         T *h_next = hs + at.next * N * H;
         T *y = p.y ? static_cast<T *>(p.y) + at.t * N * H : nullptr;
         T *saved = p.saved ? static_cast<T *>(p.saved) + at.t * N * q.saved_rows : nullptr;
-        gemm_rows<T>(q, N, G, H, h_prev, static_cast<const T *>(p.w_t), hg);
+        step_product<T>(N, G, H, h_prev, p.w_packed, hg);
         const T *hgc = hg;
         int step = s, rc;
         if (q.mode == 0) {
@@ -513,7 +511,7 @@ int backward_steps(const BackwardSteps &p, int s0, int s1, char *err, size_t err
             rc = ::hostcuda::launch(&rnn_backward<T>, "rnn_backward", args, grid, block, 0, q.threads, err, err_len);
         }
         if (rc != 0) return rc;
-        gemm_rows<T>(q, N, H, G, dh_gates, static_cast<const T *>(p.w), rec);
+        step_product<T>(N, H, G, dh_gates, p.w_packed, rec);
     }
     return 0;
 }
@@ -530,4 +528,30 @@ RNN_STEPS_ENTRY(forward, ForwardSteps, float)
 RNN_STEPS_ENTRY(forward, ForwardSteps, double)
 RNN_STEPS_ENTRY(backward, BackwardSteps, float)
 RNN_STEPS_ENTRY(backward, BackwardSteps, double)
+
+// The packed product on its own, for the Python loop and the tests (same argument order as packed::product;
+// pack_panels' `transposed` as 0/1; `portable`: the loop without vector intrinsics). They cannot fail.
+#define PACKED_ENTRIES(T)                                                                                       \
+    extern "C" __attribute__((visibility("default"))) int mxlite_pack_panels_##T(                              \
+        const T *src, long long ld, int transposed, long long k, long long n, T *dst, char *, size_t) {       \
+        packed::pack_panels<T>(src, ld, transposed != 0, k, n, dst);                                          \
+        return 0;                                                                                             \
+    }                                                                                                         \
+    extern "C" __attribute__((visibility("default"))) int mxlite_packed_product_##T(                           \
+        long long m, long long n, long long k, const T *a, long long lda, const T *b, T *c, long long ldc,    \
+        int portable, char *, size_t) {                                                                       \
+        if (portable)                                                                                         \
+            packed::product<T, true>(m, n, k, a, lda, b, c, ldc);                                             \
+        else                                                                                                  \
+            packed::product<T, false>(m, n, k, a, lda, b, c, ldc);                                            \
+        return 0;                                                                                             \
+    }
+PACKED_ENTRIES(float)
+PACKED_ENTRIES(double)
+
+// Writes whether packed::product uses the AVX-512 loop in this build (1) or the portable one (0).
+extern "C" __attribute__((visibility("default"))) int mxlite_packed_vectorised(int *out, char *, size_t) {
+    *out = packed::kVectorised ? 1 : 0;
+    return 0;
+}
 #endif  // HOSTCUDA_SERIAL

@@ -3,7 +3,8 @@
 Purpose: :func:`recurrence` runs what ``mxlite/rnn/_steps.py`` composes step by step (RNN with tanh
 or relu, LSTM, GRU; MXNet's gate order and formulas) with a handful of launches per time step
 instead of a dozen recorded ops: the input projection of the whole sequence is one GEMM before the
-time loop; each step is one GEMM (``h @ W_h^T``) and one fused cell kernel (``kernels/rnn.cu``);
+time loop; each step is one GEMM (``h @ W_h^T``; on CPU devices against W_h laid out once per pass,
+:class:`_PackedWeight`) and one fused cell kernel (``kernels/rnn.cu``);
 the whole layer-direction is one autograd node, whose backward runs the loop in reverse (one cell
 kernel and one GEMM per step) and then forms ``dW_i``, ``db_i``, ``dW_h``, ``db_h`` and ``dx`` as
 whole-sequence GEMMs and sums.
@@ -333,8 +334,8 @@ class _Cells:
 
 # -- the time loops in one native call (CPU devices) --------------------------------------------------------------
 # kernels/rnn.cu's host-only loops take one struct each: StepsHead, their buffers' addresses, then Clip.
-_STEPS_HEAD = [("gemm", ctypes.c_void_p), *[(name, ctypes.c_longlong) for name in (
-    "ilp64", "mode", "length", "batch", "hidden", "gate_rows", "saved_rows", "backwards", "threads")]]
+_STEPS_HEAD = [(name, ctypes.c_longlong) for name in (
+    "mode", "length", "batch", "hidden", "gate_rows", "saved_rows", "backwards", "threads")]
 _CLIP = [("clip_on", ctypes.c_longlong), ("clip_lo", ctypes.c_double), ("clip_hi", ctypes.c_double)]
 
 
@@ -343,27 +344,25 @@ def _steps_struct(name: str, buffers: tuple[str, ...]) -> type[ctypes.Structure]
     return type(name, (ctypes.Structure,), {"_fields_": fields, "__doc__": f"kernels/rnn.cu's ``{name[1:]}``."})
 
 
-_FORWARD_BUFFERS = ("proj", "bias_i", "bias_h", "w_t", "hg", "hs", "cs", "y", "saved")
-_BACKWARD_BUFFERS = ("saved", "cs", "hs", "dy", "w", "rec", "carry", "dc", "d_gates", "dh_gates")
+_FORWARD_BUFFERS = ("proj", "bias_i", "bias_h", "w_packed", "hg", "hs", "cs", "y", "saved")
+_BACKWARD_BUFFERS = ("saved", "cs", "hs", "dy", "w_packed", "rec", "carry", "dc", "d_gates", "dh_gates")
 _ForwardSteps = _steps_struct("_ForwardSteps", _FORWARD_BUFFERS)
 _BackwardSteps = _steps_struct("_BackwardSteps", _BACKWARD_BUFFERS)
 _MODES = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
 
 
 class _NativeSteps:
-    """A layer's forward or backward steps as calls of kernels/rnn.cu's host loops: per step the BLAS product
-    (NumPy's own ``cblas_?gemm``, :func:`mxlite.device.blas.host_gemm`) and the cell kernel, as :meth:`_Layer.run`
-    and :meth:`_Layer.run_back` do, with the same bits, but a whole range of steps per call, without the
-    interpreter (and its lock) between them. The layer's buffers (``arrays``, C-contiguous) must stay where
-    they are while it is used."""
+    """A layer's forward or backward steps as calls of kernels/rnn.cu's host loops: per step the product against
+    the packed W_h (:class:`_PackedWeight`) and the cell kernel, as :meth:`_Layer.run` and :meth:`_Layer.run_back`
+    do, with the same bits, but a whole range of steps per call, without the interpreter (and its lock) between
+    them. The layer's buffers (``arrays``, C-contiguous) must stay where they are while it is used."""
 
-    def __init__(self, layer: _Layer, entry: HostEntry, gemm: tuple[int, bool], struct: type[ctypes.Structure],
-                 arrays: Sequence[Any]) -> None:
+    def __init__(self, layer: _Layer, entry: HostEntry, struct: type[ctypes.Structure], arrays: Sequence[Any]) -> None:
         L = layer
         self._entry, self._units = entry, L.batch * L.hidden
-        self._steps = struct(gemm[0], int(gemm[1]), _MODES[L.mode], L.length, L.batch, L.hidden, L.gate_rows,
-                             _SAVED[L.mode] * L.hidden, int(L.backwards), 1, *[array_address(a) for a in arrays],
-                             array_address(L.lengths), *L.clip)
+        self._steps = struct(_MODES[L.mode], L.length, L.batch, L.hidden, L.gate_rows, _SAVED[L.mode] * L.hidden,
+                             int(L.backwards), 1, *[array_address(a) for a in arrays], array_address(L.lengths),
+                             *L.clip)
 
     def __call__(self, s0: int, s1: int) -> None:
         # the cells' thread budget as _Cells gives it: small steps on the calling thread
@@ -372,24 +371,23 @@ class _NativeSteps:
 
 
 def _native_steps(layer: _Layer, direction: str, arrays: Sequence[Any]) -> _NativeSteps | None:
-    """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` over ``arrays`` (the struct's buffers, in order) where
-    the native loops apply (a CPU device with the compiled kernels, float32 or float64, NumPy's OpenBLAS found,
-    C-contiguous buffers and int32 lengths); else None, and the steps run from Python."""
+    """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` over ``arrays`` (the struct's buffers, in order, the
+    packed W_h among them) where the native loops apply (a CPU device with the compiled kernels, float32 or
+    float64, W_h packed, C-contiguous buffers and int32 lengths); else None, and the steps run from Python."""
     if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled or layer.batch == 0:
         return None  # (an empty batch launches nothing: the Python loop skips its cells)
     if layer.dtype.name not in ("float32", "float64") or any(a is not None and not a.flags.c_contiguous
                                                               for a in arrays):
         return None
-    gemm = blas.host_gemm(layer.dtype)
     lengths = layer.lengths
-    if gemm is None or (lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous)):
+    if lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous):
         return None
     entry = host_entry(KERNEL_FILE, f"mxlite_rnn_{direction}_steps_{_TYPE_NAMES[layer.dtype.name]}", _ALL_NAMES,
                        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
     if entry is None:
         return None
     struct = _ForwardSteps if direction == "forward" else _BackwardSteps
-    return _NativeSteps(layer, entry, gemm, struct, arrays)
+    return _NativeSteps(layer, entry, struct, arrays)
 
 
 # -- host scratch buffers ---------------------------------------------------------------------------------------
@@ -430,8 +428,66 @@ class _Spares:
 _SPARES = _Spares()
 
 
-# The per-step GEMMs (h @ W_h^T forward, d(gates) @ W_h backward: N rows by a few hundred columns, about
-# 0.2 ms each at N=32, H=256) run with NumPy's BLAS on this many threads (None: the BLAS's own count).
+# -- the per-step product against a packed W_h (CPU devices) ------------------------------------------------------
+class _PackedWeight:
+    """``a @ B`` for the B of a whole pass (W_h^T forward, W_h backward), laid out once in panels by the host
+    build (kernels/packed_product.cuh) and multiplied by each step's ``a``: about 1.7x faster than NumPy's BLAS at
+    a batch of 32 (OpenBLAS lays B out again on every call). The native loops read :attr:`panels` directly; the
+    Python loop calls the product (same bits); both run on the calling thread.
+
+    Args:
+        matrix: the C-contiguous source, ``(k, n)``, or ``(n, k)`` with ``transposed`` (B is then its transpose).
+        transposed: see ``matrix``.
+    """
+
+    _PANEL = {"float32": 32, "float64": 16}  # packed_product.cuh's Panel<T>::width
+
+    def __init__(self, matrix: np.ndarray, transposed: bool) -> None:
+        name = matrix.dtype.name
+        self.n, self.k = matrix.shape if transposed else matrix.shape[::-1]
+        width = self._PANEL[name]
+        self.panels = _SPARES.empty(np, (self.k * -(-self.n // width) * width,), matrix.dtype)
+        pack, self._product = _packed_entries(name)
+        pack(matrix.ctypes.data, matrix.shape[1], int(transposed), self.k, self.n, self.panels.ctypes.data)
+
+    def __call__(self, a: np.ndarray, out: np.ndarray) -> None:
+        """``out[...] = a @ B``: ``a`` ``(m, k)`` and ``out`` ``(m, n)`` of B's dtype, each row unit-stride."""
+        size = a.dtype.itemsize
+        self._product(a.shape[0], self.n, self.k, a.ctypes.data, a.strides[0] // size, self.panels.ctypes.data,
+                      out.ctypes.data, out.strides[0] // size, 0)
+
+    def release(self) -> None:
+        """Hand the panels back for reuse (no loop may use this product afterwards)."""
+        _SPARES.give(self.panels)
+        self.panels = None
+
+
+_PACKED_ENTRIES: dict[str, tuple[HostEntry, HostEntry]] = {}
+
+
+def _packed_entries(type_name: str) -> tuple[HostEntry, HostEntry]:
+    """kernels/rnn.cu's ``mxlite_pack_panels_<T>`` and ``mxlite_packed_product_<T>`` for ``float32``/``float64``."""
+    entries = _PACKED_ENTRIES.get(type_name)
+    if entries is None:
+        c = _TYPE_NAMES[type_name]
+        i64, ptr = ctypes.c_longlong, ctypes.c_void_p
+        pack = host_entry(KERNEL_FILE, f"mxlite_pack_panels_{c}", _ALL_NAMES, [ptr, i64, ctypes.c_int, i64, i64, ptr])
+        product = host_entry(KERNEL_FILE, f"mxlite_packed_product_{c}", _ALL_NAMES,
+                             [i64, i64, i64, ptr, i64, ptr, ptr, i64, ctypes.c_int])
+        if pack is None or product is None:
+            raise RuntimeError(f"the host build of {KERNEL_FILE} lacks the packed product's entries")
+        entries = _PACKED_ENTRIES[type_name] = (pack, product)
+    return entries
+
+
+def _packs_w_h(layer: _Layer) -> bool:
+    """Whether ``layer``'s per-step products go through :class:`_PackedWeight` (CPU devices with the compiled
+    kernels, float32 and float64); otherwise they are :func:`mxlite.device.blas.matmul` calls."""
+    return layer.xp is np and layer.cells.compiled and layer.dtype.name in _PackedWeight._PANEL
+
+
+# The per-step GEMMs where they go to NumPy's BLAS (float16 on CPU devices, the twins; h @ W_h^T forward,
+# d(gates) @ W_h backward: N rows by a few hundred columns) run on this many threads (None: the BLAS's own count).
 # OpenBLAS splits even these statically over all its threads, whose wake-ups cost more than they save,
 # and waits for the slowest: on the 2-core VM beside a busy neighbour one such product took 1.3 ms on
 # two threads against 0.2 ms on one (benchmarks/bench_busy.py, docs/design.md "CPU threads").
@@ -640,6 +696,7 @@ class _Layer:
         self.clip = (0, -np.inf, np.inf) if clip is None or clip == (None, None) else (
             1, -np.inf if clip[0] is None else float(clip[0]), np.inf if clip[1] is None else float(clip[1]))
         self.native = self.native_back = None  # the time loops as native calls (_NativeSteps), once set up
+        self.step_weight = self.back_weight = None  # W_h^T and W_h for the per-step products, once set up
 
     def _slots(self, s: int) -> tuple[int, int, int]:
         """(time index, state slot read, state slot written) of processing step s."""
@@ -682,11 +739,12 @@ class _Layer:
             width = _SAVED[self.mode] * H
             self.saved = _SPARES.empty(xp, (T, N, width), self.dtype) if save and width else None
             self.hg = xp.empty((N, gh), dtype=self.dtype)
-            # W_h^T laid out row-major once per call: OpenBLAS's small-M GEMM (N x H by H x G*H, every step) runs
-            # 1.5x faster on it than on the transposed view (138 against 205 us at N=32, H=256, G=4, one thread)
-            self.w_t = xp.ascontiguousarray(h2h_weight.T)
-            self.native = _native_steps(self, "forward", (self.proj, *self.biases, self.w_t, self.hg, self.hs,
-                                                          self.cs, self.y, self.saved))
+            if _packs_w_h(self):  # W_h^T laid out once for the T products of the pass
+                self.step_weight = _PackedWeight(np.ascontiguousarray(h2h_weight), transposed=True)
+                self.native = _native_steps(self, "forward", (self.proj, *self.biases, self.step_weight.panels,
+                                                              self.hg, self.hs, self.cs, self.y, self.saved))
+            else:  # W_h^T row-major once per call: OpenBLAS's small-M GEMM runs 1.5x faster on it than on the view
+                self.step_weight = xp.ascontiguousarray(h2h_weight.T)
 
     def output_buffer(self) -> Any:
         """The array :meth:`run` writes the outputs into, ``(T, N, H)`` in time order (not for a flipped layer)."""
@@ -707,9 +765,10 @@ class _Layer:
             return
         N, H = self.batch, self.hidden
         y, lstm = self.y, self.mode == "lstm"
+        product = self._step_product(self.step_weight)
         for s in range(s0, s1):
             t, prev, nxt = self._slots(s)
-            blas.matmul(self.hs[prev], self.w_t, out=self.hg)
+            product(self.hs[prev], self.hg)
             y_t = None if y is None else y[t]
             saved_t = None if self.saved is None else self.saved[t]
             common = (self.proj[t], self.hg, *self.biases, self.hs[prev])
@@ -722,6 +781,13 @@ class _Layer:
                 self.cells("rnn_forward", (*common, self.hs[nxt], y_t, self.lengths),
                            (s, N, H, int(self.mode == "rnn_relu")))
 
+    @staticmethod
+    def _step_product(weight: Any) -> Any:
+        """``f(a, out)``: ``out[...] = a @ B`` for a step, B packed (:class:`_PackedWeight`) or an array."""
+        if isinstance(weight, _PackedWeight):
+            return weight
+        return lambda a, out: blas.matmul(a, weight, out=out)
+
     def results(self) -> tuple[Any, list[Any]]:
         """(outputs in time order, final states) once every step ran; hands the projection back."""
         T = self.length
@@ -730,7 +796,9 @@ class _Layer:
             last = 0 if self.backwards else T
             finals = [self.hs[last]] + ([self.cs[last].copy()] if self.cs is not None else [])  # cs stays here
         _SPARES.give(self.proj)
-        self.proj = self.native = None  # the native loop held the projection's address
+        if isinstance(self.step_weight, _PackedWeight):
+            self.step_weight.release()
+        self.proj = self.native = self.step_weight = None  # the native loop held their addresses
         # the saved gates and cell states go back when the graph lets go of this layer
         weakref.finalize(self, _SPARES.give, self.saved, self.cs)
         return outputs, finals
@@ -771,9 +839,14 @@ class _Layer:
             self.dh_gates = _SPARES.empty(xp, (T, N, gh), self.dtype) if gru else self.d_gates
         # where the weights' gradients may be written directly (a per-thread lookup: resolved here)
         self.targets = [None if w is None else grad_out(w, self.dtype) for w in self.weights]
-        self.native_back = _native_steps(self, "backward", (self.saved, self.cs, self.hs, self.dy,
-                                                            self.weights[1]._data, self.rec, self.carry, self.dc,
-                                                            self.d_gates, self.dh_gates))
+        w_h = self.weights[1]._data
+        if _packs_w_h(self):  # W_h laid out once for the T products of the pass
+            self.back_weight = _PackedWeight(np.ascontiguousarray(w_h), transposed=False)
+            self.native_back = _native_steps(self, "backward", (self.saved, self.cs, self.hs, self.dy,
+                                                                self.back_weight.panels, self.rec, self.carry,
+                                                                self.dc, self.d_gates, self.dh_gates))
+        else:
+            self.back_weight = w_h
 
     def run_back(self, s0: int, s1: int) -> None:
         """Processing steps ``s1-1`` down to ``s0``: per step one cell kernel and one GEMM; on CPU devices one
@@ -783,7 +856,7 @@ class _Layer:
             return
         N, H = self.batch, self.hidden
         lstm, gru = self.mode == "lstm", self.mode == "gru"
-        w, rec, carry, dc, dy = self.weights[1]._data, self.rec, self.carry, self.dc, self.dy
+        product, rec, carry, dc, dy = self._step_product(self.back_weight), self.rec, self.carry, self.dc, self.dy
         for s in range(s1 - 1, s0 - 1, -1):
             t, prev, nxt = self._slots(s)
             if lstm:
@@ -795,7 +868,7 @@ class _Layer:
             else:
                 self.cells("rnn_backward", (self.hs[nxt], dy[t], rec, carry, self.d_gates[t], self.lengths),
                            (s, N, H, int(self.mode == "rnn_relu")))
-            blas.matmul(self.dh_gates[t], w, out=rec)
+            product(self.dh_gates[t], rec)
 
     def input_grad(self, t0: int, t1: int, out: Any) -> None:
         """``out`` (``(t1-t0, N, C)``, C-contiguous) = the input's gradient at time steps ``t0 .. t1-1`` (not for
@@ -863,4 +936,6 @@ class _Layer:
     def release_backward(self) -> None:
         """Hand the gate gradients back for reuse, once nothing reads them any more (nothing returned is a view)."""
         _SPARES.give(self.d_gates, *((self.dh_gates,) if self.dh_gates is not self.d_gates else ()))
-        self.d_gates = self.dh_gates = self.native_back = None  # the native loop held their addresses
+        if isinstance(self.back_weight, _PackedWeight):
+            self.back_weight.release()
+        self.d_gates = self.dh_gates = self.native_back = self.back_weight = None  # the native loop held them

@@ -180,8 +180,8 @@ _HOST_GEMMS: dict[str, tuple[int, bool] | None] = {}
 
 def host_gemm(dtype: Any) -> tuple[int, bool] | None:
     """``(address, ilp64)`` of the ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) of the OpenBLAS NumPy
-    itself loaded, for native code that runs a product per step (the recurrent layers' time loop in
-    ``kernels/rnn.cu``): calling it as ``numpy.matmul`` does gives ``numpy.matmul``'s bits. ``ilp64``: its
+    itself loaded, for native code that runs many products (a convolution's per-sample products in
+    ``kernels/conv.cu``): calling it as ``numpy.matmul`` does gives ``numpy.matmul``'s bits. ``ilp64``: its
     integer arguments are 64-bit. None for other dtypes, another BLAS, or when it cannot be found.
     """
     name = np.dtype(dtype).name
