@@ -399,9 +399,9 @@ class _Spares:
     page again: about 1,900 page faults per LSTM layer-direction, a quarter of its time on a 2-core VM,
     where PyTorch's caching allocator had none. Only arrays that never leave this module are handed
     back (never the outputs, states or gradients a caller holds). At most ``limit`` arrays are kept,
-    the most recently returned (16: a two-layer bidirectional LSTM has 13 in use at its peak, 4 saved
-    gates, 4 cell-state buffers, a projection and 4 packed W_h), so what stays allocated is never more than recent
-    steps had in use, as with PyTorch's caching allocator.
+    the most recently returned (16: a two-layer bidirectional LSTM has 9 in use at its peak, 4 saved
+    gates, 4 cell-state buffers and a projection, besides the packed W_h of the layer running), so what
+    stays allocated is never more than recent steps had in use, as with PyTorch's caching allocator.
     """
 
     def __init__(self, limit: int = 16) -> None:
