@@ -300,6 +300,7 @@ def test_the_default_blas_count_follows_the_cores_other_processes_leave(monkeypa
     assert threads.adapt_to_load(now=101.0) == 4  # others used 0 cores
     assert threads.adapt_to_load(now=102.0) == 2  # 3 busy s, 1 of them ours: 2 cores taken by others
     assert threads.adapt_to_load(now=103.0) == 1  # 3.8 cores taken: at least one thread stays
+    assert threads.usable_threads() == 4  # mxlite's own pieces keep the full count (their threads sleep when idle)
     with threads.blas_threads_limited(1):
         assert threads.adapt_to_load(now=104.0) is None  # not inside a limited block
     assert set_counts[:3] == [4, 2, 1]  # then blas_threads_limited's own 1 and 4
