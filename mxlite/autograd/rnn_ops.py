@@ -372,12 +372,11 @@ class _NativeSteps:
 
 def _native_steps(layer: _Layer, direction: str, arrays: Sequence[Any]) -> _NativeSteps | None:
     """kernels/rnn.cu's ``mxlite_rnn_<direction>_steps_<T>`` over ``arrays`` (the struct's buffers, in order, the
-    packed W_h among them) where the native loops apply (a CPU device with the compiled kernels, float32 or
-    float64, W_h packed, C-contiguous buffers and int32 lengths); else None, and the steps run from Python."""
-    if not NATIVE_STEPS or layer.xp is not np or not layer.cells.compiled or layer.batch == 0:
+    packed W_h among them: called only where :func:`_packs_w_h` holds) where the native loops apply (C-contiguous
+    buffers and int32 lengths); else None, and the steps run from Python."""
+    if not NATIVE_STEPS or layer.batch == 0:
         return None  # (an empty batch launches nothing: the Python loop skips its cells)
-    if layer.dtype.name not in ("float32", "float64") or any(a is not None and not a.flags.c_contiguous
-                                                              for a in arrays):
+    if any(a is not None and not a.flags.c_contiguous for a in arrays):
         return None
     lengths = layer.lengths
     if lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous):
@@ -440,12 +439,12 @@ class _PackedWeight:
         transposed: see ``matrix``.
     """
 
-    _PANEL = {"float32": 32, "float64": 16}  # packed_product.cuh's Panel<T>::width
+    TYPES = ("float32", "float64")
 
     def __init__(self, matrix: np.ndarray, transposed: bool) -> None:
         name = matrix.dtype.name
         self.n, self.k = matrix.shape if transposed else matrix.shape[::-1]
-        width = self._PANEL[name]
+        width = 128 // matrix.itemsize  # packed_product.cuh's Panel<T>::width: two 64-byte vectors
         self.panels = _SPARES.empty(np, (self.k * -(-self.n // width) * width,), matrix.dtype)
         pack, self._product = _packed_entries(name)
         pack(matrix.ctypes.data, matrix.shape[1], int(transposed), self.k, self.n, self.panels.ctypes.data)
@@ -483,7 +482,7 @@ def _packed_entries(type_name: str) -> tuple[HostEntry, HostEntry]:
 def _packs_w_h(layer: _Layer) -> bool:
     """Whether ``layer``'s per-step products go through :class:`_PackedWeight` (CPU devices with the compiled
     kernels, float32 and float64); otherwise they are :func:`mxlite.device.blas.matmul` calls."""
-    return layer.xp is np and layer.cells.compiled and layer.dtype.name in _PackedWeight._PANEL
+    return layer.xp is np and layer.cells.compiled and layer.dtype.name in _PackedWeight.TYPES
 
 
 # The per-step GEMMs where they go to NumPy's BLAS (float16 on CPU devices, the twins; h @ W_h^T forward,
