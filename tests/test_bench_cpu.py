@@ -44,3 +44,28 @@ def test_bench_busy_reports_the_slowdown_beside_a_competitor(tmp_path, capsys):
     assert len(record["alone_runs_ms"]) == len(record["busy_runs_ms"]) == 2
     assert report["meta"]["competitors"] == 1 and report["meta"]["command"].startswith("python3 benchmarks/bench_busy")
     assert "slowdown" in capsys.readouterr().out
+
+
+def test_bench_gemm_times_each_library_and_checks_the_hand_written_gemm(tmp_path, capsys):
+    out = tmp_path / "gemm.json"
+    shapes = "40x70x33:NT,33x40x70:TN,17x5x9:TT"  # ragged tiles, every transposition, a k below one block
+    assert _load("bench_gemm").main(["--shapes", shapes, "--threads", "1,2", "--rounds", "1", "--calls", "1",
+                                     "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    records, skipped = report["records"], report["meta"]["skipped"]
+    products = {"40x70x33 NT", "33x40x70 TN", "17x5x9 TT"}
+    mine = [r for r in records if r["library"] == "mxlite"]
+    assert {(r["product"], r["threads"]) for r in mine} == {(p, t) for p in products for t in (1, 2)}
+    assert all(r["ms"] > 0 and r["gflops"] == 2 * r["m"] * r["n"] * r["k"] / r["ms"] / 1e6 for r in records)
+    for r in records:  # MKL's products, when its wheel is installed: checked like the hand-written ones
+        if r["library"] == "mkl":
+            assert r["max_rel_error"] < r["k"] * 2.0 ** -24
+    blocked = [r for r in records if r["library"] == "blocked"]
+    if "blocked" in skipped:  # no AVX-512 or no g++ here: the table says why
+        assert not blocked and "not run" in capsys.readouterr().out
+        return
+    assert {(r["product"], r["threads"]) for r in blocked} == {(p, t) for p in products for t in (1, 2)}
+    for r in blocked:  # within the rounding of k float32 terms, on one thread and with the columns split
+        assert r["max_rel_error"] < r["k"] * 2.0 ** -24
+        assert r["ceiling_gflops"] > 0
+    assert "ceiling on 1 thread(s)" in capsys.readouterr().out
