@@ -92,6 +92,7 @@ def plan(device: str, quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_step", ["--devices", device] + (["--steps", "5"] if quick else [])),
         ("bench_conv", ["--repeat", "2", "--cases", "conv2d 32->64,max_pool2d 2x2"] if quick else []),  # CPU only
         ("bench_allreduce", ["--repeat", "5", "--large-elements", "262144"] if quick else []),
+        ("bench_gemm", ["--shapes", "256x512x512:NT", "--rounds", "1"] if quick else []),  # CPU only
         ("bench_train", dev + (small_train if quick or device == "cpu" else [])),
         ("profile_step", dev + (["--hidden", "512", "--input", "512", "--batch", "128", "--steps", "3"]
                                 if quick or device == "cpu" else [])),
