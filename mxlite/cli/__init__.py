@@ -57,6 +57,9 @@ def info() -> None:
     from mxlite.device.threads import threads_status  # noqa: PLC0415
 
     print(f"CPU threads: {threads_status()}")
+    from mxlite.device.mkl import status as mkl_status  # noqa: PLC0415
+
+    print(f"CPU large products: {mkl_status()}")
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 

@@ -1,7 +1,8 @@
 """Matrix products that a CUDA graph can capture: every GEMM of mxlite goes through :func:`matmul`.
 
 * **CPU devices:** NumPy's ``matmul`` with its BLAS on one thread, a large product cut into pieces that run
-  side by side on mxlite's host threads (:func:`_host_matmul`).
+  side by side on mxlite's host threads (:func:`_host_matmul`); a large 2-D float32/float64 product goes to
+  Intel MKL instead when the ``mkl`` wheel is installed (:mod:`mxlite.device.mkl`).
 * **GPUs:** cuBLAS through nvmath-python's raw bindings (``nvmath.bindings.cublas``), with a cuBLAS handle
   of mxlite's own per (device, stream) and a workspace from a memory pool of its own. CuPy 14 refuses its
   cuBLAS calls (``cupy.matmul``, ``dot``, ``@``) while a stream captures ("calling cuBLAS API during stream
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import mkl as _mkl
 from . import threads as _threads
 from .devices import cuda_status
 from .host_buffers import host_empty
@@ -222,7 +224,8 @@ def _spans(extent: int, pieces: int, align: int) -> list[tuple[int, int]]:
 
 
 def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
-    """``numpy.matmul(a, b, out=out)`` on CPU devices: the BLAS on one thread, a large product in pieces.
+    """``numpy.matmul(a, b, out=out)`` on CPU devices: MKL for a large 2-D product when installed, else the BLAS
+    on one thread, a large product in pieces.
 
     One piece per usable thread (:func:`threads.usable_threads`) with at least ``_PIECE_MNK`` multiply-adds
     each: the stacked axis when there are enough matrices, else the output's columns (when it has at least
@@ -231,6 +234,12 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     """
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)  # vectors; numpy's own errors
+    if a.ndim == 2 and b.ndim == 2:  # MKL, when installed, for a large 2-D product (mkl.py)
+        mnk = a.shape[0] * a.shape[1] * b.shape[1]  # threads as for pieces: each at least _PIECE_MNK
+        threads = 1 if inside_parallel_for() else max(1, min(_threads.blas_count(), mnk // _PIECE_MNK))
+        done = _mkl.matmul(a, b, out, threads)
+        if done is not None:
+            return done
     m, n = a.shape[-2], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
     mnk = math.prod(batch) * m * n * a.shape[-1]

@@ -62,8 +62,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["adapt_to_load", "blas_threads_limited", "default_num_threads", "get_num_threads", "set_num_threads",
-           "threads_status", "usable_threads"]
+__all__ = ["adapt_to_load", "blas_count", "blas_threads_limited", "default_num_threads", "get_num_threads",
+           "set_num_threads", "threads_status", "usable_threads"]
 
 # How often (s) the BLAS count follows the machine's load (adapt_to_load): long enough that /proc/stat's
 # 10 ms ticks give a usable average (25 ticks per core), short enough to follow a neighbour that starts
@@ -244,6 +244,14 @@ def blas_threads_limited(n: int = 1) -> Iterator[None]:
             if count is not None and count > n:
                 c.set_num_threads(count)
         _blas_count = known
+
+
+def blas_count() -> int:
+    """The threads a BLAS that splits a product statically over its own threads should use now: the count
+    mxlite last gave NumPy's BLAS (following the machine's load while the count is the default, one inside
+    :func:`blas_threads_limited`), else :func:`get_num_threads`. MKL's products take this many
+    (:mod:`mxlite.device.mkl`)."""
+    return _blas_count if _blas_count is not None else get_num_threads()
 
 
 def blas_on_one_thread() -> bool:
