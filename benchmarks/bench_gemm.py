@@ -5,11 +5,13 @@ each 2 x 256 x 2048 x 2048 flops: the forward ``x @ W^T``, the input gradient ``
 gradient ``dy^T @ x``. How fast a framework trains it is how fast its BLAS runs those. This benchmark
 times them (or ``--shapes``) with:
 
-- ``mxlite``: ``mxlite.device.blas.matmul``, what its layers call (NumPy's OpenBLAS on one thread, a
-  product cut into one piece per thread on mxlite's own threads);
+- ``mxlite``: ``mxlite.device.blas.matmul``, what its layers call: Intel MKL on its own threads when the
+  ``mkl`` extra is installed (``mxlite.device.mkl``), else NumPy's BLAS in mxlite's pieces;
+- ``mxlite-numpy``: the same with ``MXLITE_HOST_BLAS=numpy``: NumPy's BLAS (OpenBLAS in NumPy's wheels) on
+  one thread per piece, one piece per thread on mxlite's own threads;
 - ``torch``: ``torch.matmul`` (PyTorch's bundled BLAS), when PyTorch is installed;
-- ``mkl``: Intel MKL's ``cblas_sgemm`` (its sequential layer) in mxlite's way: one column range per
-  thread, each a call on a thread of mxlite's; when the ``mkl`` wheel is installed (``pip install mkl``);
+- ``mkl-pieces``: MKL's sequential ``cblas_sgemm`` cut into pieces the way ``mxlite-numpy`` cuts NumPy's,
+  when the ``mkl`` wheel is installed;
 - ``blocked``: ``benchmarks/gemm_ceiling.cc``'s cache-blocked GEMM, written the way BLAS libraries are
   (packed panels, a 14 x 32 register tile); with several threads, one column range per thread;
 - ``ceiling``: the multiply-add rate of that register tile on operands that stay in L1, on every thread
@@ -52,7 +54,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SOURCE = os.path.join(HERE, "gemm_ceiling.cc")
-LIBRARIES = ("mxlite", "torch", "mkl", "blocked")
+LIBRARIES = ("mxlite", "mxlite-numpy", "torch", "mkl-pieces", "blocked")
 # (name, m, n, k, layout): C (m x n) = A (m x k) @ B (k x n); layout says which operand is a transposed view
 MLP_PRODUCTS = (("forward x @ W^T", 256, 2048, 2048, "NT"), ("input grad dy @ W", 256, 2048, 2048, "NN"),
                 ("weight grad dy^T @ x", 2048, 2048, 256, "TN"))
@@ -240,13 +242,18 @@ def _child(library_name: str, threads: int, shapes: list[tuple[str, int, int, in
             torch.set_num_threads(threads)
         report["threads"] = torch.get_num_threads()
     else:
+        if library_name != "mxlite":  # MKL set up by mxlite would not be the sequential MKL of mkl-pieces
+            os.environ["MXLITE_HOST_BLAS"] = "numpy"
         import mxlite as mx  # noqa: PLC0415
+        from mxlite.device import mkl as host_mkl  # noqa: PLC0415
 
         if threads:
             mx.set_num_threads(threads)
         report["threads"] = mx.get_num_threads()
+        if library_name.startswith("mxlite"):
+            report["blas"] = host_mkl.status()
     ceiling = mkl = None
-    if library_name == "mkl":
+    if library_name == "mkl-pieces":
         mkl, why = load_mkl()
         if mkl is None:
             return {"skipped": why}
@@ -261,11 +268,11 @@ def _child(library_name: str, threads: int, shapes: list[tuple[str, int, int, in
         out = np.empty((m, n), dtype=np.float32)
         if library_name == "torch":
             call = functools.partial(torch.matmul, torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
-        elif library_name == "mxlite":
+        elif library_name in ("mxlite", "mxlite-numpy"):
             from mxlite.device import blas  # noqa: PLC0415
 
             call = functools.partial(blas.matmul, a, b, out=out)
-        elif library_name == "mkl":
+        elif library_name == "mkl-pieces":
             call = functools.partial(mkl_product, mkl, a, b, out, report["threads"])
         else:
             call = functools.partial(blocked_product, ceiling, a, b, out, report["threads"])
@@ -276,7 +283,7 @@ def _child(library_name: str, threads: int, shapes: list[tuple[str, int, int, in
             call()
             best = min(best, time.perf_counter() - start)
         report["ms"][name] = best * 1e3
-        if library_name in ("mkl", "blocked"):
+        if library_name in ("mkl-pieces", "blocked"):
             results.append((name, a, b, out))
     for name, a, b, out in results:  # after every timing: NumPy's BLAS threads spin-wait after these products
         exact = a.astype(np.float64) @ b.astype(np.float64)
@@ -295,11 +302,14 @@ def _run_child(library_name: str, threads: int, shapes_text: str, calls: int) ->
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(shapes_text: str, thread_settings: list[int], rounds: int, calls: int) -> tuple[list[dict], dict]:
-    """Every (library, thread setting) over ``rounds`` rounds of children; returns (records, skipped)."""
+def measure(shapes_text: str, thread_settings: list[int], rounds: int,
+            calls: int) -> tuple[list[dict], dict, dict]:
+    """Every (library, thread setting) over ``rounds`` rounds of children; returns (records, skipped, where
+    mxlite's products ran)."""
     shapes = _parse_shapes(shapes_text)
     samples: dict[tuple[str, int], list[dict]] = {}
     skipped: dict[str, str] = {}
+    backends: dict[str, str] = {}  # mxlite's children: where their products ran (mkl.status())
     for setting in thread_settings:
         for r in range(rounds):
             order = LIBRARIES if r % 2 == 0 else LIBRARIES[::-1]
@@ -311,6 +321,8 @@ def measure(shapes_text: str, thread_settings: list[int], rounds: int, calls: in
                     skipped[name] = report["skipped"]
                     continue
                 samples.setdefault((name, setting), []).append(report)
+                if "blas" in report:
+                    backends[name] = report["blas"]
     records = []
     for (name, setting), reports in samples.items():
         ceilings = [r["ceiling_gflops"] for r in reports if "ceiling_gflops" in r]
@@ -325,19 +337,22 @@ def measure(shapes_text: str, thread_settings: list[int], rounds: int, calls: in
             if checked:
                 record["max_rel_error"] = max(r["max_rel_error"][label] for r in reports)
             records.append(record)
-    return records, skipped
+    return records, skipped, backends
 
 
-def print_table(records: list[dict], skipped: dict[str, str]) -> None:
+def print_table(records: list[dict], skipped: dict[str, str], backends: dict[str, str]) -> None:
     ceilings = {r["setting"]: r["ceiling_gflops"] for r in records if "ceiling_gflops" in r}
-    print(f"{'product':<22} {'threads':>7} {'library':<8} {'ms':>8} {'GFLOP/s':>8} {'of ceiling':>10}")
+    print(f"{'product':<22} {'threads':>7} {'library':<12} {'ms':>8} {'GFLOP/s':>8} {'of ceiling':>10}")
     for r in sorted(records, key=lambda r: (r["setting"] != 1, r["product"], LIBRARIES.index(r["library"]))):
         ceiling = ceilings.get(r["setting"])
         share = f"{r['gflops'] / ceiling:.0%}" if ceiling else "-"
-        print(f"{r['product']:<22} {r['threads']:>7} {r['library']:<8} {r['ms']:>8.2f} {r['gflops']:>8.0f} {share:>10}")
+        print(f"{r['product']:<22} {r['threads']:>7} {r['library']:<12} {r['ms']:>8.2f} {r['gflops']:>8.0f} "
+              f"{share:>10}")
     for setting, ceiling in sorted(ceilings.items(), key=lambda item: item[0] != 1):
         threads = next(r["threads"] for r in records if r["setting"] == setting)
         print(f"ceiling on {threads} thread(s): {ceiling:.0f} GFLOP/s (register tile, operands in L1)")
+    for name, where in backends.items():
+        print(f"{name}: products in {where}")
     for name, why in skipped.items():
         print(f"{name}: not run: {why}")
 
@@ -360,12 +375,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_child(args.child, settings[0], _parse_shapes(args.shapes), args.calls)))
         return 0
-    records, skipped = measure(args.shapes, settings, args.rounds, args.calls)
+    records, skipped, backends = measure(args.shapes, settings, args.rounds, args.calls)
     print(f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores); float32; "
           f"median of {args.rounds} rounds, fastest of {args.calls} calls each")
-    print_table(records, skipped)
+    print_table(records, skipped, backends)
     if args.json:
         meta = {"date": datetime.date.today().isoformat(), "cpu_count": os.cpu_count(), "skipped": skipped,
+                "mxlite_products": backends,
                 "command": "python3 benchmarks/bench_gemm.py " + " ".join(argv if argv is not None else sys.argv[1:])}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "records": records}, f, indent=1)

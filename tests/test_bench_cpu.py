@@ -54,11 +54,13 @@ def test_bench_gemm_times_each_library_and_checks_the_hand_written_gemm(tmp_path
     report = json.loads(out.read_text())
     records, skipped = report["records"], report["meta"]["skipped"]
     products = {"40x70x33 NT", "33x40x70 TN", "17x5x9 TT"}
-    mine = [r for r in records if r["library"] == "mxlite"]
-    assert {(r["product"], r["threads"]) for r in mine} == {(p, t) for p in products for t in (1, 2)}
+    for library in ("mxlite", "mxlite-numpy"):
+        mine = [r for r in records if r["library"] == library]
+        assert {(r["product"], r["threads"]) for r in mine} == {(p, t) for p in products for t in (1, 2)}
+    assert report["meta"]["mxlite_products"]["mxlite-numpy"] == "NumPy's BLAS (MXLITE_HOST_BLAS=numpy)"
     assert all(r["ms"] > 0 and r["gflops"] == 2 * r["m"] * r["n"] * r["k"] / r["ms"] / 1e6 for r in records)
     for r in records:  # MKL's products, when its wheel is installed: checked like the hand-written ones
-        if r["library"] == "mkl":
+        if r["library"] == "mkl-pieces":
             assert r["max_rel_error"] < r["k"] * 2.0 ** -24
     blocked = [r for r in records if r["library"] == "blocked"]
     if "blocked" in skipped:  # no AVX-512 or no g++ here: the table says why
