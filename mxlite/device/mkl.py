@@ -1,10 +1,11 @@
 """Intel MKL's GEMM for the large products of CPU devices, when the ``mkl`` wheel is installed.
 
 Purpose: the matrix products that dominate a CPU training step (a Dense layer's ``x @ W^T``, ``dy @ W``,
-``dy^T @ x``; a recurrent layer's whole-sequence products) run 10-25% faster in MKL than in the
-OpenBLAS that NumPy ships, on one thread and on several (``benchmarks/bench_gemm.py``; a cache-blocked
-GEMM written for mxlite reached OpenBLAS's speed, not MKL's). MKL is optional: ``pip install
-'mxlite[mkl]'`` (about 650 MB installed). Without it every product goes to NumPy, as before.
+``dy^T @ x``; a recurrent layer's whole-sequence products) run faster in MKL than in the OpenBLAS that
+NumPy ships: 9-14% on one thread, 5-19% on two, as mxlite runs it (``benchmarks/bench_gemm.py``, 2-core
+AVX-512 VM; a cache-blocked GEMM written for mxlite reached OpenBLAS's speed, not MKL's). MKL is
+optional: ``pip install 'mxlite[mkl]'`` (about 650 MB installed). Without it every product goes to
+NumPy, as before.
 
 Which products (:func:`matmul`): 2-D float32 or float64 operands of one dtype with at least
 ``MIN_MULTIPLY_ADDS`` multiply-adds, each operand C-contiguous along one axis (a plain array or a
@@ -24,8 +25,8 @@ Reproducibility: MKL runs in its strict conditional-numerical-reproducibility mo
 MKL_CBWR_STRICT``), in which a GEMM gives the same bits for any number of threads on the same machine;
 so a product's result does not depend on ``mx.set_num_threads`` or on the machine's load, as with
 mxlite's other CPU work. The bits differ from OpenBLAS's (another summation order), within float32's
-rounding. Measured on the 2-core VM: strict mode costs 10-13% of MKL's two-thread speed on the MLP's
-products (5.5 -> 6.2 ms) and nothing on one thread.
+rounding. Measured on the 2-core VM: strict mode costs 10-13% of MKL's two-thread speed on two of the
+MLP's three products (5.5 -> 6.2 ms) and nothing on one thread.
 """
 
 from __future__ import annotations
