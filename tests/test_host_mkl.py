@@ -39,7 +39,7 @@ def _openblas_gemm(dtype):
 def stand_in(monkeypatch):
     """MKL replaced by NumPy's OpenBLAS behind MKL's interface; records each call's thread count."""
     calls = []
-    fake = types.SimpleNamespace(threaded=True, set_threads=calls.append,
+    fake = types.SimpleNamespace(threaded=True, set_threads=calls.append, pid=mkl.os.getpid(),
                                  gemms={np.dtype(t): _openblas_gemm(t) for t in (np.float32, np.float64)})
     monkeypatch.setattr(mkl, "_loaded", fake)
     monkeypatch.setattr(mkl, "_why_not", None)
@@ -127,6 +127,15 @@ def test_mkl_takes_the_blas_thread_count_of_the_moment_for_a_product_that_fills_
     monkeypatch.setattr(threads, "_blas_count", 8)
     blas.matmul(a, b)
     assert stand_in == [3, 1, 4]
+
+
+def test_a_forked_process_runs_mkl_on_its_calling_thread_only(stand_in, monkeypatch):
+    a, b = _operands(512, 512, 1024, "NN", np.float32)
+    monkeypatch.setattr(threads, "_blas_count", 2)
+    parent = mkl.os.getpid()
+    monkeypatch.setattr(mkl.os, "getpid", lambda: parent + 1)  # as in a child forked after MKL was loaded
+    blas.matmul(a, b)
+    assert stand_in == [1]
 
 
 def _fresh(monkeypatch, **env):

@@ -19,7 +19,7 @@ thread per 2^26 multiply-adds, and one inside mxlite's own parallel pieces. Befo
 loaded, ``OMP_WAIT_POLICY`` is set to ``PASSIVE`` unless it is already set, so that OpenMP's threads sleep
 between products instead of spinning on the cores mxlite's kernels run on next (a process that loaded
 libgomp earlier, through PyTorch for instance, keeps the policy it started with). Without libgomp MKL
-runs on the calling thread.
+runs on the calling thread, and so it does in a process forked from the one that loaded MKL.
 
 Reproducibility: MKL runs in its strict conditional-numerical-reproducibility mode (``MKL_CBWR_AUTO |
 MKL_CBWR_STRICT``), in which a GEMM gives the same bits for any number of threads on the same machine;
@@ -59,6 +59,7 @@ class _Mkl:
 
     def __init__(self, library: Any, threaded: bool) -> None:
         self.threaded = threaded
+        self.pid = os.getpid()  # a forked child (a DataLoader worker) must not start OpenMP threads: see matmul
         self.set_threads = library.MKL_Set_Num_Threads_Local
         self.set_threads.argtypes = [ctypes.c_int]
         self.set_threads.restype = ctypes.c_int
@@ -171,7 +172,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, threads: int) -
     elif (out.shape != (m, n) or out.dtype != a.dtype or out.strides[1] != out.itemsize
           or out.strides[0] < n * out.itemsize or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
         return None
-    mkl.set_threads(max(1, int(threads)) if mkl.threaded else 1)
+    # libgomp cannot start threads in a child forked after the parent's OpenMP threads ran (it hangs), so
+    # a forked process (DataLoader workers are forked) runs MKL on its calling thread only.
+    mkl.set_threads(max(1, int(threads)) if mkl.threaded and os.getpid() == mkl.pid else 1)
     mkl.gemms[a.dtype](_ROW_MAJOR, layout_a[0], layout_b[0], m, n, k, 1.0, a.ctypes.data, layout_a[1],
                        b.ctypes.data, layout_b[1], 0.0, out.ctypes.data, out.strides[0] // out.itemsize)
     return out
