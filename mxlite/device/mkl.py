@@ -4,8 +4,8 @@ Purpose: the matrix products that dominate a CPU training step (a Dense layer's 
 ``dy^T @ x``; a recurrent layer's whole-sequence products) run faster in MKL than in the OpenBLAS that
 NumPy ships: 9-14% on one thread, 5-19% on two, as mxlite runs it (``benchmarks/bench_gemm.py``, 2-core
 AVX-512 VM; a cache-blocked GEMM written for mxlite reached OpenBLAS's speed, not MKL's). MKL is
-optional: ``pip install 'mxlite[mkl]'`` (about 650 MB installed). Without it every product goes to
-NumPy, as before.
+optional: ``pip install 'mxlite[mkl]'`` (about 1 GB installed with the libraries it pulls in). Without
+it every product goes to NumPy, as before.
 
 Which products (:func:`matmul`): 2-D float32 or float64 operands of one dtype with at least
 ``MIN_MULTIPLY_ADDS`` multiply-adds, each operand C-contiguous along one axis (a plain array or a
