@@ -567,6 +567,9 @@ def versions() -> dict[str, Any]:
         pass
     out["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARIABLES}
     out["mxlite_threads"] = mx.get_num_threads()
+    from mxlite.device.mkl import status as host_blas  # noqa: PLC0415
+
+    out["mxlite_host_blas"] = host_blas()  # MKL (the mkl extra) or NumPy's BLAS for the large CPU products
     out["precision_env"] = {v: os.environ.get(v) for v in PRECISION_VARIABLES}
     return out
 

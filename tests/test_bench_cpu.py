@@ -17,6 +17,7 @@ def test_bench_train_trains_the_word_lms_with_a_thread_setting(tmp_path, capsys)
                                       "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["meta"]["mxlite_threads"] == 1
+    assert report["meta"]["mxlite_host_blas"].startswith(("MKL (", "NumPy's BLAS ("))
     mine = {r["model"]: r for r in report["records"] if r["framework"] == "mxlite"}
     assert set(mine) == {"lstm_lm", "gru_lm"}
     # embedding, 2 layers (i2h, h2h, two biases), decoder
