@@ -170,7 +170,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, threads: int) -
     if out is None:  # reused memory for a large result (host_buffers: no page faults every step)
         out = host_empty((m, n), a.dtype)
     elif (out.shape != (m, n) or out.dtype != a.dtype or out.strides[1] != out.itemsize
-          or out.strides[0] < n * out.itemsize or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+          or out.strides[0] < n * out.itemsize or out.strides[0] % out.itemsize
+          or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
         return None
     # libgomp cannot start threads in a child forked after the parent's OpenMP threads ran (it hangs), so
     # a forked process (DataLoader workers are forked) runs MKL on its calling thread only.
