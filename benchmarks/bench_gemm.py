@@ -168,36 +168,40 @@ def _scratch(library: Any, worker: int) -> tuple[int, int]:
     return _SCRATCH[worker][0].ctypes.data, _SCRATCH[worker][1].ctypes.data
 
 
+def _column_spans(n: int, threads: int, align: int) -> list[tuple[int, int]]:
+    """One column range per thread, starting at multiples of ``align``: the cut mxlite's pieces make."""
+    from mxlite.device.blas import _spans  # noqa: PLC0415 - children import mxlite, the parent need not
+
+    return _spans(n, threads, align)
+
+
 def blocked_product(library: Any, a: Any, b: Any, out: Any, threads: int) -> None:
     """``out[...] = a @ b`` through ``blocked_sgemm``, the columns cut into one range per thread."""
     m, k = a.shape
-    n = b.shape[1]
-    size = -(-n // threads)
-    size = -(-size // _TILE_COLUMNS) * _TILE_COLUMNS
+    spans = _column_spans(b.shape[1], threads, _TILE_COLUMNS)
     ars, acs = (s // 4 for s in a.strides)
     brs, bcs = (s // 4 for s in b.strides)
     a_ptr, b_ptr, c_ptr = a.ctypes.data, b.ctypes.data, out.ctypes.data
     ldc = out.strides[0] // 4
 
     def work(i: int) -> None:
-        j0 = i * size
-        if j0 < n:
-            library.blocked_sgemm(m, min(size, n - j0), k, a_ptr, ars, acs, b_ptr + 4 * j0 * bcs, brs, bcs,
-                                  c_ptr + 4 * j0, ldc, *_scratch(library, i))
+        j0, j1 = spans[i]
+        library.blocked_sgemm(m, j1 - j0, k, a_ptr, ars, acs, b_ptr + 4 * j0 * bcs, brs, bcs, c_ptr + 4 * j0, ldc,
+                              *_scratch(library, i))
 
-    _on_threads(threads, work)
+    _on_threads(len(spans), work)
 
 
 # -- one child: one library, one thread setting -------------------------------------------------------------
 def load_mkl() -> tuple[Any, str | None]:
-    """(MKL's ``cblas_sgemm``, None) from the ``mkl`` wheel's ``libmkl_rt`` in this environment, on MKL's
-    sequential layer, or (None, why not)."""
-    import glob  # noqa: PLC0415
+    """(MKL's ``cblas_sgemm``, None) from the ``mkl`` wheel's ``libmkl_rt`` (found as mxlite finds it), on
+    MKL's sequential layer, or (None, why not)."""
+    from mxlite.device.mkl import _library_path  # noqa: PLC0415
 
-    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
-    if not found:
+    path = _library_path()
+    if path is None:
         return None, "the mkl wheel is not installed in this environment (pip install mkl)"
-    library = ctypes.CDLL(found[0])
+    library = ctypes.CDLL(path)
     library.MKL_Set_Threading_Layer(ctypes.c_int(1))  # MKL_THREADING_SEQUENTIAL: threads are the caller's
     gemm = library.cblas_sgemm
     gemm.restype = None
@@ -209,23 +213,18 @@ def load_mkl() -> tuple[Any, str | None]:
 def mkl_product(gemm: Any, a: Any, b: Any, out: Any, threads: int) -> None:
     """``out[...] = a @ b`` through MKL's ``cblas_sgemm`` (row-major; either operand a transposed view), the
     columns cut into one range per thread."""
-    no_trans, trans = 111, 112
+    from mxlite.device.mkl import _layout  # noqa: PLC0415 - (CBLAS transpose flag, leading dimension)
 
-    def layout(x: Any) -> tuple[int, int]:  # (CBLAS transpose flag, leading dimension)
-        return (trans, x.strides[1] // 4) if x.strides[0] == 4 and x.shape[0] > 1 else (no_trans, x.strides[0] // 4)
-
-    (ta, lda), (tb, ldb) = layout(a), layout(b)
+    (ta, lda), (tb, ldb) = _layout(a), _layout(b)
     m, k = a.shape
-    n = b.shape[1]
-    size = -(-n // threads)
+    spans = _column_spans(b.shape[1], threads, 1)
 
     def work(i: int) -> None:
-        j0 = i * size
-        if j0 < n:
-            gemm(101, ta, tb, m, min(size, n - j0), k, 1.0, a.ctypes.data, lda, b.ctypes.data + j0 * b.strides[1],
-                 ldb, 0.0, out.ctypes.data + 4 * j0, out.strides[0] // 4)
+        j0, j1 = spans[i]
+        gemm(101, ta, tb, m, j1 - j0, k, 1.0, a.ctypes.data, lda, b.ctypes.data + j0 * b.strides[1], ldb, 0.0,
+             out.ctypes.data + 4 * j0, out.strides[0] // 4)
 
-    _on_threads(threads, work)
+    _on_threads(len(spans), work)
 
 
 def _child(library_name: str, threads: int, shapes: list[tuple[str, int, int, int, str]], calls: int) -> dict:

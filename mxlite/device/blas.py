@@ -234,15 +234,14 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     """
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)  # vectors; numpy's own errors
-    if a.ndim == 2 and b.ndim == 2:  # MKL, when installed, for a large 2-D product (mkl.py)
-        mnk = a.shape[0] * a.shape[1] * b.shape[1]  # threads as for pieces: each at least _PIECE_MNK
+    m, n = a.shape[-2], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    mnk = math.prod(batch) * m * n * a.shape[-1]
+    if not batch:  # MKL, when installed, for a large 2-D product (mkl.py); threads as for pieces
         threads = 1 if inside_parallel_for() else max(1, min(_threads.blas_count(), mnk // _PIECE_MNK))
         done = _mkl.matmul(a, b, out, threads)
         if done is not None:
             return done
-    m, n = a.shape[-2], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
-    mnk = math.prod(batch) * m * n * a.shape[-1]
     pieces = 1 if mnk < 2 * _PIECE_MNK or inside_parallel_for() else min(_threads.usable_threads(), mnk // _PIECE_MNK)
     if pieces < 2 and (mnk < _SMALL_MNK or _threads.blas_on_one_thread()):
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)

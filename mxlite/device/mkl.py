@@ -109,8 +109,6 @@ def _load() -> _Mkl | None:
                 _loaded = _open(path)
             except (OSError, AttributeError) as exc:  # a library that does not load, or lacks a symbol
                 _why_not = f"MKL at {path} could not be used ({type(exc).__name__}: {exc})"
-        if _loaded is None and _why_not is None:
-            _why_not = "unavailable"
         return _loaded
 
 
