@@ -200,15 +200,6 @@ __global__ void batch_norm_backward(const T *__restrict__ g, const T *__restrict
     }
 }
 
-#define NORM_INSTANTIATE(T, A)                                                                                  \
-    template __global__ void batch_norm_forward<T, A>(const T *__restrict__, const A *__restrict__,            \
-                                                      const A *__restrict__, A *__restrict__, A *__restrict__,  \
-                                                      T *__restrict__, A *__restrict__, long long, long long,   \
-                                                      long long, A, A, A, A, int, int);                         \
-    template __global__ void batch_norm_backward<T, A>(const T *__restrict__, const T *__restrict__,           \
-                                                       const A *__restrict__, T *__restrict__, A *__restrict__, \
-                                                       A *__restrict__, long long, long long, long long, A, int,\
-                                                       int);
-NORM_INSTANTIATE(float, float)
-NORM_INSTANTIATE(double, double)
-NORM_INSTANTIATE(__half, float)
+// No explicit instantiations: each variant is compiled when named. On a GPU, mxlite compiles one
+// variant per module (NVRTC name_expressions: mxlite/device/kernels.py); the host build and the nvcc check
+// in the tests take the full list of names from the Python driver.

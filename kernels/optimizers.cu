@@ -54,7 +54,7 @@
 //   fixed order (sum_over_chunk, block_sum_into), which the twins reproduce
 //   (mxlite/optimizer/_fused.py: serial_norm): both CPU modes give the same bits for every rule.
 //   A GPU sums in thread order: its norms may differ in the last bit.
-// - Compiled with --fmad=false (mxlite/_kernels.py: _NVRTC_OPTIONS): NVRTC would otherwise
+// - Compiled with --fmad=false (mxlite/device/kernels.py: NVRTC_OPTIONS): NVRTC would otherwise
 //   contract a*b + c into one FMA (one rounding), where NumPy rounds the product and the sum
 //   separately. The twins and the rtol-1e-6 kernel-versus-twin tests then hold as written; an FMA
 //   would need error-bound tolerances for every rule, and saves nothing measurable in kernels
@@ -704,47 +704,6 @@ __global__ void lars_update(T *__restrict__ weight, const G *__restrict__ grad,
     }
 }
 
-// Explicit instantiations so that `nvcc --ptx` emits (and checks) every variant; NVRTC gets
-// the same list through name_expressions (mxlite/optimizer/_fused.py: _ALL_NAMES).
-#define TABLE_TYPES const int *, const long long *, const long long *, const long long *, const float *
-#define INSTANTIATE(T, G)                                                                                         \
-    template __global__ void sgd_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float, float,  \
-                                              float);                                                               \
-    template __global__ void adam_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float, float, \
-                                            float, float, float, float, float);                                \
-    template __global__ void adamw_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \
-                                             float, float, float, float, float, float);                        \
-    template __global__ void nadam_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,      \
-                                             float, float, float, float, float, float);                        \
-    template __global__ void adabelief_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,  \
-                                                 float, float, float, float, float, float);                    \
-    template __global__ void rmsprop_update<T, G>(T *, const G *, float *, float *, float *, float *, TABLE_TYPES,  \
-                                               float, float, float, float, float, float, float);               \
-    template __global__ void adagrad_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float,      \
-                                               float);                                                         \
-    template __global__ void adadelta_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float,   \
-                                                float, float, float, float);                                   \
-    template __global__ void signum_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, float, float,       \
-                                              float, float);                                                   \
-    template __global__ void ftrl_update<T, G>(T *, const G *, float *, float *, float *, TABLE_TYPES, float, float, \
-                                            float, float);                                                     \
-    template __global__ void lamb_phase1<T, G>(const T *, const G *, float *, float *, const float *, TABLE_TYPES,  \
-                                            double *, float, float, float, float, float, float, float);        \
-    template __global__ void lars_norms<T, G>(const T *, const G *, const float *, TABLE_TYPES, double *);          \
-    template __global__ void lars_update<T, G>(T *, const G *, float *, float *, TABLE_TYPES, const double *, float, \
-                                            float, float, float, float);
-// lamb_phase2 reads no gradient: one instantiation per storage type.
-#define INSTANTIATE_NO_GRAD(T)                                                                                 \
-    template __global__ void lamb_phase2<T>(T *, const float *, const float *, float *, TABLE_TYPES,              \
-                                            const double *, float, float, float);
-// Gradient of the storage type, then the narrow wires (mxlite/optimizer/_fused.py: GRAD_TYPES).
-INSTANTIATE(float, float)
-INSTANTIATE(__half, __half)
-INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-INSTANTIATE(float, __half)
-INSTANTIATE(float, __nv_bfloat16)
-INSTANTIATE(__half, __nv_bfloat16)
-INSTANTIATE(__nv_bfloat16, __half)
-INSTANTIATE_NO_GRAD(float)
-INSTANTIATE_NO_GRAD(__half)
-INSTANTIATE_NO_GRAD(__nv_bfloat16)
+// No explicit instantiations: each variant is compiled when named. On a GPU, mxlite compiles one
+// variant per module (NVRTC name_expressions: mxlite/device/kernels.py); the host build and the nvcc check
+// in the tests take the full list of names from the Python driver.

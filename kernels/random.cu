@@ -98,6 +98,6 @@ __global__ void philox_advance(unsigned long long *__restrict__ state, unsigned 
     if (first_index() == 0) state[1] += counters;
 }
 
-template __global__ void dropout_mask<float, float>(const unsigned long long *, float *, long long, float, float);
-template __global__ void dropout_mask<double, double>(const unsigned long long *, double *, long long, float, double);
-template __global__ void dropout_mask<__half, float>(const unsigned long long *, __half *, long long, float, float);
+// No explicit instantiations: each variant is compiled when named. On a GPU, mxlite compiles one
+// variant per module (NVRTC name_expressions: mxlite/device/kernels.py); the host build and the nvcc check
+// in the tests take the full list of names from the Python driver.

@@ -153,25 +153,25 @@ def test_kernels_clamp_only_through_nan_keeping_helpers():
 
 # -- 3. no FMA contraction --------------------------------------------------------------------------------
 def test_kernels_compile_without_fma_contraction():
-    assert "--fmad=false" in _kernels._NVRTC_OPTIONS
+    assert "--fmad=false" in _kernels.NVRTC_OPTIONS
 
 
 # -- get_kernel: one kernel object per (file, name, device) ------------------------------------------------
 @pytest.fixture
 def fresh_kernel_caches():
-    _kernels._module.cache_clear()
     _kernels._function.cache_clear()
     yield
-    _kernels._module.cache_clear()
     _kernels._function.cache_clear()
 
 
-def test_get_kernel_builds_each_kernel_object_once(monkeypatch, fresh_kernel_caches):
+def test_get_kernel_compiles_one_module_per_variant_and_device_once(monkeypatch, fresh_kernel_caches):
+    """A GPU compiles only the variant it launches (its own module, named alone): the first Adam step does not
+    wait for the other 93 variants of optimizers.cu."""
     made: list[tuple[Any, ...]] = []
 
     class RawModule:
         def __init__(self, code, options, name_expressions):
-            made.append(("module", options))
+            made.append(("module", options, name_expressions))
             self.names = name_expressions
 
         def compile(self):
@@ -199,7 +199,9 @@ def test_get_kernel_builds_each_kernel_object_once(monkeypatch, fresh_kernel_cac
     assert _kernels.get_kernel("optimizers.cu", names[0], gpu0, list(names)) is first
     assert _kernels.get_kernel("optimizers.cu", names[1], gpu0, names) is not first
     _kernels.get_kernel("optimizers.cu", names[0], gpu1, names)
-    assert [m for m in made if m[0] == "module"] == [("module", _kernels._NVRTC_OPTIONS)] * 2
+    assert [m for m in made if m[0] == "module"] == [("module", _kernels.NVRTC_OPTIONS, (names[0],)),
+                                                     ("module", _kernels.NVRTC_OPTIONS, (names[1],)),
+                                                     ("module", _kernels.NVRTC_OPTIONS, (names[0],))]
     assert len([m for m in made if m[0] == "function"]) == 3
     with pytest.raises(ValueError, match="nosuch"):
         _kernels.get_kernel("optimizers.cu", "nosuch<float>", gpu0, names)

@@ -555,9 +555,9 @@ def test_ucontext_fallback_scheduler(reduce_module: HostModule) -> None:
 
 # -- the project's kernels -------------------------------------------------------------------------------
 def _project_module(filename: str, names: tuple[str, ...]) -> HostModule:
-    from mxlite.device.kernels import _NVRTC_OPTIONS, kernel_source
+    from mxlite.device.kernels import NVRTC_OPTIONS, kernel_source
 
-    return HostModule(kernel_source(filename), _NVRTC_OPTIONS, names, name=f"kernels/{filename}")
+    return HostModule(kernel_source(filename), NVRTC_OPTIONS, names, name=f"kernels/{filename}")
 
 
 def test_optimizers_cu_compiles_and_sgd_matches_numpy() -> None:

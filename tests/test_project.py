@@ -13,18 +13,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu")))
 
 
+def _registered_kernel_names() -> dict[str, tuple[str, ...]]:
+    """Every name expression mxlite may launch, per kernel file (every driver imported first)."""
+    import mxlite.comm.compression  # noqa: F401 - registers compression.cu's names (not imported by `import mxlite`)
+    from mxlite.device.kernels import kernel_names
+
+    return kernel_names()
+
+
+def test_every_kernel_file_has_registered_names():
+    names = _registered_kernel_names()
+    assert sorted(names) == sorted(os.path.basename(k) for k in KERNELS)
+    assert all(names.values())
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("source", KERNELS, ids=os.path.basename)
 def test_kernel_compiles_to_ptx(source, tmp_path):
-    """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left), and keeps
-    its per-thread arrays in registers (no local memory: e.g. the optimizers' partial norm sums)."""
-    from mxlite.device.kernels import _NVRTC_OPTIONS
+    """Each kernel file compiles with the options NVRTC gets at run time (no FMA contraction left), every variant
+    mxlite launches instantiated (the files hold no explicit instantiations: the names come from the drivers, as
+    NVRTC gets them), and keeps its per-thread arrays in registers (no local memory: e.g. the optimizers' partial
+    norm sums)."""
+    from mxlite.device.kernels import NVRTC_OPTIONS
 
+    names = _registered_kernel_names()[os.path.basename(source)]
+    unit = tmp_path / "unit.cu"  # taking each variant's address instantiates it, as NVRTC's name expressions do
+    unit.write_text(f'#include "{source}"\n' + "static const void *const instances[] = {\n"
+                    + "".join(f"    (const void *)&{name},\n" for name in names) + "};\n")
     ptx = tmp_path / "k.ptx"
-    result = subprocess.run(["nvcc", "--ptx", *_NVRTC_OPTIONS, "-arch=sm_80", source, "-o", str(ptx)],
+    result = subprocess.run(["nvcc", "--ptx", *NVRTC_OPTIONS, "-arch=sm_80", str(unit), "-o", str(ptx)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = ptx.read_text()
+    entries = text.count(".entry ")
+    assert entries >= len(names), f"{entries} kernels in the PTX for {len(names)} names"
     assert "fma.rn.f32" not in text, "a multiply-add was contracted despite --fmad=false"
     assert "ld.local" not in text and "st.local" not in text, "a kernel spills to local memory"
 

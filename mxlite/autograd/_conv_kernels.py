@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..device import device_of
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
 from .activations import _ALL_NAMES as _ACT_NAMES
 from .activations import KERNEL_FILE as _ACT_FILE
 from .activations import _relu_backward_twin, _relu_forward_twin
@@ -39,6 +39,7 @@ KERNEL_FILE = "conv.cu"
 _TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
 _KERNELS = ("im2col", "col2im", "max_pool_backward", "max_pool_forward", "max_pool_scatter")
 _ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _MAX_ND = 3  # spatial axes the kernels take; more go to the NumPy code
 _MAX_BLOCKS = 65535  # blocks loop over planes past it
 _MAX_THREADS = 256  # threads per block on a GPU (fewer for small planes)
@@ -287,6 +288,7 @@ def max_pool_scatter(xp: Any, first: Any, grad: Any, geom: Geometry, accumulate:
 # -- a convolution's bias and ReLU in one pass (kernels/bias_act.cu) -------------------------------------
 BIAS_ACT_FILE = "bias_act.cu"
 _BIAS_ACT_NAMES = tuple(f"bias_relu_forward<{t}>" for t in _TYPE_NAMES.values())
+register_kernel_names(BIAS_ACT_FILE, lambda: _BIAS_ACT_NAMES)
 _CPU_ROWS = 1 << 16  # elements of the planes one block of the host build takes at least (a share of L2)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..device import device_of
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
 from .rnn_ops import _EXP, _exp_parts
 
 __all__ = ["KERNEL_FILE", "LANES", "backward", "backward_twin", "forward", "forward_twin", "lane_reduce",
@@ -36,6 +36,7 @@ KERNEL_FILE = "softmax_ce.cu"
 LANES = 8  # kernels/softmax_ce.cu: kLanes
 _TYPES = {"float32": "float", "float64": "double"}
 _ALL_NAMES = tuple(f"softmax_ce_{d}<{t}>" for d in ("forward", "backward") for t in _TYPES.values())
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _MAX_THREADS = 256  # kernels/softmax_ce.cu: kMaxThreads
 _MAX_BLOCKS = 65535  # blocks loop over rows past it
 _NULL = np.uint64(0)  # an 8-byte zero is a null pointer argument

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..device import device_of
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
 from . import _cudnn_ops
 from ._loss_kernels import lane_reduce
 
@@ -40,6 +40,7 @@ KERNEL_FILE = "norm.cu"
 # data dtype -> (T, A) of the kernels: the arithmetic is float32 for float16 data, as the composed path's
 _PAIRS = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("__half", "float")}
 _ALL_NAMES = tuple(f"batch_norm_{d}<{t}, {a}>" for d in ("forward", "backward") for t, a in _PAIRS.values())
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _MAX_THREADS = 256  # kernels/norm.cu: kMaxThreads
 _MAX_BLOCKS = 65535  # blocks loop over channels past it
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..device.kernels import get_kernel
+from ..device.kernels import get_kernel, register_kernel_names
 
 __all__ = ["KERNEL_FILE", "counters", "dropout_mask", "dropout_mask_twin", "philox4x32", "reseed", "state", "uniforms"]
 
@@ -32,6 +32,7 @@ KERNEL_FILE = "random.cu"
 # mask dtype -> (T, A) of dropout_mask: scale travels as float32 for float32 and float16 masks
 _PAIRS = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("__half", "float")}
 _ALL_NAMES = tuple(f"dropout_mask<{t}, {a}>" for t, a in _PAIRS.values()) + ("philox_advance",)
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _THREADS = 256
 _MAX_BLOCKS = 65535
 _HOST_BLOCKS = 64  # one-thread blocks of the serial host build (a CPU device in tests)

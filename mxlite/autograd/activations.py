@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
 from . import ops
 from .ops import _op
 from .tensor import Tensor, _result
@@ -29,6 +29,7 @@ __all__ = ["elu", "gelu", "leaky_relu", "prelu", "relu", "selu", "swish"]
 KERNEL_FILE = "activation.cu"
 _TYPES = {"float32": "float", "float64": "double", "float16": "__half"}
 _ALL_NAMES = tuple(f"relu_{d}<{t}>" for d in ("forward", "backward") for t in _TYPES.values())
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _MAX_BLOCKS = 65535
 # Elements per block: on a CPU device 64 Ki (256 KiB of float32, a share of L2; a 4 M-element layer is 64
 # blocks for the thread pool to deal out); on a GPU 4 Ki (256 threads, 16 elements each).

@@ -44,7 +44,14 @@ from typing import Any
 import numpy as np
 
 from ..device import blas
-from ..device.kernels import HostEntry, array_address, cpu_kernels_enabled, get_kernel, host_entry
+from ..device.kernels import (
+    HostEntry,
+    array_address,
+    cpu_kernels_enabled,
+    get_kernel,
+    host_entry,
+    register_kernel_names,
+)
 from ..device.threads import blas_threads_limited
 from . import _state
 from .ops import _op
@@ -59,6 +66,7 @@ _SAVED = {"rnn_relu": 0, "rnn_tanh": 0, "lstm": 4, "gru": 4}  # H-wide blocks sa
 _TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
 _KERNELS = ("lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward")
 _ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
+register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _MAX_BLOCKS = 65535  # a block per row; blocks loop over rows past it
 _MAX_THREADS = 256  # threads per block on a GPU (fewer for a narrow hidden size)
 # CPU devices: a cell step with fewer units (rows x hidden) than this runs on the calling thread. Such a

@@ -2,8 +2,16 @@
 
 The CUDA sources live in the repository's top-level ``kernels/`` folder, installed with the
 package as ``mxlite/kernels``. ``cupy.RawModule(path=...)`` only takes cubin/PTX, so the loader
-reads the text and compiles it with NVRTC, naming every template instantiation it will look up
-(``name_expressions``) so that mangled names resolve.
+reads the text and compiles it with NVRTC, naming the template instantiation it will look up
+(``name_expressions``) so that its mangled name resolves.
+
+On a GPU each kernel variant (``'adam_update<float>'``) is its own module, compiled the first time
+it is launched: the sources hold no explicit instantiations, so NVRTC compiles only what runs (the
+first Adam step compiles one of optimizers.cu's 94 variants: about half a second, where the whole
+file takes a minute or more). CuPy keeps every compiled module in its on-disk kernel cache
+(``~/.cupy/kernel_cache``, ``CUPY_CACHE_DIR``), so later processes load it without compiling; ``mxlite
+compile-kernels`` fills that cache ahead of time. :func:`register_kernel_names` lists, per file, every
+variant mxlite may launch (the host build, ``mxlite compile-kernels`` and the tests compile them all).
 
 CPU devices run the same source compiled by g++ with one thread per block (the serial build of
 :mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed; a launch
@@ -26,13 +34,14 @@ import importlib.resources
 import os
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from . import env, threads
 from .devices import Device
 
-__all__ = ["CPU_KERNELS_ENV", "HostEntry", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel", "host_entry",
-           "kernel_source"]
+__all__ = ["CPU_KERNELS_ENV", "NVRTC_OPTIONS", "HostEntry", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel",
+           "host_entry", "kernel_names", "kernel_source", "register_kernel_names"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
@@ -40,7 +49,24 @@ _CPU_MODES = ("auto", "compiled", "numpy")
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _REPO_KERNELS = os.path.join(_REPO_ROOT, "kernels")
 # C++17 for the kernels' templates and lambdas; --fmad=false: no a*b + c contraction (module docstring).
-_NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
+NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
+
+_name_providers: dict[str, list[Callable[[], tuple[str, ...]]]] = {}
+
+
+def register_kernel_names(filename: str, names: Callable[[], tuple[str, ...]]) -> None:
+    """Record that ``names()`` lists name expressions of ``kernels/<filename>`` mxlite may launch (a driver
+    calls this once at import; a callable, so that a list that grows, e.g. with registered optimizer rules,
+    is read when asked)."""
+    _name_providers.setdefault(filename, []).append(names)
+
+
+def kernel_names() -> dict[str, tuple[str, ...]]:
+    """Every registered name expression, per kernel file (``{'optimizers.cu': ('sgd_update<float>', ...)}``),
+    in registration order without repeats. Only drivers already imported have registered: ``import mxlite``
+    imports them all."""
+    return {filename: tuple(dict.fromkeys(n for provider in providers for n in provider()))
+            for filename, providers in sorted(_name_providers.items())}
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "(\w+\.cuh)"[ \t]*$', re.MULTILINE)
@@ -73,19 +99,14 @@ def _read_kernel_file(filename: str) -> str:
 
 
 @functools.cache
-def _module(filename: str, device_id: int, name_expressions: tuple[str, ...]) -> Any:
+def _function(filename: str, name_expression: str, device_id: int) -> Any:
+    """The GPU kernel ``name_expression`` of ``filename``: a module of its own (module docstring)."""
     import cupy  # noqa: PLC0415 - GPU only
 
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=kernel_source(filename), options=_NVRTC_OPTIONS,
-                                name_expressions=name_expressions)
-        module.compile()
-    return module
-
-
-@functools.cache
-def _function(filename: str, name_expression: str, device_id: int, all_names: tuple[str, ...]) -> Any:
-    return _module(filename, device_id, all_names).get_function(name_expression)
+        module = cupy.RawModule(code=kernel_source(filename), options=NVRTC_OPTIONS,
+                                name_expressions=(name_expression,))
+        return module.get_function(name_expression)
 
 
 @functools.cache
@@ -93,17 +114,17 @@ def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
     from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
 
     threads._apply_to_host_kernels()  # launches spread over mx.get_num_threads() threads
-    return _hostcuda.HostModule(kernel_source(filename), _NVRTC_OPTIONS, name_expressions, name=filename,
+    return _hostcuda.HostModule(kernel_source(filename), NVRTC_OPTIONS, name_expressions, name=filename,
                                 serial=True)
 
 
 def get_kernel(filename: str, name_expression: str, device: Device, all_names: tuple[str, ...]) -> Any:
     """The kernel ``name_expression`` (e.g. ``'adam_update<float>'``) of ``filename`` on ``device``.
 
-    On a GPU a CuPy RawKernel; on a CPU device the serial host build's kernel
-    (:class:`mxlite.device._hostcuda.HostKernel`, launched with ``block=1``). ``all_names`` lists every
-    instantiation the file is compiled for, so one compilation per (file, device) serves them all.
-    The kernel object is made once per (file, name, device) and reused by every launch.
+    On a GPU a CuPy RawKernel compiled for this one variant (module docstring); on a CPU device the
+    serial host build's kernel (:class:`mxlite.device._hostcuda.HostKernel`, launched with ``block=1``),
+    one build per file for every name of ``all_names``. The kernel object is made once per (file,
+    name, device) and reused by every launch.
 
     Raises:
         ValueError: ``name_expression`` is not in ``all_names``.
@@ -116,7 +137,7 @@ def get_kernel(filename: str, name_expression: str, device: Device, all_names: t
     if not device.is_gpu:
         threads.adapt_to_load()  # a CPU step's regular beat: the BLAS follows the cores other processes leave
         return _host_module(filename, all_names).get_function(name_expression)
-    return _function(filename, name_expression, device.device_id, all_names)
+    return _function(filename, name_expression, device.device_id)
 
 
 class HostEntry:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..device.kernels import cpu_kernels_enabled, get_kernel
+from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
 from .optimizer import MultiPrecisionState, Optimizer, _xp
 
 __all__ = ["CHUNK", "FUSED_DTYPES", "GPU_CHUNK", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin",
@@ -201,6 +201,9 @@ def all_kernel_names() -> tuple[str, ...]:
     return (*(f"{k}<{t}>" for k in kernels for t in _TYPE_NAMES.values()),
             *(f"{k}<{_TYPE_NAMES[w]}, {_TYPE_NAMES[g]}>" for k in kernels if k not in no_grad
               for w, gs in GRAD_TYPES.items() for g in gs))
+
+
+register_kernel_names(_KERNEL_FILE, lambda: all_kernel_names())
 
 
 def _kernels_without_grad() -> frozenset[str]:

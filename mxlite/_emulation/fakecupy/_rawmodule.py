@@ -23,7 +23,22 @@ __all__ = ["RawModule", "RawKernel"]
 def _host_module(code: str, options: tuple, name_expressions: Any) -> Any:
     from mxlite.device import _hostcuda as hostcuda  # noqa: PLC0415 - built by g++ on first use
 
-    return hostcuda.HostModule(code, tuple(options), None if name_expressions is None else tuple(name_expressions))
+    names = None if name_expressions is None else _shared_names(code, tuple(name_expressions))
+    return hostcuda.HostModule(code, tuple(options), names)
+
+
+def _shared_names(code: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names to build ``code`` for. mxlite compiles each GPU kernel variant as a module of its own
+    (mxlite/device/kernels.py); on the emulated GPUs one host library per ``kernels/`` file serves them all,
+    built for every name registered for that file (one g++ build instead of one per variant). A module still
+    offers only the names it was given (:meth:`RawModule.get_function`)."""
+    from mxlite.device import kernels  # noqa: PLC0415 - mxlite's own kernels
+
+    wanted = set(names)
+    for filename, registered in kernels.kernel_names().items():
+        if wanted <= set(registered) and kernels.kernel_source(filename) == code:
+            return registered
+    return names
 
 
 class _Function:
@@ -116,7 +131,13 @@ class RawModule:
             self._module = _host_module(self.code, self.options, self.name_expressions)
 
     def get_function(self, name: str) -> _Function:
-        """The kernel ``name`` (a name expression such as ``'adam<float>'`` for templates)."""
+        """The kernel ``name`` (a name expression such as ``'adam<float>'`` for templates).
+
+        Raises:
+            KeyError: the module was compiled with ``name_expressions`` and ``name`` is not among them.
+        """
+        if self.name_expressions is not None and name not in self.name_expressions:
+            raise KeyError(f"{name!r} was not compiled: this module's name_expressions are {self.name_expressions}")
         self.compile()
         return _Function(self._module.get_function(name), name)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...device import Device, device_of
-from ...device.kernels import get_kernel
+from ...device.kernels import get_kernel, register_kernel_names
 
 __all__ = ["quantize_2bit", "dequantize_2bit", "topk_count", "topk_select", "threshold_select", "to_wire",
            "from_wire", "scatter_add_message", "threshold_select_on_device"]
@@ -34,6 +34,7 @@ _ALL_NAMES = (
     *(f"to_wire<{t}, {w}>" for t in _TYPE_NAMES.values() for w in _WIRE_NAMES.values()),
     *(f"from_wire<{w}>" for w in _WIRE_NAMES.values()),
 )
+register_kernel_names(_KERNEL_FILE, lambda: _ALL_NAMES)
 _THREADS = 256  # threads per block: a multiple of the warp size with good occupancy on sm_80+
 _MAX_BLOCKS = 65535  # enough blocks to fill any current GPU; the kernels loop grid-stride past it
 _MAX_INDEX = 2**31 - 1  # sparse messages carry int32 indices
