@@ -9,6 +9,7 @@ the machine has: the emulated one in CI, NVIDIA's on a real GPU (skipped, saying
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -114,6 +115,73 @@ def test_batch_norm_matches_the_kernel_path(fake_cudnn, monkeypatch, training, f
     _close(kernel, cudnn, dtype)
     ops = {"builds", "batchnorm", "batchnorm_backward"} if training else {"builds", "batchnorm_inference"}
     assert set(dc.stats()) == ops
+
+
+@pytest.mark.parametrize("stage, error", [
+    ("validate", TypeError("batchnorm(): incompatible function arguments")),  # a binding refusing an argument
+    ("build_plans", RuntimeError("cudnnCreate failed: libcudnn_engines_runtime_compiled.so.9 not found")),
+    ("check_support", None),  # cuDNN's own "no engine": cudnnGraphNotSupportedError
+], ids=["TypeError", "RuntimeError", "not-supported"])
+def test_any_failure_while_building_a_graph_runs_mxlites_kernels(fake_cudnn, monkeypatch, stage, error):
+    """Whatever the frontend raises while a graph is declared, validated, planned or built, that signature runs
+    mxlite's own path (the step goes on, with the same numbers) after one warning per signature and cause."""
+    rng = np.random.default_rng(3)
+    xh = rng.standard_normal((4, 3, 5, 6)).astype(np.float32)
+    wh = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    dev = mx.gpu(0)
+
+    def fail(self, *args, **kwargs):
+        raise error if error is not None else fake_cudnn.cudnnGraphNotSupportedError("no engine for this graph")
+
+    def run():
+        x, w = mx.nd.array(xh, ctx=dev), mx.nd.array(wh, ctx=dev)
+        g, b = mx.nd.ones(3, ctx=dev), mx.nd.zeros(3, ctx=dev)
+        m, v = mx.nd.zeros(3, ctx=dev), mx.nd.ones(3, ctx=dev)
+        for t in (x, w, g):
+            t.attach_grad()
+        with mx.autograd.record():
+            y = mx.nd.BatchNorm(x, g, b, m, v, eps=1e-3, momentum=0.9)
+            y = mx.nd.Convolution(y, w, kernel=(3, 3), num_filter=2, no_bias=True)
+            (y * y).sum().backward()
+        return y.asnumpy(), x.grad.asnumpy(), w.grad.asnumpy(), g.grad.asnumpy(), m.asnumpy(), v.asnumpy()
+
+    kernel = _both(monkeypatch, run)[0]
+    dc.clear()
+    monkeypatch.setattr(fake_cudnn.pygraph, stage, fail)
+    with pytest.warns(RuntimeWarning, match="is not run by cuDNN") as caught:
+        declined = run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same signatures again: remembered as declined, no second warning
+        again = run()
+    _close(kernel, declined, np.float32)
+    _close(kernel, again, np.float32)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    # batch norm forward and backward (asked for apart), the convolution (its first graph: the rest is not tried)
+    assert len(messages) == len(set(messages)) == dc.stats()["declined"] == 3
+    assert all(type(error or fake_cudnn.cudnnGraphNotSupportedError()).__name__ in m for m in messages)
+    assert set(dc.stats()) == {"declined"}
+
+
+def test_training_batch_norm_declares_the_running_statistics_the_frontend_requires(fake_cudnn):
+    """The emulated frontend refuses a training batch norm without running statistics and momentum, as NVIDIA's
+    1.32 binding does (tests/test_real_cudnn.py), and mxlite's graph passes."""
+    import cupy
+
+    fe = fake_cudnn
+    with cupy.cuda.Device(0):
+        g = fe.pygraph(io_data_type=fe.data_type.FLOAT, compute_data_type=fe.data_type.FLOAT,
+                       handle=fe.create_handle())
+        stats = [g.tensor(dim=[1, 3, 1, 1]) for _ in range(2)]
+        outs = g.batchnorm(input=g.tensor(dim=[4, 3, 5, 1]), scale=stats[0], bias=stats[1], in_running_mean=None,
+                           in_running_var=None, epsilon=g.tensor(dim=[1, 1, 1, 1], is_pass_by_value=True),
+                           momentum=None)
+        assert outs[3:] == [None, None]
+        with pytest.raises(TypeError, match=r"batchnorm\(\): incompatible function arguments"):
+            g.validate()
+    builder = dc._declare(fe, dc._bn_key("batchnorm", (4, 3, 5), "float32", 1e-3))
+    dc._build(fe, builder.graph, ("validate", "build_operation_graph"))
+    assert {"running_mean", "running_var", "next_mean", "next_var"} <= set(builder.uids)
+    assert set(builder.host) == {"eps", "momentum"}
 
 
 def test_a_cnn_trains_the_same_on_both_paths(fake_cudnn, monkeypatch):

@@ -64,19 +64,23 @@ def batch_norm_forward(xp: Any, x: Any, shape3: tuple[int, int, int], gamma: Any
     """``_norm_kernels.forward_kernel``'s result computed by cuDNN, or None (the kernel runs).
 
     cuDNN gives the batch mean and ``inv_std``; the running averages are updated here from them, with the
-    biased variance ``1 / inv_std**2 - eps``, as the kernel updates them.
+    biased variance ``1 / inv_std**2 - eps``, as the kernel updates them (MXNet's formula; cuDNN's own running
+    update, which the graph must declare, goes to scratch).
     """
     device = device_of(x)
     if x.dtype == np.float64 or not _cudnn.eligible(x) or not _cudnn.available(device):
         return None
-    if beta.dtype != np.float32 or not _cudnn.batch_norm_plan(device, shape3, x.dtype.name, eps, batch_stats):
+    if any(a.dtype != np.float32 or not a.flags.c_contiguous for a in (beta, running_mean, running_var)):
+        return None
+    if not _cudnn.batch_norm_plan(device, shape3, x.dtype.name, eps, batch_stats):
         return None
     c = shape3[1]
     with device.use():
         saved = xp.empty((3, c), dtype=np.float32)  # mean, inv_std, k = gamma * inv_std (the kernel's layout)
         scale = xp.ones((c,), dtype=np.float32) if fix_gamma else gamma
         if batch_stats:
-            out = _cudnn.batch_norm_forward(device, x, shape3, scale, beta, eps, saved[0], saved[1], True)
+            out = _cudnn.batch_norm_forward(device, x, shape3, scale, beta, eps, saved[0], saved[1], True,
+                                            running_mean, running_var, momentum)
             var = 1.0 / xp.square(saved[1]) - np.float32(eps)
             for running, new in ((running_mean, saved[0]), (running_var, var)):
                 running[...] = np.float32(momentum) * running + np.float32(1.0 - momentum) * new

@@ -14,18 +14,26 @@ device is a real GPU; on the emulated GPUs only when the emulated frontend is in
 path off (``auto``, the default: use it when available).
 
 Behaviour: one graph per (device, op, shapes, data type, geometry), built on first use and kept
-(:func:`stats` counts builds and executions); a graph cuDNN declines (``cudnnGraphNotSupportedError``
-at planning) is remembered as declined and that signature runs the GEMM path. Each execution takes
-its workspace from CuPy's pool on the current stream, and the device's cuDNN handle is bound to the
-current stream first, so the work is ordered like every other op of the step. Layouts are NCHW
-(NCDHW), C-contiguous, described with explicit strides; data float32, float16 or bfloat16; the
-arithmetic float32 (the frontend's compute type FLOAT).
+(:func:`stats` counts builds and executions). A graph is declined when anything goes wrong while it is
+declared, validated, planned or built: cuDNN's ``cudnnGraphNotSupportedError``, but also the
+``TypeError`` a frontend binding raises for arguments it does not take, or a ``RuntimeError`` from
+libcudnn. A declined signature warns once (naming the graph and the cause), is remembered, and runs
+mxlite's own GEMM and kernel path: a cuDNN problem never stops a step. Each execution takes its
+workspace from CuPy's pool on the current stream, and the device's cuDNN handle is bound to the current
+stream first, so the work is ordered like every other op of the step. Layouts are NCHW (NCDHW),
+C-contiguous, described with explicit strides; data float32, float16 or bfloat16; the arithmetic float32
+(the frontend's compute type FLOAT). Host scalars (batch norm's epsilon and momentum) are pass-by-value
+tensors, handed to ``execute`` as the address of a float32 in host memory (the frontend reads a NumPy
+array through ``__dlpack__(stream=-1)``, which NumPy refuses).
 
 Warnings: a 1-D convolution runs as a 2-D one of height 1 (cuDNN's convolutions take 4-D and 5-D
 tensors). Pooling is not offered by the frontend's Python API (no ``resample`` builder as of 1.32.0):
-it always runs mxlite's kernels. The frontend calls here were checked against nvidia-cudnn-frontend
-1.32.0's Python sources and bindings on a machine without a GPU; :mod:`mxlite._emulation.fakecudnn`
-holds them to those names and parameters.
+it always runs mxlite's kernels. Training batch norm is declared with running statistics and a momentum,
+which the 1.32 frontend's binding requires; cuDNN's updated running statistics go to scratch buffers and
+mxlite updates the layer's own from the batch statistics, with MXNet's formula (the biased variance;
+:mod:`mxlite.autograd._cudnn_ops`). Every graph declared here is built and validated against NVIDIA's
+frontend and libcudnn without a GPU in ``tests/test_real_cudnn.py`` (``make test-real-libs``), and
+:mod:`mxlite._emulation.fakecudnn` refuses what the real frontend refuses.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from collections.abc import Callable
+import warnings
 from typing import Any
 
 import numpy as np
@@ -53,6 +61,7 @@ _plans: dict[tuple[Any, ...], Any] = {}  # signature -> _Plan, or None when cuDN
 _handles: dict[tuple[int, int], Any] = {}  # (device id, id(frontend module)) -> handle
 _handle_errors: dict[tuple[int, int], str] = {}
 _counts: collections.Counter[str] = collections.Counter()
+_warned: set[tuple[Any, ...]] = set()  # (signature, cause) pairs already reported as declined
 _import_failed = False  # `import cudnn` failed once: not tried again on every convolution (clear() retries)
 
 
@@ -133,7 +142,8 @@ def _handle(fe: Any, device: Any) -> Any:
 
 
 def stats() -> dict[str, int]:
-    """Counts since :func:`clear`: ``builds``, ``declined`` (graphs cuDNN does not run), and executions per op."""
+    """Counts since :func:`clear`: ``builds``, ``declined`` (graphs that run mxlite's path instead), and executions
+    per op."""
     return dict(_counts)
 
 
@@ -146,10 +156,12 @@ def clear() -> None:
         _handles.clear()
         _handle_errors.clear()
         _counts.clear()
+        _warned.clear()
 
 
 class _Plan:
-    """A built graph: its tensors' uids by role, the workspace it needs, host scalars it reads."""
+    """A built graph: its tensors' uids by role, the workspace it needs, the host scalars it reads (one float32
+    each, kept here so their addresses stay valid), and what it is (for messages)."""
 
     __slots__ = ("graph", "uids", "workspace", "host", "handle", "op", "what")
 
@@ -169,76 +181,120 @@ def _strides(dims: tuple[int, ...]) -> list[int]:
 
 
 class _Builder:
-    """Declares one graph: tensors with explicit dims, strides, data types and uids."""
+    """Declares one graph: tensors with explicit dims, strides, data types and uids.
 
-    def __init__(self, fe: Any, handle: Any, io: str) -> None:
+    ``graph_options`` go to ``cudnn.pygraph``: ``handle=`` at run time; the tests give ``device_property=`` to
+    build mxlite's graphs against the real frontend without a GPU.
+    """
+
+    def __init__(self, fe: Any, io: str, **graph_options: Any) -> None:
         dt = fe.data_type
         self.fe = fe
         self.graph = fe.pygraph(io_data_type=getattr(dt, io), intermediate_data_type=dt.FLOAT,
-                                compute_data_type=dt.FLOAT, handle=handle)
+                                compute_data_type=dt.FLOAT, **graph_options)
         self.uids: dict[str, int] = {}
         self.host: dict[str, np.ndarray] = {}
 
-    def input(self, role: str, dims: tuple[int, ...], dtype: str, by_value: float | None = None) -> Any:
-        uid = len(self.uids) + 1
-        self.uids[role] = uid
-        if by_value is not None:  # a host scalar (epsilon): cuDNN reads it from host memory at each execution
-            self.host[role] = np.array([by_value], dtype=np.float32)
+    def _uid(self, role: str) -> int:
+        self.uids[role] = len(self.uids) + 1
+        return self.uids[role]
+
+    def input(self, role: str, dims: tuple[int, ...], dtype: str) -> Any:
+        """A device tensor of ``dims`` (C-contiguous) and cuDNN data type name ``dtype``."""
         return self.graph.tensor(name=role, dim=list(dims), stride=_strides(dims),
-                                 data_type=getattr(self.fe.data_type, dtype), is_pass_by_value=by_value is not None,
-                                 uid=uid)
+                                 data_type=getattr(self.fe.data_type, dtype), uid=self._uid(role))
+
+    def scalar(self, role: str, value: float = 0.0) -> Any:
+        """A float32 host scalar, passed by value: cuDNN reads it from host memory at each execution (its value can
+        change between executions, :func:`_execute`'s ``scalars``)."""
+        self.host[role] = np.array([value], dtype=np.float32)
+        return self.graph.tensor(name=role, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=self.fe.data_type.FLOAT,
+                                 is_pass_by_value=True, uid=self._uid(role))
 
     def output(self, role: str, t: Any, dims: tuple[int, ...], dtype: str) -> None:
-        uid = len(self.uids) + 1
-        self.uids[role] = uid
         t.set_output(True).set_dim(list(dims)).set_stride(_strides(dims)).set_data_type(
-            getattr(self.fe.data_type, dtype)).set_uid(uid)
+            getattr(self.fe.data_type, dtype)).set_uid(self._uid(role))
 
 
-def _plan(device: Any, key: tuple[Any, ...], declare: Callable[[_Builder], None], io: str) -> _Plan | None:
-    """The built graph for ``key`` (``declare`` adds its tensors and op on first use); None if cuDNN declines it."""
+# The stages that turn a declared graph into a runnable plan, in order. The first two need libcudnn but no GPU.
+_BUILD_STEPS = ("validate", "build_operation_graph", "create_execution_plans", "check_support", "build_plans")
+
+
+def _build(fe: Any, graph: Any, steps: tuple[str, ...] = _BUILD_STEPS) -> None:
+    """Run ``steps`` of :data:`_BUILD_STEPS` on a declared graph (exceptions propagate)."""
+    for step in steps:
+        if step == "create_execution_plans":
+            graph.create_execution_plans([getattr(fe.heur_mode, m) for m in _HEURISTICS])
+        else:
+            getattr(graph, step)()
+
+
+def _declare(fe: Any, key: tuple[Any, ...], **graph_options: Any) -> _Builder:
+    """The declared (not yet validated) graph of signature ``key``: ``(op, ...)`` as :func:`_conv` and
+    :func:`_bn` make it."""
+    declare = _declare_conv if key[0].startswith("conv_") else _declare_bn
+    return declare(fe, key, **graph_options)
+
+
+def _describe(key: tuple[Any, ...]) -> str:
+    return f"cuDNN {key[0]} {key[1:]}"
+
+
+def _plan(device: Any, key: tuple[Any, ...]) -> _Plan | None:
+    """The built graph for ``key`` on ``device`` (declared and built on first use); None if it is declined."""
     full = (device.device_id,) + key
     with _lock:
         if full in _plans:
             return _plans[full]
         fe = _frontend()
         handle = _handle(fe, device)
-        what = f"cuDNN {key[0]} {key[1:]}"
-        with device.use():
-            b = _Builder(fe, handle, io)
-            declare(b)
-            g = b.graph
-            try:
-                g.validate()
-                g.build_operation_graph()
-                g.create_execution_plans([getattr(fe.heur_mode, m) for m in _HEURISTICS])
-                g.check_support()
-                g.build_plans()
-            except fe.cudnnGraphNotSupportedError:
-                _plans[full] = None
-                _counts["declined"] += 1
-                return None
-            except Exception as exc:
-                raise RuntimeError(f"{what} on {device}: building the graph failed: {type(exc).__name__}: "
-                                   f"{exc}") from exc
-            plan = _Plan(g, b.uids, int(g.get_workspace_size()), b.host, handle, key[0], what)
+        what = _describe(key)
+        try:
+            with device.use():
+                b = _declare(fe, key, handle=handle)
+                _build(fe, b.graph)
+                workspace = int(b.graph.get_workspace_size())
+        except Exception as exc:  # noqa: BLE001 - whatever the frontend raises, mxlite's own path runs the op
+            _decline(full, device, what, exc)
+            return None
+        plan = _Plan(b.graph, b.uids, workspace, b.host, handle, key[0], what)
         _plans[full] = plan
         _counts["builds"] += 1
         return plan
 
 
-def _execute(device: Any, plan: _Plan, buffers: dict[str, Any]) -> None:
-    """Run ``plan`` on the current stream with ``buffers`` (role -> CuPy array) and a fresh pooled workspace."""
+def _decline(full: tuple[Any, ...], device: Any, what: str, exc: Exception) -> None:
+    """Remember ``full`` as declined and warn once per signature and cause."""
+    _plans[full] = None
+    _counts["declined"] += 1
+    cause = f"{type(exc).__name__}: {exc}".strip()
+    if (full, cause) not in _warned:
+        _warned.add((full, cause))
+        first_line = cause.splitlines()[0][:400]
+        warnings.warn(f"{what} on {device} is not run by cuDNN ({first_line}); mxlite's own kernels run it. "
+                      f"{CUDNN_ENV}=off turns cuDNN off.", RuntimeWarning, stacklevel=4)
+
+
+def _scalar_operands(uids: dict[str, int], host: dict[str, np.ndarray]) -> dict[int, int]:
+    """The variant-pack entries of the host scalars: uid -> the address of the float32 (cuDNN copies the value
+    during ``execute``; the frontend would read an array object through ``__dlpack__(stream=-1)``)."""
+    return {uids[role]: int(value.ctypes.data) for role, value in host.items()}
+
+
+def _execute(device: Any, plan: _Plan, buffers: dict[str, Any], scalars: dict[str, float] | None = None) -> None:
+    """Run ``plan`` on the current stream with ``buffers`` (role -> CuPy array), the host ``scalars`` of this call
+    (role -> value; the others keep their declared value) and a fresh pooled workspace."""
     import cupy  # noqa: PLC0415 - GPUs only
 
     fe = _frontend()
     with device.use():
         stream = cupy.cuda.get_current_stream()
         pack = {plan.uids[role]: a.data.ptr for role, a in buffers.items()}
-        # host scalars go as the NumPy array itself (a CPU DLPack object, as NVIDIA's tests pass CPU tensors)
-        pack.update({plan.uids[role]: v for role, v in plan.host.items()})
         workspace = cupy.empty((max(plan.workspace, 1),), dtype=cupy.uint8)
-        with _lock:  # one handle per device: its stream binding and the execution go together
+        with _lock:  # one handle per device: its stream binding, the host scalars and the execution go together
+            for role, value in (scalars or {}).items():
+                plan.host[role][0] = value
+            pack.update(_scalar_operands(plan.uids, plan.host))
             fe.set_stream(handle=plan.handle, stream=stream.ptr)
             try:
                 plan.graph.execute(pack, workspace.data.ptr, handle=plan.handle)
@@ -261,25 +317,33 @@ def _geometry(pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int
     return list(pad), list(stride), list(dilation)
 
 
-def _conv(op: str, device: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
-          dtype: str, pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> _Plan | None:
+def _conv_key(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...], dtype: str,
+              pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[Any, ...]:
+    return (op, tuple(x_shape), tuple(w_shape), tuple(y_shape), dtype, tuple(pad), tuple(stride), tuple(dilation))
+
+
+def _declare_conv(fe: Any, key: tuple[Any, ...], **graph_options: Any) -> _Builder:
+    op, x_shape, w_shape, y_shape, dtype, pad, stride, dilation = key
     io = _DTYPES[dtype]
     xs, ws, ys = _as_4d(x_shape), _as_4d(w_shape), _as_4d(y_shape)
     padding, strides, dilations = _geometry(pad, stride, dilation)
+    b = _Builder(fe, io, **graph_options)
+    geom = {"padding": padding, "stride": strides, "dilation": dilations}
+    if op == "conv_fprop":
+        y = b.graph.conv_fprop(image=b.input("x", xs, io), weight=b.input("w", ws, io), **geom)
+        b.output("y", y, ys, io)
+    elif op == "conv_dgrad":
+        dx = b.graph.conv_dgrad(loss=b.input("dy", ys, io), filter=b.input("w", ws, io), **geom)
+        b.output("dx", dx, xs, io)
+    else:
+        dw = b.graph.conv_wgrad(image=b.input("x", xs, io), loss=b.input("dy", ys, io), **geom)
+        b.output("dw", dw, ws, io)
+    return b
 
-    def declare(b: _Builder) -> None:
-        geom = {"padding": padding, "stride": strides, "dilation": dilations}
-        if op == "conv_fprop":
-            y = b.graph.conv_fprop(image=b.input("x", xs, io), weight=b.input("w", ws, io), **geom)
-            b.output("y", y, ys, io)
-        elif op == "conv_dgrad":
-            dx = b.graph.conv_dgrad(loss=b.input("dy", ys, io), filter=b.input("w", ws, io), **geom)
-            b.output("dx", dx, xs, io)
-        else:
-            dw = b.graph.conv_wgrad(image=b.input("x", xs, io), loss=b.input("dy", ys, io), **geom)
-            b.output("dw", dw, ws, io)
 
-    return _plan(device, (op, x_shape, w_shape, y_shape, dtype, pad, stride, dilation), declare, io)
+def _conv(op: str, device: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
+          dtype: str, pad: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> _Plan | None:
+    return _plan(device, _conv_key(op, x_shape, w_shape, y_shape, dtype, pad, stride, dilation))
 
 
 def conv_plans(device: Any, x_shape: tuple[int, ...], w_shape: tuple[int, ...], y_shape: tuple[int, ...],
@@ -347,51 +411,78 @@ def batch_norm_backward_plan(device: Any, shape3: tuple[int, int, int], dtype: s
     return _bn("batchnorm_backward", device, shape3, dtype, 0.0) is not None
 
 
-def _bn(op: str, device: Any, shape3: tuple[int, int, int], dtype: str, eps: float) -> _Plan | None:
+def _bn_key(op: str, shape3: tuple[int, int, int], dtype: str, eps: float) -> tuple[Any, ...]:
+    return (op, tuple(shape3), dtype, float(eps) if op == "batchnorm" else None)
+
+
+def _declare_bn(fe: Any, key: tuple[Any, ...], **graph_options: Any) -> _Builder:
+    op, shape3, dtype, eps = key
     io = _DTYPES[dtype]
     xs, cs = _bn_dims(shape3)
+    b = _Builder(fe, io, **graph_options)
+    g = b.graph
 
-    def declare(b: _Builder) -> None:
-        g = b.graph
-        if op == "batchnorm":
-            y, mean, inv, _, _ = g.batchnorm(input=b.input("x", xs, io), scale=b.input("scale", cs, "FLOAT"),
-                                             bias=b.input("bias", cs, "FLOAT"), in_running_mean=None,
-                                             in_running_var=None, epsilon=b.input("eps", (1, 1, 1, 1), "FLOAT", eps),
-                                             momentum=None)
-            b.output("y", y, xs, io)
-            b.output("mean", mean, cs, "FLOAT")
-            b.output("inv_std", inv, cs, "FLOAT")
-        elif op == "batchnorm_inference":
-            y = g.batchnorm_inference(input=b.input("x", xs, io), mean=b.input("mean", cs, "FLOAT"),
-                                      inv_variance=b.input("inv_std", cs, "FLOAT"),
-                                      scale=b.input("scale", cs, "FLOAT"), bias=b.input("bias", cs, "FLOAT"))
-            b.output("y", y, xs, io)
-        else:
-            dx, dscale, dbias = g.batchnorm_backward(grad=b.input("dy", xs, io), input=b.input("x", xs, io),
-                                                     scale=b.input("scale", cs, "FLOAT"),
-                                                     mean=b.input("mean", cs, "FLOAT"),
-                                                     inv_variance=b.input("inv_std", cs, "FLOAT"))
-            b.output("dx", dx, xs, io)
-            b.output("dscale", dscale, cs, "FLOAT")
-            b.output("dbias", dbias, cs, "FLOAT")
+    def stats(*roles: str) -> list[Any]:
+        return [b.input(role, cs, "FLOAT") for role in roles]
 
-    return _plan(device, (op, tuple(shape3), dtype, float(eps) if op == "batchnorm" else None), declare, io)
+    if op == "batchnorm":
+        scale, bias, running_mean, running_var = stats("scale", "bias", "running_mean", "running_var")
+        # the 1.32 binding requires the running statistics and the momentum (None is refused at validate)
+        y, mean, inv, next_mean, next_var = g.batchnorm(
+            input=b.input("x", xs, io), scale=scale, bias=bias, in_running_mean=running_mean,
+            in_running_var=running_var, epsilon=b.scalar("eps", eps), momentum=b.scalar("momentum"))
+        b.output("y", y, xs, io)
+        for role, t in (("mean", mean), ("inv_std", inv), ("next_mean", next_mean), ("next_var", next_var)):
+            b.output(role, t, cs, "FLOAT")
+    elif op == "batchnorm_inference":
+        mean, inv, scale, bias = stats("mean", "inv_std", "scale", "bias")
+        y = g.batchnorm_inference(input=b.input("x", xs, io), mean=mean, inv_variance=inv, scale=scale, bias=bias)
+        b.output("y", y, xs, io)
+    else:
+        dy, x = b.input("dy", xs, io), b.input("x", xs, io)
+        scale, mean, inv = stats("scale", "mean", "inv_std")
+        dx, dscale, dbias = g.batchnorm_backward(grad=dy, input=x, scale=scale, mean=mean, inv_variance=inv)
+        b.output("dx", dx, xs, io)
+        b.output("dscale", dscale, cs, "FLOAT")
+        b.output("dbias", dbias, cs, "FLOAT")
+    return b
+
+
+def _bn(op: str, device: Any, shape3: tuple[int, int, int], dtype: str, eps: float) -> _Plan | None:
+    return _plan(device, _bn_key(op, shape3, dtype, eps))
 
 
 def batch_norm_forward(device: Any, x: Any, shape3: tuple[int, int, int], scale: Any, bias: Any, eps: float,
-                       mean: Any, inv_std: Any, training: bool) -> Any:
+                       mean: Any, inv_std: Any, training: bool, running_mean: Any = None, running_var: Any = None,
+                       momentum: float = 0.9) -> Any:
     """Batch norm of C-contiguous ``x`` viewed as (outer, C, inner), float32 (C,) ``scale`` and ``bias``.
 
     Training: batch statistics, written into the float32 (C,) ``mean`` and ``inv_std`` (1/sqrt(var + eps), the
-    biased variance). Inference: ``mean`` and ``inv_std`` are read. Returns the output, a new array like ``x``.
+    biased variance); the graph also reads the float32 (C,) ``running_mean`` and ``running_var`` and ``momentum``
+    (MXNet's: the weight of the old running value), whose update cuDNN writes to scratch buffers: the caller
+    updates the running statistics (module docstring). Inference: ``mean`` and ``inv_std`` are read. Returns the
+    output, a new array like ``x``.
+
+    Raises:
+        ValueError: training without ``running_mean`` and ``running_var``.
     """
     import cupy  # noqa: PLC0415
 
     op = "batchnorm" if training else "batchnorm_inference"
     plan = _bn(op, device, shape3, x.dtype.name, eps)
+    buffers = {"x": x, "scale": scale, "bias": bias, "mean": mean, "inv_std": inv_std}
+    scalars = None
     with device.use():
-        y = cupy.empty(x.shape, dtype=x.dtype)
-    _execute(device, plan, {"x": x, "scale": scale, "bias": bias, "mean": mean, "inv_std": inv_std, "y": y})
+        buffers["y"] = y = cupy.empty(x.shape, dtype=x.dtype)
+        if training:
+            if running_mean is None or running_var is None:
+                raise ValueError("cuDNN's training batch norm reads the running mean and variance: pass running_mean "
+                                 "and running_var")
+            scratch = cupy.empty((2, shape3[1]), dtype=cupy.float32)
+            buffers.update(running_mean=running_mean, running_var=running_var, next_mean=scratch[0],
+                           next_var=scratch[1])
+            scalars = {"momentum": 1.0 - float(momentum)}  # cuDNN weighs the batch's statistic by its momentum
+    _execute(device, plan, buffers, scalars)
     return y
 
 

@@ -9,13 +9,19 @@ executed any number of times with a variant pack (tensor, uid or name -> device 
 least ``get_workspace_size()`` bytes, on the handle's stream.
 
 Emulated ops, one per graph: ``conv_fprop``, ``conv_dgrad``, ``conv_wgrad`` (4-D and 5-D tensors, groups inferred
-from the filter's channels, cross-correlation), ``batchnorm`` without running statistics, ``batchnorm_inference``
-and ``batchnorm_backward``; data FLOAT, HALF or BFLOAT16, compute FLOAT. Arithmetic is NumPy in float64, rounded
-once to each output's type. Stricter than the library: every stage must run in order (the 1.32 frontend would
-build an unbuilt graph on ``execute``), outputs a later op needs must be declared with ``set_dim`` (dgrad, wgrad),
-fused graphs, running statistics and ``peer_stats`` raise ``cudnnGraphNotSupportedError``, and the usual rules of
-the emulated GPUs hold: the current device must be the handle's, every address must lie in a live allocation of
-that device, and accesses are checked against the stream order (a workspace counts as written).
+from the filter's channels, cross-correlation), ``batchnorm`` (with running statistics and a momentum, which the
+1.32 binding requires), ``batchnorm_inference`` and ``batchnorm_backward``; data FLOAT, HALF or BFLOAT16, compute
+FLOAT. Arithmetic is NumPy in float64, rounded once to each output's type.
+
+As strict as the library where tests/test_real_cudnn.py compared the two (the real frontend and libcudnn build and
+validate graphs without a GPU): ``batchnorm`` without ``in_running_mean``, ``in_running_var`` and ``momentum``
+fails at ``validate`` with the binding's ``TypeError``; a NumPy array given to ``execute`` for a pass-by-value
+scalar fails with NumPy's ``RuntimeError`` (the frontend reads buffer objects through ``__dlpack__(stream=-1)``;
+a host scalar goes as its address, an int). Stricter than the library: every stage must run in order (the 1.32
+frontend would build an unbuilt graph on ``execute``), outputs a later op needs must be declared with ``set_dim``
+(dgrad, wgrad), fused graphs and ``peer_stats`` raise ``cudnnGraphNotSupportedError``, and the usual rules of the
+emulated GPUs hold: the current device must be the handle's, every address must lie in a live allocation of that
+device, and accesses are checked against the stream order (a workspace counts as written).
 """
 
 from __future__ import annotations
@@ -30,27 +36,28 @@ from typing import Any
 import numpy as np
 
 from ..fakecupy import _core, _counters, _memory, _state, _streams
-from ..fakecupy._errors import EmulatedGPUError
-from ..fakecupy.cuda._reduce import bf16_to_f32, f32_to_bf16
+from ..fakecupy._errors import EmulatedGPUError as _EmulatedGPUError
+from ..fakecupy.cuda._reduce import bf16_to_f32 as _bf16_to_f32
+from ..fakecupy.cuda._reduce import f32_to_bf16 as _f32_to_bf16
 
 __version__ = "1.32.0"
-__all__ = ["Handle", "Tensor", "backend_version", "convolution_mode", "create_handle", "cudnnGraphNotSupportedError",
+__all__ = ["Handle", "Tensor", "backend_version", "create_handle", "cudnnGraphNotSupportedError",
            "data_type", "destroy_handle", "get_stream", "heur_mode", "norm_forward_phase", "pygraph", "set_stream"]
 
 
 class data_type(enum.Enum):  # noqa: N801 - the frontend's name
     """``cudnn.data_type`` (the members mxlite's calls may meet)."""
 
-    FLOAT = 0
-    DOUBLE = 1
-    HALF = 2
-    INT8 = 3
-    INT32 = 4
-    UINT8 = 6
-    BFLOAT16 = 9
-    INT64 = 10
-    BOOLEAN = 11
-    NOT_SET = 20
+    NOT_SET = 0
+    FLOAT = 1
+    DOUBLE = 2
+    HALF = 3
+    INT8 = 4
+    INT32 = 5
+    UINT8 = 7
+    BFLOAT16 = 10
+    INT64 = 11
+    BOOLEAN = 12
 
 
 class heur_mode(enum.Enum):  # noqa: N801
@@ -65,13 +72,13 @@ class heur_mode(enum.Enum):  # noqa: N801
 class norm_forward_phase(enum.Enum):  # noqa: N801
     """``cudnn.norm_forward_phase``."""
 
-    INFERENCE = 0
-    TRAINING = 1
-    NOT_SET = 2
+    NOT_SET = 0
+    INFERENCE = 1
+    TRAINING = 2
 
 
-class convolution_mode(enum.Enum):  # noqa: N801
-    """``cudnn.convolution_mode``."""
+class _ConvolutionMode(enum.Enum):
+    """``cudnn._compiled_module.convolution_mode`` (not exported by ``cudnn`` itself)."""
 
     CONVOLUTION = 0
     CROSS_CORRELATION = 1
@@ -145,10 +152,11 @@ _IO = (data_type.FLOAT, data_type.HALF, data_type.BFLOAT16)
 class Tensor:
     """A tensor of a graph: dims, strides (in elements), data type, uid; virtual unless marked as an output."""
 
-    def __init__(self, graph: pygraph, name: str, dim: list[int], stride: list[int] | None, dtype: Any,
-                 is_virtual: bool, is_pass_by_value: bool, uid: int) -> None:
-        self._graph = graph
-        self.name, self.dim, self.data_type = name, list(dim), dtype
+    def __init__(self, name: str = "", data_type: Any = None, dim: list[int] | None = None,
+                 stride: list[int] | None = None, is_virtual: bool = False, is_pass_by_value: bool = False, *,
+                 uid: int = 0, owner: pygraph | None = None) -> None:
+        self._graph = owner
+        self.name, self.dim, self.data_type = name, list(dim or []), data_type
         self.stride = None if stride is None else list(stride)
         self.is_virtual, self.is_pass_by_value, self.uid = is_virtual, is_pass_by_value, uid
 
@@ -282,23 +290,25 @@ class pygraph:  # noqa: N801 - the frontend's name
         if ragged_offset is not None:
             raise cudnnGraphNotSupportedError("ragged tensors are not emulated")
         dim = [operator.index(d) for d in dim]
-        t = Tensor(self, name or f"tensor_{len(self._tensors)}", dim, list(stride) if stride is not None else None,
-                   data_type if data_type not in (None, data_type_not_set()) else
+        t = Tensor(name=name or f"tensor_{len(self._tensors)}", dim=dim,
+                   stride=list(stride) if stride is not None else None,
+                   data_type=data_type if data_type not in (None, _data_type_not_set()) else
                    (self.intermediate_data_type if is_virtual else self.io_data_type),
-                   is_virtual, is_pass_by_value, 0)
+                   is_virtual=is_virtual, is_pass_by_value=is_pass_by_value, owner=self)
         if t.stride is None:
             t.stride = _row_major(dim)
         self._take_uid(self._new_uid() if uid in (None, -1) else uid, t)
         self._tensors.append(t)
         return t
 
-    def tensor_like(self, input: Tensor, name: str = "") -> Tensor:  # noqa: A002 - the frontend's name
-        """A new tensor with ``input``'s dims, strides and data type."""
-        if not isinstance(input, Tensor):
+    def tensor_like(self, template: Tensor, name: str = "", is_virtual: bool = False) -> Tensor:
+        """A new tensor with ``template``'s dims, strides and data type (a graph tensor; the frontend also takes
+        DLPack objects, which the emulation does not)."""
+        if not isinstance(template, Tensor):
             raise TypeError("the emulated cudnn.pygraph.tensor_like takes a graph tensor, got "
-                            f"{type(input).__name__}")
-        return self.tensor(dim=input.dim, stride=input.stride, data_type=input.data_type,
-                           is_pass_by_value=input.is_pass_by_value, name=name)
+                            f"{type(template).__name__}")
+        return self.tensor(dim=template.dim, stride=template.stride, data_type=template.data_type,
+                           is_virtual=is_virtual, is_pass_by_value=template.is_pass_by_value, name=name)
 
     def _own(self, t: Any, op: str, port: str) -> Tensor:
         if not isinstance(t, Tensor) or t._graph is not self:
@@ -332,7 +342,7 @@ class pygraph:  # noqa: N801 - the frontend's name
                   "post_padding": None if post is None else [int(v) for v in post],
                   "stride": None if stride is None else [int(v) for v in stride],
                   "dilation": None if dilation is None else [int(v) for v in dilation],
-                  "convolution_mode": convolution_mode or globals()["convolution_mode"].CROSS_CORRELATION,
+                  "convolution_mode": convolution_mode or _ConvolutionMode.CROSS_CORRELATION,
                   "compute_data_type": compute_data_type}
         outs = self._add(op, {ports[0]: a, ports[1]: b}, params, (out,), name)
         if op == "conv_fprop":  # the frontend infers fprop's output dims; dgrad's and wgrad's need set_dim
@@ -367,23 +377,26 @@ class pygraph:  # noqa: N801 - the frontend's name
         return self._conv("conv_wgrad", image, loss, ("image", "loss"), "DW", padding, pre_padding, post_padding,
                           stride, dilation, convolution_mode, compute_data_type, name)
 
-    def batchnorm(self, input: Tensor, scale: Tensor, bias: Tensor, in_running_mean: Any = None,  # noqa: A002
-                  in_running_var: Any = None, epsilon: Any = None, momentum: Any = None, peer_stats: Any = None,
+    def batchnorm(self, input: Tensor, scale: Tensor, bias: Tensor, in_running_mean: Any,  # noqa: A002
+                  in_running_var: Any, epsilon: Any, momentum: Any, peer_stats: Any = None,
                   compute_data_type: Any = None, name: str = "") -> list[Any]:
-        """Training batch norm: ``[Y, mean, inv_var, next_running_mean, next_running_var]`` (the last two None
-        without running statistics)."""
-        if epsilon is None:
-            raise TypeError("batchnorm: epsilon (a pass-by-value tensor) is required")
+        """Training batch norm: ``[Y, mean, inv_var, next_running_mean, next_running_var]``.
+
+        ``next_running_mean = (1 - momentum) * in_running_mean + momentum * mean``, and the same for the variance
+        with the batch's unbiased variance (cuDNN's convention). The declaration takes None for the running
+        statistics and momentum (the last two outputs are then None), but :meth:`validate` refuses it as the
+        1.32 binding does."""
         ins = {"input": input, "scale": scale, "bias": bias, "epsilon": epsilon, "in_running_mean": in_running_mean,
                "in_running_var": in_running_var, "momentum": momentum}
+        running = in_running_mean is not None and in_running_var is not None
+        ports = ("Y", "mean", "inv_var") + (("next_running_mean", "next_running_var") if running else ())
         outs = self._add("batchnorm", ins, {"peer_stats": list(peer_stats or []),
-                                            "compute_data_type": compute_data_type},
-                         ("Y", "mean", "inv_var"), name)
+                                            "compute_data_type": compute_data_type}, ports, name)
         outs["Y"].dim, outs["Y"].stride = list(input.dim), _row_major(input.dim)
-        for port in ("mean", "inv_var"):
+        for port in ports[1:]:
             outs[port].dim = [1 if i != 1 else d for i, d in enumerate(input.dim)]
             outs[port].stride = _row_major(outs[port].dim)
-        return [outs["Y"], outs["mean"], outs["inv_var"], None, None]
+        return [outs["Y"], outs["mean"], outs["inv_var"], outs.get("next_running_mean"), outs.get("next_running_var")]
 
     def batchnorm_inference(self, input: Tensor, mean: Tensor, inv_variance: Tensor, scale: Tensor,  # noqa: A002
                             bias: Tensor, compute_data_type: Any = None, name: str = "") -> Tensor:
@@ -459,15 +472,13 @@ class pygraph:  # noqa: N801 - the frontend's name
             raise cudnnGraphNotSupportedError(f"{node.op}: compute data type {compute} (only FLOAT is emulated)")
         if node.params.get("peer_stats"):
             raise cudnnGraphNotSupportedError(f"{node.op}: peer_stats are not emulated")
-        for port in ("in_running_mean", "in_running_var", "momentum"):
-            if port in node.inputs:
-                raise cudnnGraphNotSupportedError(f"{node.op}: running statistics are not emulated")
 
-    def build_plans(self, *args: Any, **kwargs: Any) -> None:
+    def build_plans(self, policy: Any = None, ctx: Any = None) -> None:
         """Build the chosen plan."""
         self._advance("built")
 
-    def get_workspace_size(self, handle: Any = None, **kwargs: Any) -> int:
+    def get_workspace_size(self, handle: Any = None, override_uids: Any = None, override_shapes: Any = None,
+                           override_strides: Any = None) -> int:
         """Bytes of device workspace ``execute`` needs."""
         if self._stage < _STAGES.index("built"):
             raise RuntimeError(f"cudnn graph {self.name!r}: get_workspace_size needs build_plans() first")
@@ -486,12 +497,15 @@ class pygraph:  # noqa: N801 - the frontend's name
             return found[0].uid
         return operator.index(key)
 
-    def execute(self, tensor_dict: dict[Any, Any], workspace: Any = None, handle: Any = None, **kwargs: Any) -> None:
+    def execute(self, tensor_dict: dict[Any, Any], workspace: Any = None, handle: Any = None, override_uids: Any = None,
+                override_shapes: Any = None, override_strides: Any = None, tensor_uids: Any = None) -> None:
         """Run the built plan on the handle's stream: ``tensor_dict`` maps each non-virtual tensor (or its uid or
-        name) to a device address (pass-by-value scalars: a host address or a NumPy array); ``workspace`` is the
-        address of at least :meth:`get_workspace_size` bytes."""
+        name) to a device address (pass-by-value scalars: a host address, an int); ``workspace`` is the address of
+        at least :meth:`get_workspace_size` bytes. The ``override_*`` and ``tensor_uids`` forms are not emulated."""
         node = self._nodes[0] if self._nodes else None
         what = f"cudnn {node.op if node else 'graph'} {self.name!r}"
+        if any(v is not None for v in (override_uids, override_shapes, override_strides, tensor_uids)):
+            raise NotImplementedError(f"{what}: override_uids/shapes/strides and tensor_uids are not emulated")
         if self._stage != len(_STAGES) - 1:
             raise RuntimeError(f"{what}: execute needs a built plan (validate, build_operation_graph, "
                                f"create_execution_plans, check_support, build_plans); the graph is "
@@ -501,7 +515,7 @@ class pygraph:  # noqa: N801 - the frontend's name
             raise RuntimeError(f"{what}: no handle (give one to pygraph() or execute())")
         device_id = _state.current_device_id()
         if device_id != h._ordinal:
-            raise EmulatedGPUError(f"{what}: the handle belongs to gpu({h._ordinal}) but gpu({device_id}) is current")
+            raise _EmulatedGPUError(f"{what}: the handle belongs to gpu({h._ordinal}) but gpu({device_id}) is current")
         pack = {self._uid_of(k): v for k, v in tensor_dict.items() if k is not None}
         arrays: dict[str, np.ndarray] = {}
         reads: list[Any] = []
@@ -520,17 +534,17 @@ class pygraph:  # noqa: N801 - the frontend's name
             (writes if id(t) in produced else reads).append(rng)
         size = _WORKSPACE[node.op]
         if workspace is None or operator.index(workspace) == 0:
-            raise EmulatedGPUError(f"{what}: no workspace, but the plan needs {size} bytes (get_workspace_size())")
+            raise _EmulatedGPUError(f"{what}: no workspace, but the plan needs {size} bytes (get_workspace_size())")
         try:
             allocation, offset = _memory.resolve(operator.index(workspace), size, device_id)
-        except EmulatedGPUError as exc:
-            raise EmulatedGPUError(f"{what}: the workspace must hold get_workspace_size() = {size} bytes of "
+        except _EmulatedGPUError as exc:
+            raise _EmulatedGPUError(f"{what}: the workspace must hold get_workspace_size() = {size} bytes of "
                                    f"gpu({device_id}) memory: {exc}") from None
         writes.append((allocation, offset, offset + size))
         for i, a in enumerate(writes[:-1]):
             for b in reads + writes[i + 1:]:
                 if a[0] is b[0] and a[1] < b[2] and b[1] < a[2]:
-                    raise EmulatedGPUError(f"{what}: an output overlaps another buffer of the call in {a[0]!r}")
+                    raise _EmulatedGPUError(f"{what}: an output overlaps another buffer of the call in {a[0]!r}")
         stream = _streams.stream_from_ptr(h.stream, device_id)
         capture = None
         if _streams.active_captures:
@@ -551,7 +565,7 @@ class pygraph:  # noqa: N801 - the frontend's name
             _counters.counters[device_id].kernel_launches[f"cudnn.{node.op}"] += 1
 
 
-def data_type_not_set() -> data_type:
+def _data_type_not_set() -> data_type:
     return data_type.NOT_SET
 
 
@@ -568,11 +582,11 @@ def _device_view(ptr: Any, t: Tensor, device_id: int, what: str) -> tuple[np.nda
     storage = _STORAGE[t.data_type]
     nbytes = _span(t) * storage.itemsize
     if ptr % storage.itemsize:
-        raise EmulatedGPUError(f"{what}: address {ptr:#x} is not aligned to its {storage.itemsize}-byte elements")
+        raise _EmulatedGPUError(f"{what}: address {ptr:#x} is not aligned to its {storage.itemsize}-byte elements")
     try:
         allocation, offset = _memory.resolve(ptr, nbytes, device_id)
-    except EmulatedGPUError as exc:
-        raise EmulatedGPUError(f"{what}: dims {t.dim}, strides {t.stride} need {nbytes} bytes: {exc}") from None
+    except _EmulatedGPUError as exc:
+        raise _EmulatedGPUError(f"{what}: dims {t.dim}, strides {t.stride} need {nbytes} bytes: {exc}") from None
     view = np.ndarray(tuple(t.dim), storage, buffer=allocation.block.buf, offset=offset,
                       strides=tuple(s * storage.itemsize for s in t.stride))
     return view, (allocation, offset, offset + nbytes)
@@ -582,18 +596,20 @@ def _host_scalar(value: Any, t: Tensor, what: str) -> np.ndarray:
     storage = _STORAGE.get(t.data_type)
     if storage is None:
         raise ValueError(f"{what}: pass-by-value {t.name!r} has data type {t.data_type}")
-    if isinstance(value, np.ndarray):
-        if value.size != 1 or value.dtype != storage:
-            raise ValueError(f"{what}: pass-by-value {t.name!r} needs one {storage} value, got {value.dtype}"
-                             f"{list(value.shape)}")
-        return value.reshape(()).copy()
+    if hasattr(value, "__dlpack__"):  # the frontend reads a buffer object through __dlpack__(stream=-1)
+        if isinstance(value, np.ndarray):
+            raise RuntimeError(f"{what}: pass-by-value {t.name!r}: NumPy only supports stream=None. (the frontend "
+                               "reads a NumPy array through __dlpack__(stream=-1); pass its host address, "
+                               "numpy_array.ctypes.data)")
+        raise TypeError(f"{what}: the emulated frontend takes pass-by-value {t.name!r} as a host address (int), got "
+                        f"{type(value).__name__}")
     ptr = operator.index(value)
     try:
         allocation, _ = _memory.resolve(ptr, storage.itemsize)
-    except EmulatedGPUError:
+    except _EmulatedGPUError:
         allocation = None
     if allocation is not None:
-        raise EmulatedGPUError(f"{what}: pass-by-value {t.name!r} ({ptr:#x}) points into device memory "
+        raise _EmulatedGPUError(f"{what}: pass-by-value {t.name!r} ({ptr:#x}) points into device memory "
                                f"({allocation!r}); pass a host address (numpy_array.ctypes.data)")
     return np.frombuffer(ctypes.string_at(ptr, storage.itemsize), storage)[0].copy()
 
@@ -628,7 +644,7 @@ def _validate_conv(graph: pygraph, node: _Node) -> None:
         y, w, x = node.inputs["loss"], node.inputs["filter"], node.outputs["DX"]
     else:
         x, y, w = node.inputs["image"], node.inputs["loss"], node.outputs["DW"]
-    if node.params["convolution_mode"] is not convolution_mode.CROSS_CORRELATION:
+    if node.params["convolution_mode"] is not _ConvolutionMode.CROSS_CORRELATION:
         raise ValueError(f"{node.op}: only CROSS_CORRELATION is emulated")
     out = next(iter(node.outputs.values()))
     for t in [t for t in (x, w, y) if t is not out] + [out]:
@@ -673,9 +689,16 @@ def _validate_bn(graph: pygraph, node: _Node) -> None:
         if t.dim != stats or t.data_type is not data_type.FLOAT:
             raise ValueError(f"{node.op}: {port} ({t.name!r}) must be FLOAT with dims {stats}, got {t.data_type} "
                              f"{t.dim}")
-    eps = node.inputs.get("epsilon")
-    if node.op == "batchnorm" and (not eps.is_pass_by_value or any(d != 1 for d in eps.dim)):
-        raise ValueError(f"batchnorm: epsilon ({eps.name!r}) must be a pass-by-value tensor of dims all 1")
+    if node.op != "batchnorm":
+        return
+    missing = [port for port in ("in_running_mean", "in_running_var", "epsilon", "momentum") if port not in node.inputs]
+    if missing:  # what the 1.32 frontend's compiled binding raises when the graph is lowered
+        raise TypeError(f"batchnorm(): incompatible function arguments: {', '.join(missing)} given as None (the "
+                        "binding has no default for the running statistics, epsilon and momentum)")
+    for port in ("epsilon", "momentum"):
+        t = node.inputs[port]
+        if not t.is_pass_by_value or any(d != 1 for d in t.dim):
+            raise ValueError(f"batchnorm: {port} ({t.name!r}) must be a pass-by-value tensor of dims all 1")
 
 
 _VALIDATE = {"conv_fprop": _validate_conv, "conv_dgrad": _validate_conv, "conv_wgrad": _validate_conv,
@@ -684,11 +707,11 @@ _VALIDATE = {"conv_fprop": _validate_conv, "conv_dgrad": _validate_conv, "conv_w
 
 # -- the arithmetic: float64, rounded once per output -----------------------------------------------------------
 def _read(a: np.ndarray) -> np.ndarray:
-    return bf16_to_f32(np.ascontiguousarray(a)).astype(np.float64) if a.dtype == np.uint16 else a.astype(np.float64)
+    return _bf16_to_f32(np.ascontiguousarray(a)).astype(np.float64) if a.dtype == np.uint16 else a.astype(np.float64)
 
 
 def _write(dst: np.ndarray, value: np.ndarray) -> None:
-    dst[...] = f32_to_bf16(value.astype(np.float32)) if dst.dtype == np.uint16 else value.astype(dst.dtype)
+    dst[...] = _f32_to_bf16(value.astype(np.float32)) if dst.dtype == np.uint16 else value.astype(dst.dtype)
 
 
 def _windows(a: np.ndarray, kernel: list[int], stride: list[int], dilation: list[int], out: list[int]) -> np.ndarray:
@@ -759,6 +782,11 @@ def _compute_bn(node: _Node, arrays: dict[str, np.ndarray]) -> None:
         _write(arrays["Y"], (x - mean) * inv * scale + _read(arrays["bias"]))
         _write(arrays["mean"], mean)
         _write(arrays["inv_var"], inv)
+        momentum, count = float(arrays["momentum"]), x.size // x.shape[1]
+        unbiased = np.square(x - mean).sum(axis=axes, keepdims=True) / max(count - 1, 1)
+        for port, stat in (("mean", mean), ("var", unbiased)):
+            _write(arrays[f"next_running_{port}"],
+                   (1 - momentum) * _read(arrays[f"in_running_{port}"]) + momentum * stat)
     elif node.op == "batchnorm_inference":
         mean, inv = _read(arrays["mean"]), _read(arrays["inv_variance"])
         _write(arrays["Y"], (x - mean) * inv * scale + _read(arrays["bias"]))
