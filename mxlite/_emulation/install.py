@@ -29,7 +29,8 @@ _MODULES = {
     "cupy.cuda.graph": "fakecupy.cuda.graph", "cupy.random": "fakecupy._random", "cupy.linalg": "fakecupy.linalg",
     "cupy.lib": "fakecupy.lib", "cupy.lib.stride_tricks": "fakecupy.lib.stride_tricks", "cupyx": "fakecupyx",
 }
-# nvmath-python's raw cuBLAS bindings (not compared with the real package by the CuPy API test).
+# nvmath-python's raw cuBLAS bindings. Each double is held to the real package's names and signatures at these
+# paths by tests/test_real_apis.py.
 _NVMATH_MODULES = {"nvmath": "fakenvmath", "nvmath.bindings": "fakenvmath.bindings",
                    "nvmath.bindings.cublas": "fakenvmath.bindings.cublas"}
 # NVIDIA's cuDNN frontend (nvidia-cudnn-frontend): installed on request (install_cudnn), not by install.

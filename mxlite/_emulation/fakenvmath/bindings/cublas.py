@@ -31,8 +31,11 @@ from typing import Any
 import numpy as np
 
 from ...fakecupy import _core, _counters, _memory, _state, _streams
-from ...fakecupy._errors import EmulatedGPUError
-from ...fakecupy.cuda._reduce import bf16_to_f32, f32_to_bf16
+
+# imported under private names: the module offers only nvmath-python's names (tests/test_real_apis.py)
+from ...fakecupy._errors import EmulatedGPUError as _EmulatedGPUError
+from ...fakecupy.cuda._reduce import bf16_to_f32 as _bf16_to_f32
+from ...fakecupy.cuda._reduce import f32_to_bf16 as _f32_to_bf16
 
 __all__ = ["AtomicsMode", "ComputeType", "GemmAlgo", "Math", "Operation", "PointerMode", "Status", "cuBLASError",
            "check_status", "create", "destroy", "set_stream", "get_stream", "set_workspace", "set_math_mode",
@@ -273,13 +276,13 @@ _ALGOS = frozenset(m.value for m in GemmAlgo)
 
 def _widen(x: np.ndarray, storage: Any, compute: np.dtype) -> np.ndarray:
     if storage is _BF16:
-        return bf16_to_f32(x)
+        return _bf16_to_f32(x)
     return x if x.dtype == compute else x.astype(compute)
 
 
 def _narrow(x: np.ndarray, storage: Any) -> np.ndarray:
     if storage is _BF16:
-        return f32_to_bf16(x)
+        return _f32_to_bf16(x)
     return x.astype(storage, copy=False)
 
 
@@ -291,8 +294,8 @@ def _matrix(ptr: int, storage: Any, rows: int, cols: int, ld: int, stride: int, 
     span = ((batch - 1) * stride + (cols - 1) * ld + rows) * size if rows and cols and batch else 0
     try:
         allocation, offset = _memory.resolve(ptr, span, device_id)
-    except EmulatedGPUError as exc:
-        raise EmulatedGPUError(f"{what}: {exc}") from None
+    except _EmulatedGPUError as exc:
+        raise _EmulatedGPUError(f"{what}: {exc}") from None
     view = np.ndarray((batch, rows, cols), dtype, buffer=allocation.block.buf, offset=offset,
                       strides=(stride * size, size, ld * size))
     return view, (allocation, offset, offset + max(span, 1))
@@ -304,17 +307,17 @@ def _scalar(h: _Handle, ptr: int, dtype: np.dtype, name: str, what: str) -> tupl
         raise _error(Status.INVALID_VALUE, f"{what}: {name} is a null pointer")
     try:
         allocation, offset = _memory.resolve(ptr, dtype.itemsize)
-    except EmulatedGPUError:
+    except _EmulatedGPUError:
         allocation = None
     if h.pointer_mode == 0:
         if allocation is not None:
-            raise EmulatedGPUError(f"{what}: {name} ({ptr:#x}) points into device memory ({allocation!r}) but the "
-                                   "handle's pointer mode is HOST; pass a host address (e.g. numpy_scalar_array"
-                                   ".ctypes.data) or set_pointer_mode(handle, PointerMode.DEVICE)")
+            raise _EmulatedGPUError(f"{what}: {name} ({ptr:#x}) points into device memory ({allocation!r}) but the "
+                                    "handle's pointer mode is HOST; pass a host address (e.g. numpy_scalar_array"
+                                    ".ctypes.data) or set_pointer_mode(handle, PointerMode.DEVICE)")
         return np.frombuffer(ctypes.string_at(ptr, dtype.itemsize), dtype)[0], None
     if allocation is None or allocation.device_id != h.device_id:
-        raise EmulatedGPUError(f"{what}: {name} ({ptr:#x}) is not in device memory of gpu({h.device_id}) but the "
-                               "handle's pointer mode is DEVICE")
+        raise _EmulatedGPUError(f"{what}: {name} ({ptr:#x}) is not in device memory of gpu({h.device_id}) but the "
+                                "handle's pointer mode is DEVICE")
     view = np.ndarray((), dtype, buffer=allocation.block.buf, offset=offset)
     return None, (view, (allocation, offset, offset + dtype.itemsize))
 
@@ -335,7 +338,7 @@ def _gemm(name: str, handle: Any, transa: Any, transb: Any, m: Any, n: Any, k: A
     what = f"cublas {name}(m={m}, n={n}, k={k})"
     device_id = _state.current_device_id()
     if device_id != h.device_id:
-        raise EmulatedGPUError(f"{what}: the handle belongs to gpu({h.device_id}) but gpu({device_id}) is current")
+        raise _EmulatedGPUError(f"{what}: the handle belongs to gpu({h.device_id}) but gpu({device_id}) is current")
     rows_a, cols_a = (m, k) if transa == 0 else (k, m)
     rows_b, cols_b = (k, n) if transb == 0 else (n, k)
     bad = [f"{p}={v}" for p, v, ok in (
@@ -346,10 +349,11 @@ def _gemm(name: str, handle: Any, transa: Any, transb: Any, m: Any, n: Any, k: A
     if bad:
         raise _error(Status.INVALID_VALUE, f"{what}: {', '.join(bad)}")
     if min(stride_a, stride_b, stride_c) < 0:
-        raise EmulatedGPUError(f"{what}: negative batch strides are not emulated")
+        raise _EmulatedGPUError(f"{what}: negative batch strides are not emulated")
     if batch > 1 and n and stride_c < (n - 1) * ldc + m:
-        raise EmulatedGPUError(f"{what}: stride_c={stride_c} makes the output matrices overlap (each spans "
-                               f"{(n - 1) * ldc + m} elements); cuBLAS's result would depend on the order of the batch")
+        raise _EmulatedGPUError(f"{what}: stride_c={stride_c} makes the output matrices overlap (each spans "
+                                f"{(n - 1) * ldc + m} elements); cuBLAS's result would depend on the order of the "
+                                "batch")
     if compute not in _COMPUTE or (atype, btype, ctype) not in _COMPUTE[compute][2]:
         raise _error(Status.NOT_SUPPORTED, f"{what}: compute type {compute} with data types A={atype}, B={btype}, "
                                            f"C={ctype} is not emulated")
@@ -361,16 +365,16 @@ def _gemm(name: str, handle: Any, transa: Any, transb: Any, m: Any, n: Any, k: A
     capture = None
     if _streams.active_captures:
         if current._capture is not None and stream._capture is not current._capture:
-            raise EmulatedGPUError(f"{what}: {current!r} is capturing but the handle's stream is {stream!r}: the "
-                                   "GEMM would run at once instead of being recorded; set_stream(handle, "
-                                   "capturing_stream.ptr) and set_workspace(...) before begin_capture()")
+            raise _EmulatedGPUError(f"{what}: {current!r} is capturing but the handle's stream is {stream!r}: the "
+                                    "GEMM would run at once instead of being recorded; set_stream(handle, "
+                                    "capturing_stream.ptr) and set_workspace(...) before begin_capture()")
         from ...fakecupy import _graph  # noqa: PLC0415 - only under capture
 
         capture = _graph.issue(stream, what)
         if capture is not None and h.workspace is None:
-            raise EmulatedGPUError(f"{what} on {stream!r}, which is capturing, with no workspace: give the handle "
-                                   "one with set_workspace() (after set_stream(), which resets it) before the "
-                                   "capture, so the graph does not depend on cuBLAS's own allocations")
+            raise _EmulatedGPUError(f"{what} on {stream!r}, which is capturing, with no workspace: give the handle "
+                                    "one with set_workspace() (after set_stream(), which resets it) before the "
+                                    "capture, so the graph does not depend on cuBLAS's own allocations")
     alpha_value, alpha_dev = _scalar(h, alpha, scale, "alpha", what)
     beta_value, beta_dev = _scalar(h, beta, scale, "beta", what)
     if not (m and n and batch):
@@ -387,8 +391,8 @@ def _gemm(name: str, handle: Any, transa: Any, transb: Any, m: Any, n: Any, k: A
         b_view, b_range = _matrix(b, sb, rows_b, cols_b, ldb, stride_b, batch, device_id, what)
         for other, label in ((a_range, "A"), (b_range, "B")):
             if _overlap(c_range, other):
-                raise EmulatedGPUError(f"{what}: C overlaps {label} in {c_range[0]!r}; cuBLAS does not allow the "
-                                       "output to alias an input")
+                raise _EmulatedGPUError(f"{what}: C overlaps {label} in {c_range[0]!r}; cuBLAS does not allow the "
+                                        "output to alias an input")
         reads += [a_range, b_range]
     for dev in (alpha_dev, beta_dev):
         if dev is not None:
@@ -397,11 +401,11 @@ def _gemm(name: str, handle: Any, transa: Any, transb: Any, m: Any, n: Any, k: A
         address, size, alloc_id = h.workspace
         try:
             allocation, offset = _memory.resolve(address, size, h.device_id)
-        except EmulatedGPUError as exc:
-            raise EmulatedGPUError(f"{what}: the handle's workspace was freed: {exc}") from None
+        except _EmulatedGPUError as exc:
+            raise _EmulatedGPUError(f"{what}: the handle's workspace was freed: {exc}") from None
         if allocation.id != alloc_id:
-            raise EmulatedGPUError(f"{what}: the handle's workspace was freed and its memory now belongs to "
-                                   f"{allocation!r}; keep the workspace alive while the handle uses it")
+            raise _EmulatedGPUError(f"{what}: the handle's workspace was freed and its memory now belongs to "
+                                    f"{allocation!r}; keep the workspace alive while the handle uses it")
         writes.append((allocation, offset, offset + max(size, 1)))
     if single:
         c_view = c_view[0]
