@@ -11,8 +11,11 @@ Ends with a summary of what ran, how long it took and what failed; the exit stat
 number of failures. Run from the checkout: ``PYTHONPATH=.`` is set for the children.
 
 ``--proof`` (``make gpu-proof``) runs instead what a lent GPU machine has minutes for, most
-important first (:func:`proof_plan`): bench_train ``--graphs`` on the small MLP (Adam) and the CNN
-(mxlite hybridized as CUDA graphs against PyTorch eager and PyTorch's CUDA graph), then bench_train
+important first (:func:`proof_plan`): first the warm-up, ``mxlite compile-kernels`` (every kernel variant
+compiled into CuPy's kernel cache in parallel, so that no benchmark's timing or budget pays NVRTC;
+``--no-warmup`` skips it where the cache is already filled, as ``make gpu-proof`` does; skipped without
+a GPU), then bench_train ``--graphs`` on the small MLP (Adam) and the CNN (mxlite hybridized as CUDA
+graphs against PyTorch eager and PyTorch's CUDA graph), then bench_train
 at the sizes of each step of ``measured_h200.json`` (mxlite with ``kvstore=None`` against PyTorch
 eager; CNN, CNN-BN and the float32 MLP in one process, then the float16 MLP; 10 steps x 3 runs), the
 fused Adam and SGD at 100M parameters (bench_optimizer), the Adam MLPs, profile_step's per-op overhead
@@ -38,6 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)  # proof_summary, beside this file
 ROOT = os.path.dirname(HERE)
+# --proof's first run: every GPU kernel variant into CuPy's kernel cache (``python -m mxlite compile-kernels``)
+WARMUP = "compile-kernels"
 
 
 def _has_gpu() -> bool:
@@ -52,9 +57,10 @@ def _has_gpu() -> bool:
 def proof_plan(device: str, quick: bool) -> list[tuple[str, str, list[str]]]:
     """(output name, benchmark script, arguments) of ``--proof``'s runs, most important first.
 
-    The training steps of ``proof_summary.proof_steps`` (CUDA graphs of the small MLP and the CNN, then the
-    eager CNN, CNN-BN, MLP float32 and float16, ...), steps that can share a bench_train process run in one;
-    the fused Adam and SGD at 100M parameters come after the float16 MLP; profile_step and bench_allreduce last.
+    First the warm-up (script :data:`WARMUP`: ``python -m mxlite compile-kernels``, not a benchmark), then the
+    training steps of ``proof_summary.proof_steps`` (CUDA graphs of the small MLP and the CNN, then the eager
+    CNN, CNN-BN, MLP float32 and float16, ...), steps that can share a bench_train process run in one; the fused
+    Adam and SGD at 100M parameters come after the float16 MLP; profile_step and bench_allreduce last.
     """
     import proof_summary  # noqa: PLC0415 - benchmarks/ is on sys.path
 
@@ -73,6 +79,7 @@ def proof_plan(device: str, quick: bool) -> list[tuple[str, str, list[str]]]:
                         dev + ["--rules", "adam,sgd", "--tensors", "300"]
                         + (["--params", "2000000", "--repeat", "2"] if quick else ["--params", "100000000",
                                                                                     "--repeat", "5"])))
+    runs.insert(0, (WARMUP, WARMUP, []))
     runs += [
         ("profile_step", "profile_step", dev + ["--steps", "3"] + (["--hidden", "256", "--input", "256", "--batch",
                                                                      "32"] if quick else [])),
@@ -115,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-limit", type=float,
                         help="seconds one benchmark may take (default: what is left of --budget)")
     parser.add_argument("--tests-log", help="with --proof: the GPU tests' log, whose outcome the summary shows")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help=f"with --proof: skip the {WARMUP} warm-up (the kernel cache is already filled)")
     args = parser.parse_args(argv)
     device = args.device if args.device != "auto" else ("gpu" if _has_gpu() else "cpu")
     os.makedirs(args.out, exist_ok=True)
@@ -124,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = proof_plan(device, args.quick) if args.proof else [(n, n, extra) for n, extra in plan(device, args.quick)]
     summary = []
     for name, script, extra in runs:
-        if wanted is not None and name not in wanted:
+        if wanted is not None and name not in wanted and script != WARMUP:  # --only: the warm-up still comes first
+            continue
+        if script == WARMUP and (args.no_warmup or device != "gpu"):
+            summary.append((name, "skipped (--no-warmup)" if args.no_warmup else "skipped (no GPU)", 0.0))
             continue
         left = None if deadline is None else deadline - time.monotonic()
         if args.run_limit is not None:
@@ -138,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         counts = os.path.join(args.out, "bench_gpu_model.json")
         if script == "scaling_model" and os.path.exists(counts):
             extra += ["--counts", counts]  # compute times from the costs counted just before
-        command = [sys.executable, os.path.join(HERE, f"{script}.py"), *extra]
+        if script == WARMUP:
+            command = [sys.executable, "-m", "mxlite", WARMUP, *extra]
+        else:
+            command = [sys.executable, os.path.join(HERE, f"{script}.py"), *extra]
         print(f"== {name}: {' '.join(command[1:])}", flush=True)
         start = time.perf_counter()
         # its own process group, so that a benchmark stopped by the budget takes its children (mpiexec) with it

@@ -269,7 +269,8 @@ def test_run_all_proof_runs_each_measured_step_and_always_summarises(tmp_path, c
     assert sorted(covered) == sorted([s["name"] for s in measured] + ["graphs-small-mlp-adam", "graphs-cnn-sgd"])
     small = dict(train)["bench_train_small-mlp-adam"]
     assert " ".join(small).count("--hidden 512") == 1 and "--kvstores none" in " ".join(small)
-    assert {script for _, script, _ in plan} == {"bench_train", "bench_optimizer", "profile_step", "bench_allreduce"}
+    assert {script for _, script, _ in plan} == {"compile-kernels", "bench_train", "bench_optimizer", "profile_step",
+                                                 "bench_allreduce"}
     # no time left: every run is skipped, and the summary still comes
     assert run_all.main(["--proof", "--quick", "--device", "cpu", "--budget", "0", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -376,7 +377,7 @@ def test_bench_gpu_model_bfloat16_counts_nothing_and_says_why(tmp_path, capsys):
 def test_proof_plan_puts_graphs_first_groups_steps_and_sizes_the_optimizer():
     run_all, summary = _load("run_all"), _load("proof_summary")
     plan = run_all.proof_plan("gpu", False)
-    names = [name for name, _, _ in plan]
+    names = [name for name, _, _ in plan][1:]  # after the warm-up (test_proof_compiles_every_kernel_first)
     assert names[:4] == ["bench_train_graphs-small-mlp-adam", "bench_train_graphs-cnn-sgd",
                          "bench_train_cnn-sgd+cnn_bn-sgd+mlp-sgd", "bench_train_mlp-fp16-sgd"]
     assert names[4] == "bench_optimizer" and names[-2:] == ["profile_step", "bench_allreduce"]
@@ -390,6 +391,46 @@ def test_proof_plan_puts_graphs_first_groups_steps_and_sizes_the_optimizer():
     assert not summary.mergeable([steps["mlp-adam"]], steps["small-mlp-adam"])  # the same model, other sizes
     assert not summary.mergeable([steps["mlp-sgd"]], steps["mlp-fp16-sgd"])
     assert not summary.mergeable([steps["graphs-cnn-sgd"]], steps["cnn_bn-sgd"])  # graphs and eager apart
+
+
+class _Child:
+    """A benchmark process that ends at once, with nothing to say (subprocess.Popen's part run_all uses)."""
+
+    commands: list[list[str]] = []
+
+    def __init__(self, command, **kwargs):
+        self.commands.append(command)
+        self.pid, self.returncode = 0, 0
+
+    def communicate(self, timeout=None):
+        return "", ""
+
+
+def test_proof_compiles_every_kernel_first(tmp_path, capsys, monkeypatch):
+    """``run_all.py --proof`` on its own (without make gpu-proof, which runs it before the tests) first fills the
+    kernel cache with ``python -m mxlite compile-kernels``, before any timing; ``--no-warmup`` skips that, and so
+    does a machine without a GPU, each saying so in the summary."""
+    run_all = _load("run_all")
+    plan = run_all.proof_plan("gpu", False)
+    assert plan[0] == ("compile-kernels", run_all.WARMUP, [])
+    assert [script for _, script, _ in plan].count(run_all.WARMUP) == 1
+    monkeypatch.setattr(run_all.subprocess, "Popen", _Child)
+    _Child.commands = []
+    assert run_all.main(["--proof", "--quick", "--device", "gpu", "--out", str(tmp_path / "a"),
+                         "--only", "bench_optimizer"]) == 0
+    first, second = _Child.commands
+    assert first[1:] == ["-m", "mxlite", "compile-kernels", "--json", str(tmp_path / "a" / "compile-kernels.json")]
+    assert first[0] == second[0] and second[1].endswith("bench_optimizer.py")
+    summary = capsys.readouterr().out.split("results in")[1].splitlines()
+    assert [line.split()[:2] for line in summary[1:3]] == [["compile-kernels", "ok"], ["bench_optimizer", "ok"]]
+    for flags, why in ((["--device", "gpu", "--no-warmup"], "skipped (--no-warmup)"),
+                       (["--device", "cpu"], "skipped (no GPU)")):
+        _Child.commands = []
+        assert run_all.main(["--proof", "--quick", *flags, "--out", str(tmp_path / "b"),
+                             "--only", "profile_step"]) == 0
+        assert [command[1].endswith("profile_step.py") for command in _Child.commands] == [True]
+        summary = capsys.readouterr().out.split("results in")[1].splitlines()
+        assert summary[1].split()[0] == "compile-kernels" and why in summary[1]
 
 
 def test_run_all_run_limit_skips_what_cannot_fit(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs) and ``info``."""
+"""The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs), ``info`` and
+``compile-kernels`` (fills CuPy's kernel cache ahead of the first step)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     launch_parser.add_argument("--ppn", type=int, help="processes per node (one per GPU)")
     launch_parser.add_argument("script", help="the training script (its Trainer uses kvstore='dist_sync')")
     launch_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    from . import compile_kernels  # noqa: PLC0415
+
+    compile_parser = sub.add_parser("compile-kernels", help="compile every GPU kernel variant into CuPy's kernel cache "
+                                    "now, in parallel, instead of at each variant's first launch",
+                                    description="Compile every GPU kernel variant mxlite may launch (one module "
+                                    "per variant, as at its first launch) into CuPy's kernel cache, for every "
+                                    "visible GPU, in parallel worker processes.")
+    compile_kernels.add_arguments(compile_parser)
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -107,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
                           ppn=args.ppn)
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
+    elif args.command == "compile-kernels":
+        try:
+            return compile_kernels.run(args)
+        except ValueError as exc:
+            compile_parser.error(str(exc))
     elif args.command == "train":
         try:
             train_job.parse_devices(args.devices)
