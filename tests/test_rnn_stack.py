@@ -62,6 +62,15 @@ def _run(stacked, mode, arrays, clip=None, lengths=None, device=None, dropout=0.
 TOLERANCE = {np.float32: {"rtol": 1e-4, "atol": 1e-5}, np.float64: {"rtol": 1e-10, "atol": 1e-12}}
 
 
+def _close_to_layers(got: np.ndarray, want: np.ndarray, dtype: type, what: str) -> None:
+    """Equal up to float rounding, measured against the result's scale: a gradient summed through the steps
+    carries its largest terms' rounding, which an element far smaller than them shows as a large relative error
+    (a BLAS rounding a chunk's projection differently from the whole sequence's: OpenBLAS's Haswell kernels)."""
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=max(tol["atol"], tol["rtol"] * scale), err_msg=what)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("mode,variant", [(m, v) for m in MODES for v in ("plain", "lengths", "no-biases", "dropout")]
                          + [("lstm", "clip")])
@@ -81,7 +90,7 @@ def test_the_stack_gives_the_same_bits_on_1_2_and_3_threads_and_equals_its_layer
         results[count] = _run(True, mode, arrays, clip, lengths, dropout=dropout)
         assert len(results[count]) == len(want)
         for k, (g, w) in enumerate(zip(results[count], want)):
-            np.testing.assert_allclose(g, w, err_msg=f"result {k} on {count} thread(s)", **TOLERANCE[dtype])
+            _close_to_layers(g, w, dtype, f"result {k} on {count} thread(s)")
     for count in (2, 3):
         for k, (g, w) in enumerate(zip(results[count], results[1])):
             _same_bits(g, w, f"result {k}: {count} threads against 1")

@@ -166,12 +166,13 @@ def prepare(device_id: int, stream: Any) -> bool:
 # next kernels needed (the CNN of benchmarks/bench_train.py at batch 128 on two cores: 74 ms a step against 64
 # with the spinning cut short). mxlite's threads sleep when idle, take pieces dynamically (a thread the system
 # does not schedule holds nothing up) and leave the BLAS's count for the user's own NumPy calls untouched.
-# One piece per thread, as OpenBLAS splits a product: each piece packs its own copy of the operand it shares
+# One piece per core, as OpenBLAS splits a product: each piece packs its own copy of the operand it shares
 # with the others, so more pieces cost more (a 256 x 2048 x 2048 product on two cores: 7.4 ms in 2 pieces, 7.9
-# in 4, 8.4 in 8; OpenBLAS's two threads 7.6). A piece starts at a multiple of 16 rows or columns, so every
-# output element comes from the same register-tile arithmetic as in one call: the same bits whatever the
-# number of pieces (tested against one call for odd shapes; a BLAS whose tiles do not divide 16 could differ
-# in the last bit, as its own threads may).
+# in 4, 8.4 in 8; OpenBLAS's two threads 7.6). The pieces are the same whatever the thread count: as many as
+# the process has cores (threads.cores(), fixed for the process), run side by side on mxlite's threads, or
+# one after another on one thread (set_num_threads(1), or inside another piece). A BLAS may round a piece
+# differently from the whole product (OpenBLAS's Haswell kernels do, for a cut at any multiple of 16), so
+# only a cut that does not depend on the thread count gives the same bits on every thread count.
 _SMALL_MNK = 1 << 16  # m*n*k below which OpenBLAS stays on one thread by itself (its SMP threshold)
 _PIECE_MNK = 1 << 26  # m*n*k of a piece at least: about 1.3 ms on one core
 _PIECE_ALIGN = 16  # rows or columns of a piece: a multiple of this (whole register tiles of the BLAS)
@@ -227,10 +228,11 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
     """``numpy.matmul(a, b, out=out)`` on CPU devices: MKL for a large 2-D product when installed, else the BLAS
     on one thread, a large product in pieces.
 
-    One piece per usable thread (:func:`threads.usable_threads`) with at least ``_PIECE_MNK`` multiply-adds
-    each: the stacked axis when there are enough matrices, else the output's columns (when it has at least
-    as many columns as rows: each piece then packs only its own share of ``b``) or its rows, cut at
-    multiples of 16 (see above: the bits do not depend on the number of pieces).
+    One piece per core (:func:`threads.cores`, not the thread count: see above) with at least ``_PIECE_MNK``
+    multiply-adds each: the stacked axis when there are enough matrices, else the output's columns (when it
+    has at least as many columns as rows: each piece then packs only its own share of ``b``) or its rows, cut
+    at multiples of 16; the pieces run on up to :func:`threads.usable_threads` threads, each with the BLAS on
+    one thread.
     """
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)  # vectors; numpy's own errors
@@ -242,7 +244,7 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
         done = _mkl.matmul(a, b, out, threads)
         if done is not None:
             return done
-    pieces = 1 if mnk < 2 * _PIECE_MNK or inside_parallel_for() else min(_threads.usable_threads(), mnk // _PIECE_MNK)
+    pieces = 1 if mnk < 2 * _PIECE_MNK else min(_threads.cores(), mnk // _PIECE_MNK)
     if pieces < 2 and (mnk < _SMALL_MNK or _threads.blas_on_one_thread()):
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     dtype = np.result_type(a.dtype, b.dtype)
@@ -269,7 +271,8 @@ def _host_matmul(a: np.ndarray, b: np.ndarray, out: Any) -> np.ndarray:
         else:
             np.matmul(a[..., cut, :], b, out=out[..., cut, :])
 
-    parallel_for(len(spans), piece)
+    with _threads.blas_threads_limited(1):  # also where the pieces run one after another on this thread
+        parallel_for(len(spans), piece)
     return out
 
 

@@ -46,9 +46,14 @@ bench_busy.py).
 Warnings: the BLAS count is process-wide (every thread of the process shares it) and a forked child
 inherits it; ``threadpoolctl`` is needed to change it (a dependency of mxlite), and a BLAS it does not
 know keeps its own count. A BLAS may round a product differently on another number of its own threads
-(OpenBLAS 0.3.31 does for a 1000 x 1000 x 1000 SGEMM); mxlite's products do not use them: they cut a
-product at multiples of 16 rows or columns and run each piece on one BLAS thread, which gives the
-same bits for any count (``blas._host_matmul``), and the host kernels give the same bits for any count.
+(OpenBLAS 0.3.31 does for a 1000 x 1000 x 1000 SGEMM), and may round a piece of a product differently from
+the whole (OpenBLAS's Haswell kernels, which it also runs on AMD's Zen, do for rows or columns cut at any
+multiple of 16); mxlite's products do not depend on either: a large product is cut into as many pieces as
+the process has cores (:func:`cores`, fixed for the process), whatever the thread count, and each piece runs
+on one BLAS thread, the pieces side by side or one after another (``blas._host_matmul``). So a product, and
+everything built on it, gives the same bits for any thread count, any load and inside or outside
+:mod:`mxlite.device.parallel`'s pieces; a process limited to another number of cores (``taskset``, a
+container's CPU set) may cut it differently. The host kernels give the same bits for any count.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["adapt_to_load", "blas_count", "blas_threads_limited", "default_num_threads", "get_num_threads",
+__all__ = ["adapt_to_load", "blas_count", "blas_threads_limited", "cores", "default_num_threads", "get_num_threads",
            "set_num_threads", "threads_status", "usable_threads"]
 
 # How often (s) the BLAS count follows the machine's load (adapt_to_load): long enough that /proc/stat's
@@ -83,10 +88,30 @@ def default_num_threads() -> int:
     text = os.environ.get(THREADS_ENV, "").strip()
     if text.isdigit() and int(text) >= 1:
         return int(text)
+    return _usable_cores()
+
+
+def _usable_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
         return max(1, os.cpu_count() or 1)
+
+
+_cores: list[int] = []
+
+
+def cores() -> int:
+    """The cores this process could run on when it first asked (``os.sched_getaffinity``), fixed for the process.
+
+    What a large product is cut by (``blas._host_matmul``): a number that no thread setting, load or nesting
+    changes, so that the product's bits do not depend on them.
+    """
+    if not _cores:
+        with _lock:
+            if not _cores:
+                _cores.append(_usable_cores())
+    return _cores[0]
 
 
 def get_num_threads() -> int:
