@@ -2,6 +2,9 @@
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -32,6 +35,35 @@ def test_main_job_on_two_gpus_reaches_the_cpu_accuracy(tmp_path):
     gpu_run = train_job.run(_args(tmp_path / "gpu", devices="gpu:0,1", epochs=8))
     assert gpu_run.test_acc[-1] >= 0.95
     assert abs(gpu_run.test_acc[-1] - cpu_run.test_acc[-1]) <= 0.01
+
+
+def test_the_printed_loading_hint_runs_after_a_plain_import(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--devices", "cpu:2", "--epochs", "0", "--quiet", "--out", str(out)]) == 0
+    hint = capsys.readouterr().out.split("load it with: ", 1)[1].strip()
+    code = f"import mxlite\n{hint}\nprint(sorted(net.collect_params())[0])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "0.bias"
+
+
+def test_an_unwritable_out_stops_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--devices", "cpu:2", "--epochs", "50", "--out", str(blocker / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr()
+    assert err.err.startswith(f"mxlite train: error: --out {blocker / 'run'}: cannot write the results there")
+    assert "epoch" not in err.out + err.err and time.perf_counter() - start < 30
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"mxlite {mx.__version__}"
 
 
 def test_cnn_model_trains(tmp_path):

@@ -64,6 +64,12 @@ def info() -> None:
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 
+def _mxlite_version() -> str:
+    from .. import __version__  # noqa: PLC0415 - the package's own version
+
+    return __version__
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (and exit status 2), no usage block."""
 
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ``mxlite <command>: error:`` and exit with status 2; no traceback.
     """
     parser = _Parser(prog="mxlite", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mxlite {_mxlite_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     from ..device import DeviceUnavailableError  # noqa: PLC0415
     from . import train_job  # noqa: PLC0415
@@ -127,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, DeviceUnavailableError) as exc:
             message = str(exc)
             train_parser.error(message if message.startswith("--devices") else f"--devices {args.devices}: {message}")
+        try:
+            train_job.check_out(args.out)
+        except ValueError as exc:
+            train_parser.error(str(exc))
         train_job.run(args)
         return 0
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
@@ -170,9 +171,30 @@ def run(args: argparse.Namespace, *, progress_file: IO[str] | None = None) -> Hi
         print(f"no epochs run: saving the untrained model; held-out accuracy {final:.4f}")
     title = f"{args.model} on {', '.join(str(d) for d in devices)}: held-out accuracy {final:.2%}"
     _write_outputs(args.out, net, history, vars(args), title)
-    print(f"load it with: net = mxlite.cli.train_job.build_model({args.model!r}); "
-          f"net.load_parameters({os.path.join(args.out, 'model.npz')!r})")
+    print(f"load it with: {load_hint(args.model, args.out)}")
     return history
+
+
+def load_hint(model: str, out: str) -> str:
+    """Python that loads the saved model, runnable as it stands (after any or no import of mxlite)."""
+    return (f"import mxlite.cli.train_job as job; net = job.build_model({model!r}); "
+            f"net.load_parameters({os.path.join(out, 'model.npz')!r})")
+
+
+def check_out(out: str) -> None:
+    """Make sure the results can be written to ``out`` (created if missing) before any training: a probe file is
+    written there and removed.
+
+    Raises:
+        ValueError: ``out`` cannot be created or written, naming it and why.
+    """
+    try:
+        os.makedirs(out, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".mxlite-probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write the results there ({type(exc).__name__}: "
+                         f"{exc.strerror or exc})") from None
 
 
 def _write_outputs(out: str, net: nn.Block, history: History, config: dict[str, Any], title: str = "") -> None:
