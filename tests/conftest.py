@@ -30,6 +30,43 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires_gpus(n): needs n GPUs (real, or emulated); skipped with fewer")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build every kernel file's host libraries once, side by side, before the first test: the serial build CPU
+    devices run and, on emulated GPUs, the one they run. A cold build cache (CI) otherwise builds them one by one
+    inside the first tests that launch each, while the other cores wait (about four minutes of g++ in all)."""
+    if os.environ.get("MXLITE_PREBUILD_KERNELS", "1") == "0":
+        return
+    import concurrent.futures  # noqa: PLC0415
+
+    import mxlite  # noqa: F401, PLC0415 - every driver registers its kernels
+    import mxlite.comm.compression  # noqa: F401, PLC0415
+    from mxlite.device import _hostcuda, kernels, threads  # noqa: PLC0415
+
+    try:
+        _hostcuda.compiler()
+        _hostcuda.cuda_include_dirs()
+    except _hostcuda.HostCudaError:
+        return  # no g++ or headers: the tests that need them say so
+    names = kernels.kernel_names()
+    builds = [lambda f=f: kernels.build_cpu_kernels([f], 1) for f in names]
+    from mxlite._emulation import install as emu  # noqa: PLC0415
+
+    mxlite.num_gpus()  # installs the emulation when MXLITE_EMULATE_GPUS asks for it
+    if emu.emulated_gpu_count():
+        from mxlite._emulation.fakecupy import _rawmodule  # noqa: PLC0415
+
+        builds += [lambda f=f: _rawmodule._host_module(kernels.kernel_source(f), kernels.NVRTC_OPTIONS,
+                                                       names[f][:1]).compile() for f in names]
+    # the largest first (optimizers.cu: about a minute each), so the others fill the cores around them
+    builds.sort(key=lambda build: -len(names[build.__defaults__[0]]))
+    with concurrent.futures.ThreadPoolExecutor(threads.cores()) as pool:
+        for future in [pool.submit(build) for build in builds]:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - a build error shows in the tests of that kernel file
+                pass
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip a test marked ``requires_gpus(n)`` when fewer than n GPUs are visible."""
     marker = item.get_closest_marker("requires_gpus")

@@ -174,6 +174,7 @@ def test_n1_a_truncated_kernel_library_is_rebuilt_instead_of_crashing(tmp_path):
     assert seen["builds"] >= 1  # it was rebuilt, not loaded
 
 
+@pytest.mark.slow  # it rebuilds all of optimizers.cu (a minute of g++); the tiny-module case above runs always
 def test_n1_auto_mode_survives_a_truncated_optimizer_library(tmp_path):
     # Reproduces N1 as a user meets it: the default mode, the fused Adam update of a CPU Trainer, the
     # cached optimizers.cu library truncated. Today the process dies of SIGBUS (status -7) before

@@ -60,6 +60,41 @@ def test_an_unwritable_out_stops_before_training(tmp_path, capsys):
     assert "epoch" not in err.out + err.err and time.perf_counter() - start < 30
 
 
+_BUILD_FIRST = """
+import sys
+from mxlite.device import kernels
+from mxlite import cli
+kernels.cpu_kernels_to_build = lambda files=None: ["activation.cu"]
+sys.exit(cli.main(["train", "--devices", "cpu:2", "--epochs", "1", "--out", sys.argv[1]]))
+"""
+
+
+def test_the_cpu_kernel_build_is_announced_and_done_before_the_first_batch(tmp_path):
+    """Files to build (here one, named by a stand-in for the cache lookup, which tests/test_hostcuda.py checks): the
+    job says it builds the CPU kernels, builds them, says how long it took, and only then starts the first epoch's
+    progress bar."""
+    env = dict(os.environ, MXLITE_CPU_KERNELS="auto")
+    proc = subprocess.run([sys.executable, "-c", _BUILD_FIRST, str(tmp_path / "run")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    announce = out.index("building mxlite's CPU kernels: 1 file(s) with g++")
+    built = out.index("built the CPU kernels in ")
+    assert announce < built < out.index("epoch   1/1"), out[-3000:]
+
+
+def test_build_kernels_builds_every_file_or_says_why_not(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mxlite", "build-kernels"], capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, MXLITE_CPU_KERNELS="auto"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith(f"built {len(lines) - 2} of {len(lines) - 2} in ")
+    assert {line.split()[0] for line in lines[1:-1]} >= {"optimizers.cu", "conv.cu", "rnn.cu", "compression.cu"}
+    off = subprocess.run([sys.executable, "-m", "mxlite", "build-kernels"], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, MXLITE_CPU_KERNELS="numpy"))
+    assert off.returncode == 1 and "nothing to build: CPU devices run NumPy twins" in off.stderr
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])

@@ -1,5 +1,6 @@
-"""The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs), ``info`` and
-``compile-kernels`` (fills CuPy's kernel cache ahead of the first step)."""
+"""The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs), ``info``, ``build-kernels``
+(the CPU devices' kernels, built with g++ ahead of the first step) and ``compile-kernels`` (fills CuPy's kernel
+cache ahead of the first GPU step)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,40 @@ def _mxlite_version() -> str:
     return __version__
 
 
+def build_kernels(jobs: int | None = None) -> int:
+    """``mxlite build-kernels``: build every kernel file's host build for CPU devices, ``jobs`` g++ processes at a
+    time, printing one line per file and the total. Returns the exit status: 0, or 1 when a file did not build
+    (its NumPy twins then run) or no build is possible (no g++ or CUDA headers, ``MXLITE_CPU_KERNELS=numpy``)."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import mxlite.comm.compression  # noqa: F401, PLC0415 - registers compression.cu's kernels
+    from mxlite.device import _hostcuda, kernels, threads  # noqa: PLC0415
+
+    status = kernels.cpu_kernels_status()
+    if not status.startswith("compiled kernels"):
+        print(f"mxlite build-kernels: nothing to build: CPU devices run {status}", file=sys.stderr)
+        return 1
+    files = sorted(kernels.kernel_names())
+    jobs = jobs or threads.cores()
+    print(f"building {len(files)} kernel files for CPU devices, {min(jobs, len(files))} g++ at a time, into "
+          f"{_hostcuda.cache_dir()}", flush=True)
+    start = time.perf_counter()
+
+    lock = threading.Lock()  # the builds finish on several threads: one whole line at a time
+
+    def done(filename: str, seconds: float, failure: Exception | None) -> None:
+        text = "ok" if failure is None else f"FAILED: {str(failure).splitlines()[0] if str(failure) else failure!r}"
+        with lock:
+            sys.stdout.write(f"  {filename:16s} {seconds:6.1f} s  {text}\n")
+            sys.stdout.flush()
+
+    results = kernels.build_cpu_kernels(files, jobs, done=done)
+    failed = [f for f, failure in results.items() if failure is not None]
+    print(f"built {len(files) - len(failed)} of {len(files)} in {time.perf_counter() - start:.1f} s")
+    return 1 if failed else 0
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (and exit status 2), no usage block."""
 
@@ -110,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
                                     "per variant, as at its first launch) into CuPy's kernel cache, for every "
                                     "visible GPU, in parallel worker processes.")
     compile_kernels.add_arguments(compile_parser)
+    build_parser = sub.add_parser("build-kernels", help="build the CPU devices' kernels with g++ now (once per "
+                                  "machine), in parallel, instead of before the first CPU step",
+                                  description="Build the host (g++) build of every kernel file CPU devices run, "
+                                  "one g++ process per file, in parallel, into mxlite's build cache. GPUs compile "
+                                  "their kernels with NVRTC: see mxlite compile-kernels.")
+    build_parser.add_argument("--jobs", type=int, default=None, help="g++ processes at a time (default: the cores)")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -123,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                           ppn=args.ppn)
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
+    elif args.command == "build-kernels":
+        if args.jobs is not None and args.jobs < 1:
+            build_parser.error(f"--jobs must be at least 1, got {args.jobs}")
+        return build_kernels(args.jobs)
     elif args.command == "compile-kernels":
         try:
             return compile_kernels.run(args)

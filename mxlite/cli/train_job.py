@@ -128,6 +128,8 @@ def run(args: argparse.Namespace, *, progress_file: IO[str] | None = None) -> Hi
     print(f"mxlite train: {MODEL_DESCRIPTIONS[args.model]} ('{args.model}') on the UCI digits (8x8), "
           f"{len(devices)} device(s) {devices}, {len(x_train)} train / {len(x_test)} held-out samples, "
           f"{args.optimizer} lr={lr}, batch {args.batch_size}, {args.epochs} epoch(s)")
+    if any(not d.is_gpu for d in devices):
+        build_cpu_kernels_first(quiet=args.quiet, progress_file=progress_file)
     history = History()
     for epoch in range(1, args.epochs + 1):
         train_acc, total_loss, seen = metric.Accuracy(), 0.0, 0
@@ -173,6 +175,32 @@ def run(args: argparse.Namespace, *, progress_file: IO[str] | None = None) -> Hi
     _write_outputs(args.out, net, history, vars(args), title)
     print(f"load it with: {load_hint(args.model, args.out)}")
     return history
+
+
+def build_cpu_kernels_first(quiet: bool = False, progress_file: IO[str] | None = None) -> None:
+    """Build the CPU devices' kernels that are not in the build cache yet, before the first step, saying so (a
+    line, a progress bar over the files, the time it took): otherwise the first batch would wait for g++ in
+    silence and the progress bar's rate would include it. Nothing to do once built (the cache is per machine),
+    with ``MXLITE_CPU_KERNELS=numpy``, or without g++ (the first step then warns and runs the NumPy twins)."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from ..device import _hostcuda, kernels, threads  # noqa: PLC0415
+
+    todo = kernels.cpu_kernels_to_build()
+    if not todo:
+        return
+    jobs = min(len(todo), threads.cores())
+    print(f"building mxlite's CPU kernels: {len(todo)} file(s) with g++, {jobs} at a time (once per machine, "
+          f"about a minute on 2 cores; cached in {_hostcuda.cache_dir()}; mxlite build-kernels does it ahead)",
+          flush=True)
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), desc="CPU kernels", unit="file", leave=False, disable=quiet, dynamic_ncols=True,
+               file=progress_file)
+    results = kernels.build_cpu_kernels(todo, jobs, done=lambda *_: bar.update(1))
+    bar.close()
+    failed = sorted(f for f, failure in results.items() if failure is not None)
+    print(f"built the CPU kernels in {time.perf_counter() - start:.0f} s"
+          + (f"; {', '.join(failed)} did not build: their NumPy twins run" if failed else ""), flush=True)
 
 
 def load_hint(model: str, out: str) -> str:

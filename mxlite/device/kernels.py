@@ -34,14 +34,15 @@ import importlib.resources
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import env, threads
 from .devices import Device
 
-__all__ = ["CPU_KERNELS_ENV", "NVRTC_OPTIONS", "HostEntry", "cpu_kernels_enabled", "cpu_kernels_status", "get_kernel",
-           "host_entry", "kernel_names", "kernel_source", "register_kernel_names"]
+__all__ = ["CPU_KERNELS_ENV", "NVRTC_OPTIONS", "HostEntry", "build_cpu_kernels", "cpu_kernels_enabled",
+           "cpu_kernels_status", "cpu_kernels_to_build", "get_kernel", "host_entry", "kernel_names", "kernel_source",
+           "register_kernel_names"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
@@ -193,6 +194,55 @@ def host_entry(filename: str, symbol: str, all_names: tuple[str, ...], argtypes:
         return None
     function.argtypes = [*argtypes, ctypes.c_char_p, ctypes.c_size_t]
     return HostEntry(function)
+
+
+def cpu_kernels_to_build(filenames: Sequence[str] | None = None) -> list[str]:
+    """The kernel files (default: every registered one) whose host build for CPU devices is not in the build cache
+    yet: what the first step on a CPU device would wait for g++ to build. Empty when CPU devices run the NumPy
+    twins (``MXLITE_CPU_KERNELS=numpy``) or g++ or CUDA's headers are missing (they then run the twins too).
+
+    Raises:
+        ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
+    """
+    from . import _hostcuda  # noqa: PLC0415
+
+    if _cpu_mode() == "numpy":
+        return []
+    try:
+        _hostcuda.compiler()
+        _hostcuda.cuda_include_dirs()
+    except _hostcuda.HostCudaError:
+        return []
+    names = kernel_names()
+    return [f for f in (names if filenames is None else filenames) if not _host_module(f, names[f]).is_built()]
+
+
+def build_cpu_kernels(filenames: Sequence[str] | None = None, jobs: int | None = None,
+                      done: Callable[[str, float, Exception | None], None] | None = None,
+                      ) -> dict[str, Exception | None]:
+    """Build the CPU devices' kernels now: the host build of each kernel file (default: every registered one), one
+    g++ process per file, ``jobs`` at a time (default: the cores, :func:`mxlite.device.threads.cores`). A file
+    already in the build cache is only loaded. ``done(file, seconds, failure)`` is called as each finishes.
+
+    Returns ``{file: None, or the exception that stopped its build}``; a file that fails runs the NumPy twins
+    (:func:`cpu_kernels_enabled`).
+    """
+    import concurrent.futures  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    names = kernel_names()
+    files = list(names if filenames is None else filenames)
+
+    def build(filename: str) -> Exception | None:
+        start = time.perf_counter()
+        failure = _host_build_failure(filename, tuple(names[filename]))
+        if done is not None:
+            done(filename, time.perf_counter() - start, failure)
+        return failure
+
+    workers = max(1, min(len(files), jobs or threads.cores()))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="mxlite-build") as pool:
+        return dict(zip(files, pool.map(build, files)))
 
 
 def _cpu_mode() -> str:

@@ -125,9 +125,17 @@ def _map_options(options: Sequence[str]) -> tuple[str, list[str]]:
 
 # -- building ----------------------------------------------------------------------------------------
 _build_count = 0
-_build_lock = threading.Lock()
+_build_lock = threading.Lock()  # guards _entry_locks
+_entry_locks: dict[str, threading.Lock] = {}  # one per cache entry: builds of different entries run side by side
 _libraries: dict[str, ctypes.CDLL] = {}
 _compiler_ids: dict[str, str] = {}
+
+
+def _lock_for(key: str) -> threading.Lock:
+    """The lock of one cache entry (a module's digest, a support folder): threads building different entries
+    run their g++ side by side; two threads wanting the same entry build it once."""
+    with _build_lock:
+        return _entry_locks.setdefault(key, threading.Lock())
 
 
 def build_count() -> int:
@@ -178,7 +186,8 @@ def _run_compiler(command: list[str], what: str, outputs: Sequence[str]) -> None
             writing an output: the compiler is blamed, never the cache folder.
     """
     global _build_count
-    _build_count += 1
+    with _build_lock:  # builds of different entries run on several threads
+        _build_count += 1
     cxx = command[0]
     try:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -381,8 +390,13 @@ def _support(base: list[str], digest_parts: list[bytes], runtime_source: str, fi
     folder = os.path.join(root, f"support-{key[:32]}")
     header, runtime = os.path.join(folder, "cuda_host.h"), os.path.join(folder, "runtime.o")
     what = f"the shared header and runtime of {filename}"
-    if _usable(folder, _SUPPORT_FILES, what):
-        return header, runtime
+    with _lock_for(folder):
+        if not _usable(folder, _SUPPORT_FILES, what):
+            _build_support(root, folder, base, runtime_source, filename, what)
+    return header, runtime
+
+
+def _build_support(root: str, folder: str, base: list[str], runtime_source: str, filename: str, what: str) -> None:
 
     def build(staging: str) -> None:
         staged = os.path.join(staging, "cuda_host.h")
@@ -393,7 +407,6 @@ def _support(base: list[str], digest_parts: list[bytes], runtime_source: str, fi
                       os.path.basename(runtime_source), [os.path.join(staging, "runtime.o")])
 
     _build_entry(root, folder, _SUPPORT_FILES, what, build)
-    return header, runtime
 
 
 # The serial build's extra flags: -O3 vectorises the block loops, with this machine's widest vectors
@@ -416,8 +429,8 @@ def _native_target(cxx: str) -> str:
     return found
 
 
-def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = False) -> ctypes.CDLL:
-    """Build (or find verified in the cache) the shared library of one translation unit and load it."""
+def _entry_of(unit: str, std: str, flags: list[str], serial: bool) -> tuple[str, str, list[str], list[bytes], str]:
+    """``(digest, cache folder, g++ command base, digests of the inputs, runtime source)`` of one translation unit."""
     cxx = compiler()
     includes = cuda_include_dirs()
     runtime = _RUNTIMES[serial]
@@ -433,12 +446,23 @@ def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = F
         os.path.join(d, h) for d in includes for h in _REQUIRED_HEADERS[:4] if os.path.isfile(os.path.join(d, h))))]
     key = hashlib.sha256(unit.encode() + b"\0" + "\0".join(base).encode() + b"\0" + b"".join(digests))
     digest = key.hexdigest()
-    with _build_lock:
+    return digest, os.path.join(cache_dir(), digest[:40]), base, digests, runtime
+
+
+def _is_built(unit: str, std: str, flags: list[str], serial: bool = False) -> bool:
+    """Whether the library of this unit is loaded or in the cache (not verified: :func:`_load` does that)."""
+    digest, entry, *_ = _entry_of(unit, std, flags, serial)
+    return digest in _libraries or os.path.isfile(os.path.join(entry, "module.so"))
+
+
+def _load(unit: str, filename: str, std: str, flags: list[str], serial: bool = False) -> ctypes.CDLL:
+    """Build (or find verified in the cache) the shared library of one translation unit and load it."""
+    digest, entry, base, digests, runtime = _entry_of(unit, std, flags, serial)
+    root = cache_dir()
+    with _lock_for(digest):
         lib = _libraries.get(digest)
         if lib is not None:
             return lib
-        root = cache_dir()
-        entry = os.path.join(root, digest[:40])
         if not _usable(entry, _MODULE_FILES, filename):
             header, runtime_object = _support(base, digests, runtime, filename)
 

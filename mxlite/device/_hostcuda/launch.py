@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import env
-from .build import _load, _map_options
+from .build import _is_built, _load, _map_options
 from .errors import HostCudaError, HostCudaLaunchError, Param
 from .rewrite import _mask, _matching, _plain_kernels, rewrite_source
 
@@ -254,6 +254,12 @@ class HostModule:
                 if self.serial and id(self._lib) not in _serial_libraries:
                     _serial_libraries[id(self._lib)] = self._lib
                     _spread_entry(self._lib)(_spread[0], _spread[1], None)
+
+    def is_built(self) -> bool:
+        """Whether :meth:`compile` would find the library loaded or in the build cache (no g++ to run)."""
+        if self._lib is not None:
+            return True
+        return _is_built(self._unit(), self._std, self._flags, self.serial)
 
     def library(self) -> ctypes.CDLL:
         """The built shared library (compiled first if needed), for host-only entry points a source exports
