@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests import deadlines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The mpiexec of the MPI library mpi4py loads (a launcher of another MPI starts singletons that never
@@ -29,11 +31,11 @@ needs_mpi = pytest.mark.skipif(MPIEXEC is None,
 
 
 def mpirun(n: int, *args: str, timeout: float = 120, **env_vars: str) -> subprocess.CompletedProcess:
-    """``mpiexec -n N python ARGS`` from the repository root, the checkout on PYTHONPATH; no status check."""
+    """``mpiexec -n N python ARGS`` from the repository root, the checkout on PYTHONPATH; no status check.
+    ``timeout``: for a quiet machine, scaled by its load (tests/deadlines.py, which reports where a late job
+    stood)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars)
-    return subprocess.run([MPIEXEC, *MPIEXEC_OPTIONS, "-n", str(n), sys.executable, *args], capture_output=True,
-                          text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return deadlines.run([MPIEXEC, *MPIEXEC_OPTIONS, "-n", str(n), sys.executable, *args], timeout, env=env, cwd=ROOT)
 
 
 def mpirun_ok(n: int, *args: str, timeout: float = 120, **env_vars: str) -> subprocess.CompletedProcess:

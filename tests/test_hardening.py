@@ -46,6 +46,7 @@ from mxlite.optimizer import _fused
 from mxlite.optimizer._arena import ArenaUpdater
 from mxlite.optimizer.updater import pack_states, unpack_states
 from mxlite.store import Arena
+from tests import deadlines
 from tests.mpi_helpers import MPIEXEC, ROOT, needs_mpi
 from tests.test_fused_chunks import _flat
 from tests.test_fused_rules import FUSED
@@ -76,14 +77,15 @@ def run_isolated(argv: list[str], timeout: float, env: dict[str, str] | None = N
     (True when processes of its group were still alive after it ended: workers it did not reap).
     """
     start = time.monotonic()
+    timeout = deadlines.scaled(timeout)  # a quiet machine's deadline, scaled by the load
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=env if env is not None else _env(), start_new_session=True)
+                            env=dict(env if env is not None else _env(), PYTHONFAULTHANDLER="1"),
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        out, err = deadlines._stop_with_stacks(proc)  # the stacks of where it stood, in err
         rc = None
     seconds = time.monotonic() - start
     time.sleep(0.2)  # let the group's last members exit
