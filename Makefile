@@ -22,9 +22,11 @@ train: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[$(TRAIN_EXTRAS)]'
 	$(BIN)/mxlite train $(ARGS)
 
+# The suite runs over the cores (pytest-xdist, each file's tests on one worker); the kernels' host libraries are
+# built once, side by side, before the workers start (tests/conftest.py).
 test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,mpi]'
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # Every check against the real GPU libraries that run without a GPU (tests marked real_libs: NVRTC, the cuDNN
 # frontend with libcudnn, nvmath-python, CuPy, NCCL), none skipped: installs the real-libs extra (the cuDNN
