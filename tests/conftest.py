@@ -38,8 +38,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     import concurrent.futures  # noqa: PLC0415
 
-    import mxlite  # noqa: F401, PLC0415 - every driver registers its kernels
-    import mxlite.comm.compression  # noqa: F401, PLC0415
+    import mxlite  # noqa: PLC0415
+    from mxlite.cli.compile_kernels import registered_kernels  # noqa: PLC0415
     from mxlite.device import _hostcuda, kernels, threads  # noqa: PLC0415
 
     try:
@@ -47,20 +47,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _hostcuda.cuda_include_dirs()
     except _hostcuda.HostCudaError:
         return  # no g++ or headers: the tests that need them say so
-    names = kernels.kernel_names()
-    builds = [lambda f=f: kernels.build_cpu_kernels([f], 1) for f in names]
+    names = registered_kernels()
+    builds = [(f, lambda f=f: kernels.build_cpu_kernels([f], 1)) for f in names]
     from mxlite._emulation import install as emu  # noqa: PLC0415
 
     mxlite.num_gpus()  # installs the emulation when MXLITE_EMULATE_GPUS asks for it
     if emu.emulated_gpu_count():
         from mxlite._emulation.fakecupy import _rawmodule  # noqa: PLC0415
 
-        builds += [lambda f=f: _rawmodule._host_module(kernels.kernel_source(f), kernels.NVRTC_OPTIONS,
-                                                       names[f][:1]).compile() for f in names]
+        builds += [(f, lambda f=f: _rawmodule._host_module(kernels.kernel_source(f), kernels.NVRTC_OPTIONS,
+                                                           names[f][:1]).compile()) for f in names]
     # the largest first (optimizers.cu: about a minute each), so the others fill the cores around them
-    builds.sort(key=lambda build: -len(names[build.__defaults__[0]]))
+    builds.sort(key=lambda item: -len(names[item[0]]))
     with concurrent.futures.ThreadPoolExecutor(threads.cores()) as pool:
-        for future in [pool.submit(build) for build in builds]:
+        for future in [pool.submit(build) for _, build in builds]:
             try:
                 future.result()
             except Exception:  # noqa: BLE001 - a build error shows in the tests of that kernel file

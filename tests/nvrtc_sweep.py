@@ -41,15 +41,6 @@ ARCH = "90"  # H100 and H200: the GPUs mxlite runs on
 _arch = ARCH
 
 
-def registered_names() -> dict[str, tuple[str, ...]]:
-    """Every name expression mxlite may launch, per kernel file (every driver imported first)."""
-    import mxlite  # noqa: F401, PLC0415 - registers every driver's names but compression's
-    import mxlite.comm.compression  # noqa: F401, PLC0415 - compression.cu's names
-    from mxlite.device.kernels import kernel_names  # noqa: PLC0415
-
-    return kernel_names()
-
-
 def nvrtc_options() -> tuple[str, ...]:
     """The options CuPy hands NVRTC for mxlite's kernels, before the architecture and the flags
     ``compile_using_nvrtc`` adds itself."""
@@ -161,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the per-module seconds here")
     parser.add_argument("--sample", action="store_true", help="the first variant of each kernel only")
     args = parser.parse_args(argv)
-    names = registered_names()
+    from mxlite.cli.compile_kernels import registered_kernels  # noqa: PLC0415 - after ROOT is on sys.path
+
+    names = registered_kernels()
     wanted = set(args.only.split(",")) if args.only else set(names)
     if args.sample:
         names = {f: sample(ns) for f, ns in names.items()}

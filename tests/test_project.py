@@ -9,20 +9,14 @@ import zipfile
 
 import pytest
 
+from mxlite.cli.compile_kernels import registered_kernels
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu")))
 
 
-def _registered_kernel_names() -> dict[str, tuple[str, ...]]:
-    """Every name expression mxlite may launch, per kernel file (every driver imported first)."""
-    import mxlite.comm.compression  # noqa: F401 - registers compression.cu's names (not imported by `import mxlite`)
-    from mxlite.device.kernels import kernel_names
-
-    return kernel_names()
-
-
 def test_every_kernel_file_has_registered_names():
-    names = _registered_kernel_names()
+    names = registered_kernels()
     assert sorted(names) == sorted(os.path.basename(k) for k in KERNELS)
     assert all(names.values())
 
@@ -36,7 +30,7 @@ def test_kernel_compiles_to_ptx(source, tmp_path):
     norm sums)."""
     from mxlite.device.kernels import NVRTC_OPTIONS
 
-    names = _registered_kernel_names()[os.path.basename(source)]
+    names = registered_kernels()[os.path.basename(source)]
     unit = tmp_path / "unit.cu"  # taking each variant's address instantiates it, as NVRTC's name expressions do
     unit.write_text(f'#include "{source}"\n' + "static const void *const instances[] = {\n"
                     + "".join(f"    (const void *)&{name},\n" for name in names) + "};\n")

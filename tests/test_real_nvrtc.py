@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from mxlite.cli.compile_kernels import registered_kernels
 from tests import nvrtc_sweep
 from tests.real_libs import probe, required
 
@@ -61,16 +62,8 @@ def _every_variant() -> bool:
     return required() or os.environ.get("MXLITE_NVRTC_SWEEP", "") == "all"
 
 
-def _registered() -> dict[str, tuple[str, ...]]:
-    import mxlite  # noqa: F401, PLC0415
-    import mxlite.comm.compression  # noqa: F401, PLC0415 - compression.cu's names
-    from mxlite.device.kernels import kernel_names  # noqa: PLC0415
-
-    return kernel_names()
-
-
 def test_every_registered_variant_compiles_alone_and_resolves(sweep):
-    modules, names = sweep["modules"], _registered()
+    modules, names = sweep["modules"], registered_kernels()
     if not _every_variant():
         names = {f: nvrtc_sweep.sample(ns) for f, ns in names.items()}
     expected = {(f, n) for f, ns in names.items() for n in ns}

@@ -78,14 +78,15 @@ def build_kernels(jobs: int | None = None) -> int:
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    import mxlite.comm.compression  # noqa: F401, PLC0415 - registers compression.cu's kernels
     from mxlite.device import _hostcuda, kernels, threads  # noqa: PLC0415
+
+    from .compile_kernels import registered_kernels  # noqa: PLC0415 - every driver imported, names registered
 
     status = kernels.cpu_kernels_status()
     if not status.startswith("compiled kernels"):
         print(f"mxlite build-kernels: nothing to build: CPU devices run {status}", file=sys.stderr)
         return 1
-    files = sorted(kernels.kernel_names())
+    files = sorted(registered_kernels())
     jobs = jobs or threads.cores()
     print(f"building {len(files)} kernel files for CPU devices, {min(jobs, len(files))} g++ at a time, into "
           f"{_hostcuda.cache_dir()}", flush=True)
