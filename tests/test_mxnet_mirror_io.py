@@ -44,8 +44,8 @@ def test_MNISTIter(tmp_path):
     assert (it.getlabel().asnumpy().flatten() == first).all()
     batch = it.getdata().asnumpy()
     assert batch.shape == (100, 784) and batch.dtype == np.float32
-    # pixels scaled to [0, 1]; image i is (i % 250) / 255 and has label i % 10
-    np.testing.assert_allclose(np.round(batch[:, 0] * 255) % 10, first)
+    # pixels scaled by 1/256, as MXNet's; image i is (i % 250) / 256 and has label i % 10
+    np.testing.assert_array_equal(batch[:, 0] * 256 % 10, first)
 
 
 def test_MNISTIter_image_layout_parts_and_gzip(tmp_path):
@@ -91,13 +91,14 @@ def test_CSVIter(tmp_path, dtype, entry):
 
 def test_CSVIter_pads_the_last_batch_and_defaults_labels(tmp_path):
     """A last incomplete batch is filled from the start (``pad`` counts the filler); without a label file the
-    labels are zeros of ``label_shape``."""
+    labels are zeros, one per example (MXNet's ``(batch,)``)."""
     path = tmp_path / "d.csv"
     path.write_text("1,2\n3,4\n5,6\n")
     batches = list(mx.io.CSVIter(data_csv=str(path), data_shape=(2,), batch_size=2))
     assert [b.pad for b in batches] == [0, 1]
     np.testing.assert_array_equal(batches[1].data[0].asnumpy(), [[5, 6], [1, 2]])
-    np.testing.assert_array_equal(batches[0].label[0].asnumpy(), np.zeros((2, 1)))
+    np.testing.assert_array_equal(batches[0].label[0].asnumpy(), np.zeros(2))
+    assert batches[0].label[0].shape == (2,)
     with pytest.raises(ValueError, match="line 2 holds 3 numbers"):
         path.write_text("1,2\n3,4,5\n")
         mx.io.CSVIter(data_csv=str(path), data_shape=(2,))

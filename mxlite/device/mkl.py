@@ -10,7 +10,9 @@ it every product goes to NumPy, as before.
 Which products (:func:`matmul`): 2-D float32 or float64 operands of one dtype with at least
 ``MIN_MULTIPLY_ADDS`` multiply-adds, each operand C-contiguous along one axis (a plain array or a
 transposed view such as ``W.T``), the output's rows contiguous and apart from both operands. The rest
-(batched, strided, small, integer) stays with NumPy. ``MXLITE_HOST_BLAS=numpy`` turns MKL off.
+(batched, strided, small, integer) stays with NumPy. ``MXLITE_HOST_BLAS=numpy`` turns MKL off; ``auto`` (the
+default) uses it when installed; another value raises ValueError naming the variable, the value and these two
+(read by :mod:`mxlite.device.env`, at the first large product or :func:`status`).
 
 Threads: MKL runs a product on its GNU OpenMP threads, as many as the caller gives for the call
 (``mkl_set_num_threads_local``): ``blas._host_matmul`` gives the BLAS count of the moment
@@ -41,11 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from . import env
 from .host_buffers import host_empty
 
 __all__ = ["BLAS_ENV", "MIN_MULTIPLY_ADDS", "matmul", "status"]
 
-BLAS_ENV = "MXLITE_HOST_BLAS"  # "auto" (default): MKL when installed; "numpy": NumPy's BLAS for every product
+BLAS_ENV = "MXLITE_HOST_BLAS"  # env.SETTINGS: "auto" (default): MKL when installed; "numpy": NumPy's BLAS only
 MIN_MULTIPLY_ADDS = 1 << 20  # smaller products stay with NumPy: a call through ctypes costs a few microseconds
 
 _THREADING_SEQUENTIAL, _THREADING_GNU = 1, 3  # MKL_THREADING_LAYER
@@ -89,18 +92,21 @@ def _library_path() -> str | None:
 
 
 def _load() -> _Mkl | None:
-    """The library, loaded and set up once (None, with ``_why_not`` saying why, when it is not used)."""
+    """The library, loaded and set up once (None, with ``_why_not`` saying why, when it is not used).
+
+    Raises:
+        ValueError: ``MXLITE_HOST_BLAS`` is neither ``auto`` nor ``numpy`` (nothing is kept: the next call
+            reads it again).
+    """
     global _loaded, _why_not
     if _why_not is not None or _loaded is not None:
         return _loaded
     with _lock:
         if _why_not is not None or _loaded is not None:
             return _loaded
-        choice = os.environ.get(BLAS_ENV, "auto").strip().lower() or "auto"
+        choice = env.choice(BLAS_ENV)
         path = None if choice != "auto" else _library_path()
-        if choice not in ("auto", "numpy"):
-            _why_not = f"{BLAS_ENV}={choice!r} is not 'auto' or 'numpy'; using NumPy's BLAS"
-        elif choice == "numpy":
+        if choice == "numpy":
             _why_not = f"{BLAS_ENV}=numpy"
         elif path is None:
             _why_not = "the mkl wheel is not installed (pip install 'mxlite[mkl]')"
@@ -153,6 +159,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, threads: int) -
         b: ``(k, n)`` of the same dtype.
         out: ``(m, n)`` of that dtype with contiguous rows, or None.
         threads: MKL's threads for this call (>= 1).
+
+    Raises:
+        ValueError: ``MXLITE_HOST_BLAS`` has a value other than ``auto`` or ``numpy`` (for a product MKL could
+            take: large, 2-D, float32 or float64).
     """
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _GEMM_NAMES:
         return None
@@ -180,7 +190,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, threads: int) -
 
 
 def status() -> str:
-    """One line for ``mxlite info``: whether large products run in MKL, and if not, why."""
+    """One line for ``mxlite info``: whether large products run in MKL, and if not, why.
+
+    Raises:
+        ValueError: ``MXLITE_HOST_BLAS`` has a value other than ``auto`` or ``numpy``.
+    """
     mkl = _load()
     if mkl is None:
         return f"NumPy's BLAS ({_why_not})"

@@ -482,8 +482,10 @@ class Block:
                        dtype_source=dtype_source)
         if arrays is None:
             hooks = list(self._layout_hooks("_from_mxnet_layout"))
-            if not hooks or set(params) <= set(strip_arg_aux_prefixes(describe_arrays(filename, data=data),
-                                                                          filename)):
+            names = set(strip_arg_aux_prefixes(describe_arrays(filename, data=data), filename)) if hooks else set()
+            # extra names under a recurrent layer may hold its weights a second time: those the hooks check
+            if not hooks or (set(params) <= names
+                             and not any(n.startswith(p) for n in names - set(params) for p, _ in hooks)):
                 # the file names this model's parameters as they are: headers first, then only what is needed
                 return plan_load(filename, params, data=data, **options)
             arrays = strip_arg_aux_prefixes(load_arrays(filename, data=data), filename)  # MXNet's RNN layouts

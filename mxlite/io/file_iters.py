@@ -19,6 +19,7 @@ from .io import NDArrayIter
 __all__ = ["CSVIter", "MNISTIter"]
 
 
+_PIXEL_SCALE = np.float32(1 / 256)  # MXNet's iter_mnist.cc; a power of two, so every pixel's value is exact
 _ACCEPTED = ("prefetch_buffer", "ctx", "device", "preprocess_threads")  # MXNet's loading knobs: no effect here
 
 
@@ -34,6 +35,18 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
     if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
         raise ValueError(f"{name} must be a tuple of positive integers, got {value!r}")
     return tuple(int(s) for s in shape)
+
+
+def _check_label_shape(shape: tuple[int, ...]) -> None:
+    """Refuse a CSVIter ``label_shape`` whose first dimension is 1 but which holds several numbers.
+
+    MXNet reshapes a batch of labels whose second axis is 1 to ``(batch,)`` (``MXDataIterGetLabel``): right for
+    ``(1,)`` and ``(1, 1)``, but for ``(1, 3)`` it keeps the first ``batch`` numbers of the batch and drops the rest.
+    """
+    if shape[0] == 1 and int(np.prod(shape)) > 1:
+        rest = shape[1:]
+        raise ValueError(f"CSVIter: label_shape {shape} is refused: MXNet hands such a batch of labels out as "
+                         f"(batch,), keeping only part of each label; give label_shape {rest} instead")
 
 
 class _FileIter(NDArrayIter):
@@ -65,7 +78,8 @@ class MNISTIter(_FileIter):
         dtype: accepted, 'float32' only.
         prefetch_buffer, ctx, device, preprocess_threads: accepted, no effect.
 
-    Pixels are scaled to [0, 1] (float32), labels are float32.
+    Pixels are scaled by 1/256 as MXNet does (float32 in [0, 255/256]: a pixel of 255 reads 0.99609375); labels
+    are float32, a batch's of shape ``(batch_size,)``.
 
     Raises:
         TypeError: an argument MXNet's MNISTIter does not take.
@@ -91,7 +105,7 @@ class MNISTIter(_FileIter):
                              f"(flat={bool(flat)})")
         order = np.random.default_rng(seed).permutation(len(images)) if shuffle else np.arange(len(images))
         part = np.array_split(order, num_parts)[part_index]
-        data = images[part].reshape((len(part),) + per_image).astype(np.float32) / np.float32(255)
+        data = images[part].reshape((len(part),) + per_image).astype(np.float32) * _PIXEL_SCALE
         super().__init__(data, labels[part].astype(np.float32), batch_size=batch_size,
                          last_batch_handle="discard")
 
@@ -103,7 +117,9 @@ class CSVIter(_FileIter):
         data_csv: path of the data file; each line holds ``prod(data_shape)`` comma-separated numbers.
         data_shape: shape of one example.
         label_csv: path of the labels file (``prod(label_shape)`` numbers per line), or None for zero labels.
-        label_shape: shape of one label (default ``(1,)``).
+        label_shape: shape of one label (default ``(1,)``). A batch's labels have shape
+            ``(batch_size,) + label_shape``, except, as in MXNet, ``(batch_size,)`` for a label of one number
+            (``(1,)``, ``(1, 1)``) and for the zero labels given without ``label_csv``.
         batch_size: examples per batch.
         round_batch: a last incomplete batch is filled up with the first examples (``batch.pad`` counts
             them); with False as well, where MXNet leaves the filler unspecified.
@@ -113,7 +129,8 @@ class CSVIter(_FileIter):
     Raises:
         TypeError: an argument MXNet's CSVIter does not take.
         OSError: a file cannot be read. ValueError: a line with another count of numbers than the shape
-            needs, files with different numbers of lines, or bad arguments.
+            needs, files with different numbers of lines, with ``label_csv`` a ``label_shape`` of several
+            numbers whose first dimension is 1 (MXNet would keep only part of each label), or bad arguments.
     """
 
     def __init__(self, data_csv: str, data_shape: Sequence[int], label_csv: str | None = None,
@@ -125,11 +142,14 @@ class CSVIter(_FileIter):
         data = self._read(data_csv, _shape("CSVIter: data_shape", data_shape), dtype)
         label_shape = _shape("CSVIter: label_shape", label_shape)
         if label_csv is None:
-            labels = np.zeros((len(data),) + label_shape, dtype=dtype)
+            labels = np.zeros(len(data), dtype=dtype)  # MXNet's dummy label, whatever label_shape: one 0 per example
         else:
+            _check_label_shape(label_shape)
             labels = self._read(label_csv, label_shape, dtype)
             if len(labels) != len(data):
                 raise ValueError(f"CSVIter: {data_csv} holds {len(data)} examples but {label_csv} {len(labels)}")
+            if label_shape[0] == 1:
+                labels = labels.reshape(len(labels))  # MXNet hands a (batch, 1, ...) label out as (batch,)
         # as Tensors, which NDArrayIter keeps in their dtype (NumPy inputs become float32)
         super().__init__(Tensor(data, cpu(0)), Tensor(labels, cpu(0)), batch_size=batch_size,
                          last_batch_handle="pad")

@@ -181,24 +181,48 @@ class _RNNLayer(Block):
 
     def _from_mxnet_layout(self, prefix: str, loaded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``loaded`` with this layer's weights (under ``prefix``) renamed from MXNet 1.x's ``_unfused`` names
-        and unpacked from MXNet 2.x's ``rnn_param`` to this layer's names; other entries unchanged."""
+        and unpacked from MXNet 2.x's ``rnn_param`` to this layer's names; other entries unchanged.
+
+        Raises:
+            ValueError: a weight held twice, under two of these names (e.g. ``_unfused.0.i2h_weight`` and
+                ``rnn_param``): the file is ambiguous; the message names the weight and both names.
+        """
         mine = {n for names in self._names for n in names}
         out: dict[str, np.ndarray] = {}
+        origin: dict[str, str] = {}  # each entry of out: the name it was read under
+        twice: list[tuple[str, str, str]] = []
         for key, value in loaded.items():
-            match = self._UNFUSED.match(key[len(prefix):]) if key.startswith(prefix) else None
-            if match is not None:
-                layer, direction, kind = match.groups()
-                if direction is None and self._dir == 2:
-                    direction = "?"  # a one-direction file for a bidirectional layer: left for the load to report
-                name = f"{direction or 'l'}{layer}_{kind}"
-                if name in mine:
-                    out[prefix + name] = value
-                    continue
-            elif key == prefix + "rnn_param":
-                out.update((prefix + n, v) for n, v in self._unpack_fused(value).items())
-                continue
-            out[key] = value
+            for name, piece in self._renamed(prefix, key, value, mine):
+                if name in out:
+                    twice.append((name, origin[name], key))
+                out[name], origin[name] = piece, key
+        if twice:
+            raise ValueError(self._ambiguous_message(prefix, twice))
         return out
+
+    def _renamed(self, prefix: str, key: str, value: np.ndarray, mine: set[str]) -> list[tuple[str, np.ndarray]]:
+        """The (name, value) entries one loaded entry becomes: this layer's names for its MXNet names, else
+        itself."""
+        match = self._UNFUSED.match(key[len(prefix):]) if key.startswith(prefix) else None
+        if match is not None:
+            layer, direction, kind = match.groups()
+            if direction is None and self._dir == 2:
+                direction = "?"  # a one-direction file for a bidirectional layer: left for the load to report
+            name = f"{direction or 'l'}{layer}_{kind}"
+            if name in mine:
+                return [(prefix + name, value)]
+        elif key == prefix + "rnn_param":
+            return [(prefix + n, v) for n, v in self._unpack_fused(value).items()]
+        return [(key, value)]
+
+    def _ambiguous_message(self, prefix: str, twice: list[tuple[str, str, str]]) -> str:
+        """The error for weights found under two names each: (weight, first name, second name) per weight."""
+        shown = "; ".join(f"{name!r} as {first!r} and as {second!r}" for name, first, second in twice[:4])
+        more = f"; and {len(twice) - 4} more" if len(twice) > 4 else ""
+        where = f" {prefix[:-1]!r}" if prefix else ""
+        return (f"{type(self).__name__}{where}: the file holds {len(twice)} weight(s) twice, under two names, so it "
+                f"is ambiguous which copy to load: {shown}{more}. Keep one of the names (mxlite's own "
+                "'l0_i2h_weight', MXNet 1.x's '_unfused.0.i2h_weight' or MXNet 2.x's 'rnn_param') in the file")
 
     def _to_mxnet_layout(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``arrays`` with this layer's weights renamed to MXNet 1.x's ``save_parameters`` names (``_unfused``)."""
