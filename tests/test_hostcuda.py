@@ -555,9 +555,12 @@ def test_ucontext_fallback_scheduler(reduce_module: HostModule) -> None:
 
 # -- the project's kernels -------------------------------------------------------------------------------
 def _project_module(filename: str, names: tuple[str, ...]) -> HostModule:
+    """The host library the emulated GPUs run for ``kernels/<filename>`` (one per file, every registered variant):
+    the test session builds it once, ahead of the tests, so this reuses it."""
+    from mxlite._emulation.fakecupy._rawmodule import _host_module
     from mxlite.device.kernels import NVRTC_OPTIONS, kernel_source
 
-    return HostModule(kernel_source(filename), NVRTC_OPTIONS, names, name=f"kernels/{filename}")
+    return _host_module(kernel_source(filename), NVRTC_OPTIONS, names)
 
 
 def test_optimizers_cu_compiles_and_sgd_matches_numpy() -> None:
