@@ -13,10 +13,11 @@ generic SSE3 kernels (Prescott, every x86-64 CPU), Haswell (AVX2 and FMA) and Sk
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests import deadlines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,12 +62,12 @@ def test_the_bits_do_not_depend_on_the_thread_count_under_openblas_kernel(core):
     if not _runnable(core):
         pytest.skip(f"this CPU lacks {CORE_TYPES[core][0]}: OpenBLAS's {core} kernels cannot run here")
     env = dict(os.environ, OPENBLAS_CORETYPE=core)
-    probe = subprocess.run([sys.executable, "-c", "import numpy as np; from threadpoolctl import threadpool_info; "
+    probe = deadlines.run([sys.executable, "-c", "import numpy as np; from threadpoolctl import threadpool_info; "
                             "np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32); "
                             "print([i['architecture'] for i in threadpool_info() if i['user_api'] == 'blas'])"],
-                           capture_output=True, text=True, env=env, timeout=120)
+                           env=env, timeout=120)
     assert f"'{CORE_TYPES[core][1]}'" in probe.stdout, f"OPENBLAS_CORETYPE={core} was not taken: {probe.stdout}"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "bits",
-                           *REPRODUCIBILITY], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    proc = deadlines.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "bits",
+                          *REPRODUCIBILITY], env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout.splitlines()[-1] and "failed" not in proc.stdout.splitlines()[-1]

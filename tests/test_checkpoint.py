@@ -15,6 +15,7 @@ import pytest
 
 import mxlite as mx
 from mxlite.optimizer.updater import unpack_states
+from tests import deadlines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICES = [mx.cpu(0), mx.cpu(1)]
@@ -209,7 +210,7 @@ def test_a_process_killed_mid_save_leaves_the_last_checkpoint_loadable(tmp_path,
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
     finally:
-        proc.wait(timeout=30)
+        proc.wait(timeout=deadlines.scaled(30))
     step = mx.checkpoint.latest_step(tmp_path / "ckpt")
     assert step is not None and step >= 3
     mx.random.seed(0)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 import mxlite as mx
+from tests import deadlines
 
 
 # -- Device identity ------------------------------------------------------------------------------
@@ -88,23 +88,21 @@ assert issubclass(mx.DeviceUnavailableError, RuntimeError)
 def test_without_gpus_there_are_none_and_gpu0_says_why():
     """With the emulation off, on a machine without a GPU (skipped where a real one is visible)."""
     env = dict(os.environ, MXLITE_EMULATE_GPUS="0")
-    probe = subprocess.run([sys.executable, "-c", "import mxlite; print(mxlite.num_gpus())"], env=env,
-                           capture_output=True, text=True, timeout=120)
+    probe = deadlines.run([sys.executable, "-c", "import mxlite; print(mxlite.num_gpus())"], env=env, timeout=120)
     if probe.stdout.strip() != "0":
         pytest.skip(f"a real GPU is visible ({probe.stdout.strip()} GPUs)")
-    result = subprocess.run([sys.executable, "-c", _NO_GPU_CHECKS], env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = deadlines.run([sys.executable, "-c", _NO_GPU_CHECKS], env=env, timeout=120)
     assert result.returncode == 0, result.stderr
 
 
 def test_emulated_gpus_are_announced_and_bad_counts_refused():
     code = "import mxlite as mx; print(mx.num_gpus(), mx.gpu_devices())"
     env = dict(os.environ, MXLITE_EMULATE_GPUS="3")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = deadlines.run([sys.executable, "-c", code], env=env, timeout=120)
     assert result.stdout.strip() == "3 [gpu(0), gpu(1), gpu(2)]", result.stderr
     assert "gpu(0)..gpu(2) are emulated on the CPU" in result.stderr
     env["MXLITE_EMULATE_GPUS"] = "many"
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = deadlines.run([sys.executable, "-c", code], env=env, timeout=120)
     assert result.returncode != 0 and "MXLITE_EMULATE_GPUS must be an integer from 0" in result.stderr
 
 

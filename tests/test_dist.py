@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 import mxlite as mx
+from tests import deadlines
 from tests.dist_worker import STEPS, VARIANTS, batch, net_for, one_process_batch
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 
@@ -191,8 +191,8 @@ def test_mxlite_launch_runs_a_script_in_n_processes(tmp_path):
     script.write_text("import sys\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
                       "open(f'{sys.argv[1]}/rank{c.rank}', 'w').write(f'{c.rank} of {c.size}')\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "mxlite", "launch", "-n", "2", str(script), str(tmp_path)],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = deadlines.run([sys.executable, "-m", "mxlite", "launch", "-n", "2", str(script), str(tmp_path)],
+                            timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     # (each rank writes a file: the ranks' stdout lines may interleave)
     assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["0 of 2", "1 of 2"]

@@ -4,7 +4,6 @@ then the worker DataLoader (processes and threads really in parallel, dead and s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -14,6 +13,7 @@ import pytest
 
 import mxlite as mx
 from mxlite import gluon
+from tests import deadlines
 
 DataLoader = gluon.data.DataLoader
 batchify_mod = gluon.data.batchify
@@ -380,7 +380,7 @@ except RuntimeError as exc:
 def test_stuck_worker_does_not_outlive_the_loader():
     # After the timeout the stuck worker process must be ended: left alive, it would keep the
     # interpreter from exiting (concurrent.futures joins its workers at exit).
-    done = subprocess.run([sys.executable, "-c", _STUCK_SCRIPT], capture_output=True, text=True, timeout=60)
+    done = deadlines.run([sys.executable, "-c", _STUCK_SCRIPT], timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "timeout"
 

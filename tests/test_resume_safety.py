@@ -25,6 +25,7 @@ import pytest
 
 import mxlite as mx
 from mxlite.optimizer.updater import pack_states, unpack_states
+from tests import deadlines
 from tests.mpi_helpers import ROOT, mpirun, needs_mpi
 from tests.training_helpers import random_backward
 
@@ -106,7 +107,7 @@ def test_two_processes_saving_into_one_folder_never_publish_an_incomplete_checkp
     folder = tmp_path / "ckpt"
     procs = [subprocess.Popen([sys.executable, str(script), str(folder), str(offset), "40"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, env=env) for offset in (0, 1)]
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    outputs = [p.communicate(timeout=deadlines.scaled(120))[0] for p in procs]
     for proc, out in zip(procs, outputs):
         assert proc.returncode == 0, out
         assert "DONE 0" in out, out
