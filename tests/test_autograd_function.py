@@ -150,6 +150,32 @@ def test_mark_variables_errors():
         autograd.mark_variables([mx.array([1, 2], dtype=np.int32)], [mx.zeros((2,))])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.float64])
+def test_mark_variables_refuses_a_buffer_of_another_dtype(dtype):
+    x = mx.array([1.5, 2.5])  # float32
+    buffer = mx.zeros((2,), dtype=dtype)
+    with pytest.raises(TypeError, match=rf"mark_variables: gradient 0 .* has dtype {np.dtype(dtype).name}, its "
+                                        r"variable .* float32; a gradient buffer must have its variable's dtype"):
+        autograd.mark_variables([x], [buffer])
+    assert x.grad is None and x.grad_req == "null"  # nothing attached
+    autograd.mark_variables([x], [buffer], "null")  # no buffer is used: any dtype goes
+
+
+def test_mark_variables_refuses_a_buffer_on_another_device():
+    x = mx.array([1.5, 2.5], device=mx.cpu(0))
+    with pytest.raises(ValueError, match=r"gradient 0 lives on cpu\(1\), its variable on cpu\(0\)"):
+        autograd.mark_variables([x], [mx.zeros((2,), device=mx.cpu(1))])
+
+
+def test_mark_variables_keeps_a_fractional_gradient_exact():
+    x, dx = mx.array([1.0, 2.0]), mx.zeros((2,))
+    autograd.mark_variables([x], [dx])
+    with autograd.record():
+        y = (x * 0.25).sum()
+    y.backward()
+    np.testing.assert_array_equal(dx.asnumpy(), [0.25, 0.25])
+
+
 def test_attach_grad_on_a_recorded_result_keeps_the_graph():
     x = leaf([1.0, 2.0])
     with autograd.record():

@@ -69,9 +69,9 @@ def test_matmul_batch_axes_that_do_not_broadcast():
         mx.ones((2, 2, 3)) @ mx.ones((3, 3, 4))
 
 
-def test_dot_of_a_vector_names_the_rank():
-    with pytest.raises(ValueError, match=r"matmul needs inputs with at least 2 dimensions, got 1-D and 2-D"):
-        ops.dot(mx.ones(3), mx.ones((3, 2)))
+def test_matmul_of_a_scalar_names_the_operand():
+    with pytest.raises(ValueError, match=r"matmul: operand b is 0-D \(a scalar, shapes \(3,\) and \(\)\)"):
+        ops.dot(mx.ones(3), mx.array(2.0))
 
 
 def test_add_broadcast_failure_names_op_and_inputs():

@@ -100,7 +100,7 @@ def test_matmul_operator_and_errors():
     a, b = rand(2, 3), rand(3, 2)
     check_grad(lambda x, y: x @ y, [a, b], reference=lambda x, y: x @ y)
     with pytest.raises(ValueError, match="matmul"):
-        ops.matmul(mx.array(rand(3)), mx.array(rand(3, 2)))
+        ops.matmul(mx.array(rand(4)), mx.array(rand(3, 2)))
 
 
 # -- ops.py: shape ---------------------------------------------------------------------------------

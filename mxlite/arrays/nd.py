@@ -649,7 +649,7 @@ def smooth_l1(data: Any, scalar: float = 1.0) -> Tensor:
     """MXNet's ``smooth_l1``: ``0.5 (sigma x)^2`` where ``|x| < 1/sigma^2``, else ``|x| - 0.5/sigma^2``."""
     x = tensor(data)
     s2 = scalar * scalar
-    small = Tensor(x.device.xp.abs(x.array) < 1.0 / s2, x.device)
+    small = _ops.less(_ops.abs(x), 1.0 / s2)
     return _ops.where(small, _ops.multiply(_ops.square(x), 0.5 * s2), _ops.subtract(_ops.abs(x), 0.5 / s2))
 
 
@@ -722,7 +722,7 @@ def SequenceMask(data: Any, sequence_length: Any = None, use_sequence_length: bo
     lengths = _lengths(sequence_length, batch, steps, "SequenceMask")
     keep = np.arange(steps)[:, None] < lengths[None, :]  # (T, N)
     keep = keep if axis == 0 else keep.T
-    cond = Tensor(data.device.xp.asarray(keep.reshape(keep.shape + (1,) * (data.ndim - 2))), data.device)
+    cond = _ops.as_tensor(keep.reshape(keep.shape + (1,) * (data.ndim - 2)), data)
     return _ops.where(cond, data, _ops.as_tensor(np.asarray(value, dtype=data.dtype), data))
 
 
@@ -744,7 +744,7 @@ def SequenceLast(data: Any, sequence_length: Any = None, use_sequence_length: bo
     picked = np.broadcast_to(_along(lengths - 1, data.ndim - 1, 0), tuple(s for i, s in enumerate(data.shape)
                                                                           if i != axis))
     idx = np.expand_dims(picked, axis)
-    return _ops.squeeze(_ops.take_along_axis(data, data.device.xp.asarray(idx), axis), axis)
+    return _ops.squeeze(_ops.take_along_axis(data, idx, axis), axis)
 
 
 def SequenceReverse(data: Any, sequence_length: Any = None, use_sequence_length: bool = False,  # noqa: N802
@@ -765,7 +765,7 @@ def SequenceReverse(data: Any, sequence_length: Any = None, use_sequence_length:
     t = np.arange(steps)[:, None]
     src = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)  # (T, N)
     idx = np.broadcast_to(src.reshape(src.shape + (1,) * (data.ndim - 2)), data.shape)
-    return _ops.take_along_axis(data, data.device.xp.asarray(np.ascontiguousarray(idx)), 0)
+    return _ops.take_along_axis(data, np.ascontiguousarray(idx), 0)
 
 
 def _length_mask(data: Tensor, length: Any, axis: int, where: str) -> Tensor:
@@ -778,7 +778,7 @@ def _length_mask(data: Tensor, length: Any, axis: int, where: str) -> Tensor:
         raise ValueError(f"{where}: length must have the data's shape without axis {axis}, {want}, "
                          f"got {lengths.shape}")
     keep = _along(np.arange(data.shape[axis]), data.ndim, axis) < np.expand_dims(lengths, axis)
-    return Tensor(data.device.xp.asarray(keep), data.device)
+    return _ops.as_tensor(keep, data)
 
 
 def _masked(fn: Any, data: Tensor, length: Any, axis: int, where: str) -> Tensor:
@@ -1162,7 +1162,7 @@ def pad(data: Any, mode: str = "constant", pad_width: Any = (), constant_value: 
             period = 2 * (n - 1) if n > 1 else 1
             src = (pos % period) if n > 1 else np.zeros_like(pos)
             src = np.where(src >= n, period - src, src)
-        out = _nn.take(out, out.device.xp.asarray(src), axis=axis)
+        out = _nn.take(out, src, axis=axis)
     return out
 
 
@@ -1171,7 +1171,7 @@ def gather_nd(data: Any, indices: Any) -> Tensor:
     ``out[y...] = data[indices[0, y...], ..., indices[M-1, y...]]``. Differentiable in ``data``."""
     x = tensor(data)
     idx = np.asarray(indices.asnumpy() if isinstance(indices, Tensor) else indices).astype(np.int64)
-    return _ops.getitem(x, tuple(x.device.xp.asarray(i) for i in idx))
+    return _ops.getitem(x, tuple(idx))
 
 
 def batch_take(a: Any, indices: Any) -> Tensor:
@@ -1211,7 +1211,6 @@ def diag(data: Any, k: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
     """The ``k``-th diagonal of a matrix (of axes ``axis1``, ``axis2``), or a square matrix with a 1-D input on
     its ``k``-th diagonal. Differentiable."""
     x = tensor(data)
-    xp = x.device.xp
     if x.ndim == 1:  # a square matrix with x on diagonal k: a differentiable gather from [0, x...]
         n = x.shape[0] + _b.abs(k)
         rows = np.arange(x.shape[0]) + _b.max(-k, 0)
@@ -1219,13 +1218,13 @@ def diag(data: Any, k: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
         src = np.zeros(n * n, dtype=np.int64)
         src[rows * n + cols] = np.arange(1, x.shape[0] + 1)
         padded = _ops.concat([_full((1,), 0, x.device, x.dtype), x], axis=0)
-        return _ops.reshape(_nn.take(padded, xp.asarray(src), axis=0), (n, n))
+        return _ops.reshape(_nn.take(padded, src, axis=0), (n, n))
     a1, a2 = axis1 % x.ndim, axis2 % x.ndim
     perm = tuple(i for i in range(x.ndim) if i not in (a1, a2)) + (a1, a2)
     moved = _ops.transpose(x, perm) if perm != tuple(range(x.ndim)) else x
     rows, cols = moved.shape[-2], moved.shape[-1]
     i = np.arange(_b.max(0, -k), _b.min(rows, cols - k))
-    return _ops.getitem(moved, (Ellipsis, xp.asarray(i), xp.asarray(i + k)))
+    return _ops.getitem(moved, (Ellipsis, i, i + k))
 
 
 def add_n(*args: Any, **kwargs: Any) -> Tensor:

@@ -226,14 +226,12 @@ def cumsum(a: Any, axis: int | None = None, dtype: Any = None, out: Any = None) 
 
 def all(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether every entry along ``axis`` is non-zero (bool, no gradient)."""
-    a = tensor(a)
-    return Tensor(a.device.xp.asarray(a.array.all(axis=axis, keepdims=keepdims)), a.device)
+    return tensor(a).all(axis, keepdims)
 
 
 def any(a: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether some entry along ``axis`` is non-zero (bool, no gradient)."""
-    a = tensor(a)
-    return Tensor(a.device.xp.asarray(a.array.any(axis=axis, keepdims=keepdims)), a.device)
+    return tensor(a).any(axis, keepdims)
 
 
 def sort(a: Any, axis: int = -1, **kwargs: Any) -> Tensor:

@@ -129,10 +129,11 @@ def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: b
     lengths = tensor(sequence_length, data)
     xp = data.device.xp
     steps = data.shape[axis]
-    t = xp.arange(steps).reshape((steps, 1) if axis == 0 else (1, steps))
-    lens = lengths.array.reshape((1, -1) if axis == 0 else (-1, 1))
-    keep = (t < lens).reshape(tuple(data.shape[:2]) + (1,) * (data.ndim - 2))
-    return _ops.where(Tensor(xp.broadcast_to(keep, data.shape), data.device), data, value)
+    with data.device.use():  # the mask is made on the data's device, whichever device is current
+        t = xp.arange(steps).reshape((steps, 1) if axis == 0 else (1, steps))
+        lens = lengths.array.reshape((1, -1) if axis == 0 else (-1, 1))
+        keep = xp.broadcast_to((t < lens).reshape(tuple(data.shape[:2]) + (1,) * (data.ndim - 2)), data.shape)
+    return _ops.where(Tensor(keep, data.device), data, value)
 
 
 def stop_gradient(data: Any) -> Tensor:

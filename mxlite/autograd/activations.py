@@ -96,7 +96,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def _positive(x: Tensor) -> Tensor:
     """The bool mask ``x > 0`` (no gradient)."""
-    return Tensor(x._data > 0, x.device)
+    return ops.greater(x, 0)
 
 
 def leaky_relu(x: Tensor, alpha: float) -> Tensor:

@@ -32,9 +32,9 @@ def mark_variables(variables: Tensor | Sequence[Tensor], gradients: Tensor | Seq
         grad_reqs: 'write', 'add' or 'null', for all variables or one per variable.
 
     Raises:
-        ValueError: the lists differ in length, a buffer's shape differs from its variable's, or an
-            unknown grad_req. TypeError: a variable or buffer is not a Tensor, or a variable is not
-            floating point.
+        ValueError: the lists differ in length, a buffer's shape or device differs from its variable's, or
+            an unknown grad_req. TypeError: a variable or buffer is not a Tensor, a variable is not
+            floating point, or a buffer's dtype differs from its variable's (for any grad_req but 'null').
     """
     if isinstance(variables, Tensor):
         variables, gradients = [variables], [gradients]
@@ -54,8 +54,23 @@ def mark_variables(variables: Tensor | Sequence[Tensor], gradients: Tensor | Seq
                             "have a gradient")
         if g.shape != v.shape:
             raise ValueError(f"mark_variables: gradient {i} has shape {g.shape}, its variable {v.shape}")
+        if req != "null":
+            _check_buffer(i, v, g)
         v.grad = None if req == "null" else g
         v.grad_req = req
+
+
+def _check_buffer(i: int, variable: Tensor, buffer: Tensor) -> None:
+    """Refuse a gradient buffer backward could not write variable ``i``'s gradient into exactly: another dtype
+    (an int32 buffer would truncate the gradient, a float16 one round it; MXNet requires the variable's dtype) or
+    another device."""
+    if buffer.dtype != variable.dtype:
+        raise TypeError(f"mark_variables: gradient {i} ({_describe(buffer)}) has dtype {buffer.dtype}, its variable "
+                        f"({_describe(variable)}) {variable.dtype}; a gradient buffer must have its variable's dtype "
+                        f"(make it with zeros_like(variable))")
+    if buffer.device != variable.device:
+        raise ValueError(f"mark_variables: gradient {i} lives on {buffer.device}, its variable on {variable.device}; "
+                         "a gradient buffer must be on its variable's device")
 
 
 def get_symbol(x: Tensor) -> Any:

@@ -44,7 +44,7 @@ import numpy as np
 
 from . import _state, nn_ops, ops
 from .nn_ops import _axis, _clip_indices
-from .ops import _index_key, _norm_axis, _op, _scatter_add
+from .ops import _index_key, _norm_axis, _op, _open_grid, _scatter_add
 from .tensor import Tensor, _accumulate, _check_heads, _describe, _head_grad, _is_sparse, _Node, _pass, _result
 
 __all__ = ["grad"]
@@ -201,11 +201,10 @@ def _grad_pass(heads: list[Tensor], head_grads: list[Any], variables: list[Tenso
                 need = tuple(id(p) in reaches and reaches[id(p)] is not None for p in node.parents)
                 if g is None or not any(need):
                     parent_grads: Sequence[Any] = [None] * len(node.parents)
-                elif create_graph:
-                    parent_grads = _differentiable_backward(node, t, g, need)
                 else:
-                    with t._device.use():
-                        parent_grads = node.backward(g)
+                    with t._device.use():  # the rules' and closures' temporaries go on t's device
+                        parent_grads = (_differentiable_backward(node, t, g, need) if create_graph
+                                        else node.backward(g))
                 if not retain:
                     t._node = None
                 for p, pg, needed in zip(node.parents, parent_grads, need):
@@ -331,6 +330,7 @@ def _kept(g: Tensor, shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bo
 def _scatter(values: Tensor, key: Any, shape: tuple[int, ...]) -> Tensor:
     """Zeros of ``shape`` with ``values`` added at ``key`` (repeats accumulate): the adjoint of ``x[key]``."""
     xp = values._device.xp
+    key = _index_key(key, values._device)
     data = xp.zeros(shape, dtype=values.dtype)
     _scatter_add(xp, data, key, values._data)
     return _result("scatter", data, values._device, (values,), lambda g: (xp.asarray(g[key]),))
@@ -482,7 +482,7 @@ def _transpose(s: _Step, g: Tensor, x: Tensor, axes: tuple) -> tuple:
 
 @_rule("getitem")
 def _getitem(s: _Step, g: Tensor, x: Tensor, key: Any) -> tuple:
-    return (_scatter(g, _index_key(key), x.shape),)
+    return (_scatter(g, key, x.shape),)
 
 
 @_rule("concat")
@@ -522,7 +522,7 @@ def _repeat(s: _Step, g: Tensor, x: Tensor, repeats: int, axis: int | None) -> t
 def _take_along_axis(s: _Step, g: Tensor, x: Tensor, indices: Any, axis: int) -> tuple:
     xp = x._device.xp
     idx = (indices._data if isinstance(indices, Tensor) else xp.asarray(indices)).astype(np.int64)
-    grids = list(xp.indices(g.shape, sparse=True))
+    grids = _open_grid(xp, g.shape)
     grids[axis % x.ndim] = xp.broadcast_to(idx, g.shape)
     return (_scatter(g, tuple(grids), x.shape),)
 
@@ -586,13 +586,13 @@ def _softmax_cross_entropy(s: _Step, g: Tensor, pred: Tensor, label: Any, sparse
         return (g * (p * ops.sum(dense, axis=-1, keepdims=True) - dense),
                 -g * nn_ops.log_softmax(pred, -1) if s.need[1] else None)
     n = pred.shape[-1]
-    idx = _clip_indices(pred._device.xp, label, n, "clip").reshape(pred.shape[:-1] + (1,))
+    idx = _clip_indices(pred._device.xp, label, n, "clip", pred._device).reshape(pred.shape[:-1] + (1,))
     return (g * (p - _mask(idx == pred._device.xp.arange(n), pred)),)
 
 
 @_rule("embedding")
 def _embedding(s: _Step, g: Tensor, indices: Any, weight: Tensor, sparse_grad: bool) -> tuple:
-    idx = _clip_indices(weight._device.xp, indices, weight.shape[0], "clip")
+    idx = _clip_indices(weight._device.xp, indices, weight.shape[0], "clip", weight._device)
     rows = ops.reshape(g, (-1,) + weight.shape[1:])
     return (_scatter(rows, idx.reshape(-1), weight.shape),)
 
@@ -600,7 +600,7 @@ def _embedding(s: _Step, g: Tensor, indices: Any, weight: Tensor, sparse_grad: b
 @_rule("take")
 def _take(s: _Step, g: Tensor, a: Tensor, indices: Any, axis: int, mode: str) -> tuple:
     ax = _axis(axis, a.ndim)
-    idx = _clip_indices(a._device.xp, indices, a.shape[ax], mode)
+    idx = _clip_indices(a._device.xp, indices, a.shape[ax], mode, a._device)
     return (_scatter(g, (slice(None),) * ax + (idx,), a.shape),)
 
 
@@ -610,7 +610,7 @@ def _pick(s: _Step, g: Tensor, data: Tensor, index: Any, axis: int, keepdims: bo
     ax = _axis(axis, data.ndim)
     n = data.shape[ax]
     kept = data.shape[:ax] + (1,) + data.shape[ax + 1:]
-    idx = _clip_indices(xp, index, n, "clip").reshape(kept)
+    idx = _clip_indices(xp, index, n, "clip", data._device).reshape(kept)
     hit = idx == xp.arange(n).reshape((n,) + (1,) * (data.ndim - ax - 1))
     return (ops.where(_const(hit, g), ops.reshape(g, kept), 0.0),)
 

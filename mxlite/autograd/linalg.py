@@ -18,6 +18,10 @@ Conventions shared by all functions:
   MXNet instead returns inf/NaN for a singular inverse. On a GPU this asks CuPy to read cuSOLVER's error flag
   (``cupyx.errstate(linalg='raise')``), which waits for the device: once per such call in the forward pass and
   in ``det``/``slogdet``'s backward; other backward solves reuse a matrix the forward pass already checked.
+* empty matrices (an axis of length 0) give NumPy's results: ``svd``, ``eigh``, ``qr``, ``inv`` and the other
+  factorisations return empty arrays, ``det`` 1, ``norm`` 0 for the orders that take a sum or a maximum (None,
+  'fro', 'nuc', 1, 2, inf); the orders that take a minimum (-1, -2, -inf) over no values raise ValueError naming
+  ``ord`` and the shape, as NumPy does.
 * gradients follow MXNet's: where MXNet's op has one, so does this one (Cholesky's is the symmetric gradient, as
   MXNet's ``potrf``); where it has none (``eigh``, ``lstsq``, ``pinv``, ``qr`` in modes other than 'reduced'),
   back-propagating through the result raises NotImplementedError naming the op (MXNet silently gives zeros).
@@ -176,7 +180,10 @@ def _outputs(op: str, arrays: Sequence[Array], a: Tensor, parents: tuple[Tensor,
 
 def _sign_by_largest(xp: Any, rows: Array) -> Array:
     """+1/-1 per row (..., k, n) making each row's largest-magnitude entry (the first, on ties) positive: MXNet's
-    deterministic sign of singular and eigen vectors, so CPU and GPU results agree."""
+    deterministic sign of singular and eigen vectors, so CPU and GPU results agree. Rows of length 0 (the vectors
+    of an empty matrix) get +1."""
+    if rows.shape[-1] == 0:
+        return xp.ones(rows.shape[:-1], dtype=rows.dtype)
     idx = xp.argmax(xp.abs(rows), axis=-1)[..., None]
     pick = xp.take_along_axis(rows, idx, axis=-1)[..., 0]
     return xp.where(pick < 0, -1, 1).astype(rows.dtype)
@@ -974,7 +981,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     if axis is None:
         flat = ord is None or (ord in ("f", "fro") and x.ndim == 2) or (ord == 2 and x.ndim == 1)
         if flat:
-            out = _ops.sqrt(_ops.sum(_ops.square(x)))
+            out = _euclidean(x, tuple(range(x.ndim)))
             return _ops.reshape(out, (1,) * x.ndim) if keepdims else out
         axes = tuple(range(x.ndim))
     else:
@@ -998,15 +1005,45 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     return out
 
 
+def _euclidean(x: Tensor, axes: tuple[int, ...], keepdims: bool = False) -> Tensor:
+    """``sqrt(sum(x**2))`` over ``axes``; over no elements, the sum alone (0, in the graph), so the backward pass
+    does not divide by the zero norm of nothing."""
+    if any(x.shape[ax] == 0 for ax in axes):
+        return _ops.sum(x, axis=axes, keepdims=keepdims)
+    return _ops.sqrt(_ops.sum(_ops.square(x), axis=axes, keepdims=keepdims))
+
+
+def _largest(values: Tensor, axis: int, keepdims: bool = False) -> Tensor:
+    """The maximum of non-negative ``values`` along ``axis``; 0 along an empty axis (NumPy's ``initial=0``), where
+    the sum, also 0, keeps the result in the graph."""
+    if values.shape[axis] == 0:
+        return _ops.sum(values, axis=axis, keepdims=keepdims)
+    return _ops.max(values, axis=axis, keepdims=keepdims)
+
+
+def _smallest(values: Tensor, axis: int, ord: Any, x: Tensor, keepdims: bool = False) -> Tensor:  # noqa: A002
+    """The minimum of ``values`` along ``axis`` for the norm ``ord`` of ``x``.
+
+    Raises:
+        ValueError: the axis is empty (the minimum of no values is undefined, as NumPy says), naming ``ord`` and
+            ``x``'s shape.
+    """
+    if values.shape[axis] == 0:
+        raise _named(ValueError(f"norm: ord={ord!r} takes a minimum over an empty axis of x (shape {x.shape}), "
+                                "and the minimum of no values is undefined (as in NumPy); ord None, 'fro', 'nuc', "
+                                "1, 2 and inf give 0 for an empty array"))
+    return _ops.min(values, axis=axis, keepdims=keepdims)
+
+
 def _vector_norm(x: Tensor, ord: Any, ax: int, keepdims: bool) -> Tensor:  # noqa: A002
     if ord is None or ord == 2:
-        return _ops.sqrt(_ops.sum(_ops.square(x), axis=ax, keepdims=keepdims))
+        return _euclidean(x, (ax,), keepdims)
     if isinstance(ord, str):
         raise _named(ValueError(f"norm: invalid norm order {ord!r} for vectors"))
     if ord == np.inf:
-        return _ops.max(_ops.abs(x), axis=ax, keepdims=keepdims)
+        return _largest(_ops.abs(x), ax, keepdims)
     if ord == -np.inf:
-        return _ops.min(_ops.abs(x), axis=ax, keepdims=keepdims)
+        return _smallest(_ops.abs(x), ax, ord, x, keepdims)
     if ord == 0:
         return _ops.sum(_ops.astype(_ops.not_equal(x, 0), x.dtype), axis=ax, keepdims=keepdims)
     if ord == 1:
@@ -1019,17 +1056,17 @@ def _matrix_norm(x: Tensor, ord: Any, row: int, col: int) -> Tensor:  # noqa: A0
     if ord in (2, -2, "nuc"):
         order = [i for i in range(x.ndim) if i not in (row, col)] + [row, col]
         s = svd(_ops.transpose(x, tuple(order)))[1]
-        return _ops.max(s, axis=-1) if ord == 2 else _ops.min(s, axis=-1) if ord == -2 else _ops.sum(s, axis=-1)
+        return _largest(s, -1) if ord == 2 else _smallest(s, -1, ord, x) if ord == -2 else _ops.sum(s, axis=-1)
     if ord in (None, "fro", "f"):
-        return _ops.sqrt(_ops.sum(_ops.square(x), axis=(row, col)))
+        return _euclidean(x, (row, col))
     if ord in (1, -1):   # column sums: sum over the rows' axis, then the extreme over the columns
         sums = _ops.sum(_ops.abs(x), axis=row)
         col -= 1 if col > row else 0
-        return _ops.max(sums, axis=col) if ord == 1 else _ops.min(sums, axis=col)
+        return _largest(sums, col) if ord == 1 else _smallest(sums, col, ord, x)
     if ord in (np.inf, -np.inf):
         sums = _ops.sum(_ops.abs(x), axis=col)
         row -= 1 if row > col else 0
-        return _ops.max(sums, axis=row) if ord == np.inf else _ops.min(sums, axis=row)
+        return _largest(sums, row) if ord == np.inf else _smallest(sums, row, ord, x)
     raise _named(ValueError(f"norm: invalid norm order {ord!r} for matrices (None, 'fro', 'nuc', 1, -1, 2, -2, "
                             "inf, -inf)"))
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..device import blas
+from ..device import Device, blas, device_of
+from ..device.copy import copy_between
 from . import _loss_kernels as _lk
 from . import _norm_kernels as _nk
 from . import _philox, _state
@@ -155,10 +156,10 @@ def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool 
         if int(np.prod(np.shape(label))) != rows:
             raise ValueError(f"label must have one class id per row of pred {pred.shape}: {rows} ids, "
                              f"got shape {np.shape(label)}")
-        ids = xp.ascontiguousarray(_clip_indices(xp, label, classes, "clip").reshape(rows))
+        ids = xp.ascontiguousarray(_clip_indices(xp, label, classes, "clip", pred._device).reshape(rows))
         dense = None
     else:
-        label = label if isinstance(label, Tensor) else Tensor(xp.asarray(np.asarray(label)), pred._device)
+        label = label if isinstance(label, Tensor) else Tensor(_device_array(label, pred._device), pred._device)
         if label.size != pred.size or label.dtype != pred.dtype:
             raise ValueError(f"a dense label must have pred's {pred.size} elements ({pred.shape}) and dtype "
                              f"{pred.dtype}, got shape {label.shape} and dtype {label.dtype}")
@@ -234,12 +235,22 @@ def _dropout_mask(device: Any, shape: tuple[int, ...], rate: float, dtype: Any) 
 
 
 # -- embedding, take, pick -----------------------------------------------------------------------
-def _clip_indices(xp: Any, indices: Any, n: int, mode: str) -> Any:
+def _device_array(values: Any, device: Device) -> Any:
+    """``values`` (a Tensor, a NumPy or CuPy array of any device, a list) as an array on ``device``, no copy when
+    already there: index arrays given raw (``mx.nd.take(a, ids.array)``) may live anywhere."""
+    if isinstance(values, Tensor):
+        return copy_between(values._data, values._device, device, copy=False)
+    if hasattr(values, "__cuda_array_interface__"):
+        return copy_between(values, device_of(values), device, copy=False)
+    return copy_between(np.asarray(values), Device("cpu", 0), device, copy=False)
+
+
+def _clip_indices(xp: Any, indices: Any, n: int, mode: str, device: Device) -> Any:
     """Integer copy of ``indices`` mapped into ``[0, n)`` by MXNet's ``'clip'`` or ``'wrap'``, or checked.
 
-    ``indices`` is a Tensor (already on the op's device) or a list / NumPy array (moved there).
+    ``indices`` is a Tensor, a list or a NumPy or CuPy array; it is moved onto ``device`` (the op's) first.
     """
-    idx = indices._data if isinstance(indices, Tensor) else xp.asarray(np.asarray(indices))
+    idx = _device_array(indices, device)
     if np.issubdtype(idx.dtype, np.floating):
         idx = xp.rint(idx)  # MXNet accepts float ids (labels, token ids stored as float32)
     idx = idx.astype(np.int64)
@@ -278,7 +289,7 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
     xp = weight._device.xp
     if weight.ndim < 1 or weight.shape[0] == 0:
         raise ValueError(f"weight must have at least one row, got shape {weight.shape}")
-    idx = _clip_indices(xp, indices, weight.shape[0], "clip")
+    idx = _clip_indices(xp, indices, weight.shape[0], "clip", weight._device)
     out = weight._data[idx]
     row_shape = weight.shape[1:]
 
@@ -321,7 +332,7 @@ def take(a: Tensor, indices: Tensor | Any, axis: int = 0, mode: str = "clip") ->
     axis = _axis(axis, a.ndim)
     if a.shape[axis] == 0:
         raise ValueError(f"cannot take from an empty axis {axis} of shape {a.shape}")
-    idx = _clip_indices(xp, indices, a.shape[axis], mode)
+    idx = _clip_indices(xp, indices, a.shape[axis], mode, a._device)
     out = xp.take(a._data, idx, axis=axis)
     key = (slice(None),) * axis + (idx,)
 
@@ -361,7 +372,7 @@ def pick(data: Tensor, index: Tensor | Any, axis: int = -1, keepdims: bool = Fal
         expected = data.shape[:axis] + data.shape[axis + 1:]
         raise ValueError(f"index must have shape {expected} (data's without axis {axis}), got {index_shape}")
     n = data.shape[axis]
-    idx = _clip_indices(xp, index, n, "clip").reshape(kept)
+    idx = _clip_indices(xp, index, n, "clip", data._device).reshape(kept)
     picked = xp.take_along_axis(data._data, idx, axis=axis)
     out = picked if keepdims else picked.reshape(data.shape[:axis] + data.shape[axis + 1:])
 

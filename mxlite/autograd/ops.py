@@ -336,17 +336,38 @@ def where(cond: Tensor, x: Any, y: Any) -> Tensor:
 
 
 # -- linear algebra --------------------------------------------------------------------------
-@_op("matmul")
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """Matrix product of the last two axes, batch axes broadcast (both inputs >= 2-D).
+def matmul(a: Any, b: Any) -> Tensor:
+    """Matrix product with NumPy's ``matmul`` rules: the last two axes are matrices, batch axes broadcast; a 1-D
+    ``a`` is a row vector and a 1-D ``b`` a column vector, whose added axis is dropped from the result (two
+    vectors give their inner product, a 0-D tensor). One operand may be a NumPy array (moved to the other's device).
 
     Raises:
-        ValueError: an input with fewer than 2 dimensions, inner dimensions that differ
-            (``a.shape[-1] != b.shape[-2]``), or batch axes that do not broadcast; the message
-            gives both shapes.
+        ValueError: a 0-D operand (use ``multiply``), inner dimensions that differ, or batch axes that do not
+            broadcast; the message names the operand and gives both shapes.
+        TypeError: neither operand is a Tensor.
     """
-    if a.ndim < 2 or b.ndim < 2:
-        raise ValueError(f"matmul needs inputs with at least 2 dimensions, got {a.ndim}-D and {b.ndim}-D")
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise TypeError(f"matmul: expected at least one Tensor operand, got {type(a).__name__} and {type(b).__name__}")
+    a, b = _binary_operands(a, b)
+    for name, t in (("a", a), ("b", b)):
+        if t.ndim == 0:
+            raise ValueError(f"matmul: operand {name} is 0-D (a scalar, shapes {a.shape} and {b.shape}); matmul "
+                             "needs operands with at least 1 dimension: use multiply for a scalar")
+    if a.ndim >= 2 and b.ndim >= 2:
+        return _matmul(a, b)
+    inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if a.shape[-1] != inner_b:
+        raise ValueError(f"matmul: inner dimensions differ: a has shape {a.shape} ({a.shape[-1]} columns), "
+                         f"b has shape {b.shape} ({inner_b} rows)")
+    out = _matmul(reshape(a, (1, a.shape[0])) if a.ndim == 1 else a,
+                  reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b)
+    shape = out.shape[:-2] + (() if a.ndim == 1 else out.shape[-2:-1]) + (() if b.ndim == 1 else out.shape[-1:])
+    return reshape(out, shape)
+
+
+@_op("matmul")
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    """:func:`matmul` of two operands of at least 2 dimensions."""
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"inner dimensions differ: a has shape {a.shape} ({a.shape[-1]} columns), "
                          f"b has shape {b.shape} ({b.shape[-2]} rows)")
@@ -431,7 +452,7 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
 def getitem(x: Tensor, key: Any) -> Tensor:
     """NumPy indexing (basic and advanced); repeated indices accumulate in the gradient."""
     xp = x._device.xp
-    key = _index_key(key)
+    key = _index_key(key, x._device)
     data = x._data
     out = data[key]
     if not isinstance(out, type(data)):  # NumPy returns scalars for full integer indexing
@@ -851,13 +872,19 @@ def std(x: Tensor, axis: Any = None, keepdims: bool = False, ddof: int | float =
 def logsumexp(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """``log(sum(exp(x)))`` over ``axis``, shifted by the maximum so it never overflows."""
     axes = _norm_axis(axis, x.ndim)
+    m = _finite_peak(x, axes)
+    out = add(log(sum(exp(subtract(x, m)), axis=axes, keepdims=True)), m)
+    return out if keepdims else reshape(out, tuple(n for i, n in enumerate(out.shape) if i not in axes))
+
+
+@_op("finite_peak")
+def _finite_peak(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The maximum over ``axes`` (kept as length 1), 0 where it is infinite; a constant (no gradient)."""
     xp = x._device.xp
     peak = xp.max(x._data, axis=axes, keepdims=True)
     # An infinite maximum (a slice of -inf, or one +inf) would make x - m NaN: shift by 0 there instead,
     # so an all -inf slice gives -inf and a +inf gives +inf, as NumPy's log(sum(exp(x))) does.
-    m = Tensor(xp.where(xp.isfinite(peak), peak, xp.zeros_like(peak)), x._device)
-    out = add(log(sum(exp(subtract(x, m)), axis=axes, keepdims=True)), m)
-    return out if keepdims else reshape(out, tuple(n for i, n in enumerate(out.shape) if i not in axes))
+    return Tensor(xp.where(xp.isfinite(peak), peak, xp.zeros_like(peak)), x._device)
 
 
 @_op("cumsum")
@@ -943,12 +970,18 @@ def take_along_axis(x: Tensor, indices: Any, axis: int) -> Tensor:
 
     def backward(g: Any) -> tuple[Any]:
         gx = xp.zeros(shape, dtype=g.dtype)
-        grids = list(xp.indices(g.shape, sparse=True))  # the output's shape: idx may broadcast against x
+        grids = _open_grid(xp, g.shape)  # the output's shape: idx may broadcast against x
         grids[axis % len(shape)] = xp.broadcast_to(idx, g.shape)
         _scatter_add(xp, gx, tuple(grids), g)
         return (gx,)
 
     return _result("take_along_axis", out, x._device, (x,), backward)
+
+
+def _open_grid(xp: Any, shape: tuple[int, ...]) -> list[Any]:
+    """NumPy's ``indices(shape, sparse=True)`` (which CuPy lacks): per axis, its positions shaped to broadcast."""
+    ndim = len(shape)
+    return [xp.arange(n).reshape((1,) * i + (n,) + (1,) * (ndim - i - 1)) for i, n in enumerate(shape)]
 
 
 @_op("argsort")
@@ -991,7 +1024,8 @@ def tensordot_last_first(a: Tensor, b: Tensor, transpose_a: bool = False, transp
     k = a.shape[-1]
     if b.shape[0] != k:
         raise ValueError(f"dot: the last axis of a (shape {a.shape}) and the first axis of b (shape {b.shape}) differ")
-    out = matmul(reshape(a, (-1, k)), reshape(b, (k, -1)))
+    rows, cols = int(np.prod(a.shape[:-1])), int(np.prod(b.shape[1:]))  # explicit: -1 is ambiguous when k == 0
+    out = matmul(reshape(a, (rows, k)), reshape(b, (k, cols)))
     return reshape(out, a.shape[:-1] + b.shape[1:])
 
 

@@ -277,7 +277,8 @@ class Tensor:
         if grad_req == "null":
             self._grad = None
         elif stype in (None, "default"):
-            self._grad = _face(self)(self._device.xp.zeros_like(self._data), self._device)
+            with self._device.use():  # on this tensor's GPU, not the current one
+                self._grad = _face(self)(self._device.xp.zeros_like(self._data), self._device)
         elif stype == "row_sparse":
             from . import sparse  # noqa: PLC0415
 
@@ -405,16 +406,21 @@ class Tensor:
             value = copy_between(value._data, value._device, self._device, copy=False)
         elif isinstance(value, np.ndarray) and self._device.is_gpu:
             value = copy_between(value, _device.cpu(0), self._device, copy=False)
-        key = _index_key(key)
         with self._device.use():
-            self._data[key] = value
+            self._data[_index_key(key, self._device)] = value
 
 
-def _index_key(key: Any) -> Any:
-    """An index with Tensors replaced by their arrays; float index arrays (``mx.nd.array([0, 2])``) become int64."""
+def _index_key(key: Any, device: _device.Device) -> Any:
+    """An index into an array on ``device``: Tensors replaced by their arrays, index arrays (Tensors of another
+    device, NumPy arrays for a GPU) copied onto ``device``, float index arrays (``mx.nd.array([0, 2])``) made int64.
+
+    Call it with ``device`` current (inside ``device.use()``): the conversions it makes are work on that device.
+    """
     def one(k: Any) -> Any:
         if isinstance(k, Tensor):
-            k = k._data
+            k = copy_between(k._data, k._device, device, copy=False)
+        elif isinstance(k, np.ndarray) and k.ndim and device.is_gpu:
+            k = copy_between(k, _device.cpu(0), device, copy=False)
         dtype = getattr(k, "dtype", None)
         if dtype is not None and getattr(k, "ndim", 0) and np.issubdtype(dtype, np.floating):
             k = k.astype(np.int64)

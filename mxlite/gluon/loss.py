@@ -316,7 +316,7 @@ class HuberLoss(Loss):
         """Per-sample mean Huber loss; ``label`` is reshaped to ``pred``'s shape."""
         label = _reshape_like(_as_tensor_like(label, pred), pred)
         dist = ops.abs(ops.subtract(label, pred))
-        loss = ops.where(_mask(dist.array > self._rho, dist), ops.subtract(dist, 0.5 * self._rho),
+        loss = ops.where(ops.greater(dist, self._rho), ops.subtract(dist, 0.5 * self._rho),
                          ops.multiply(ops.square(dist), 0.5 / self._rho))
         return self._batch_mean(self._weighted(loss, sample_weight, self._weight))
 
@@ -446,7 +446,7 @@ class PoissonNLLLoss(Loss):
         else:
             loss = ops.subtract(pred, ops.multiply(target, ops.log(ops.add(pred, epsilon))))
         if self._compute_full:
-            big = _mask(target.array > 1, target)
+            big = ops.greater(target, 1)
             safe = ops.where(big, target, 1.0)  # log of a target <= 1 is never used
             stirling = ops.add(ops.subtract(ops.multiply(safe, ops.log(safe)), safe),
                                ops.multiply(ops.log(ops.multiply(safe, 2 * math.pi)), 0.5))
@@ -479,7 +479,7 @@ class CosineEmbeddingLoss(Loss):
         n2 = ops.sqrt(ops.sum(ops.square(input2), axis=-1))
         cos = ops.divide(dot, ops.maximum(ops.reshape(ops.multiply(n1, n2), (-1, 1)), 1e-12))
         label = _reshape_like(_as_tensor_like(label, cos), cos)
-        loss = ops.where(_mask(label.array == 1, cos), ops.subtract(1.0, cos),
+        loss = ops.where(ops.equal(label, 1), ops.subtract(1.0, cos),
                          ops.clip(ops.subtract(cos, self._margin), 0.0, 1.0 - self._margin))
         return self._batch_mean(self._weighted(loss, sample_weight, self._weight))
 
