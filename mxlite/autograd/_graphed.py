@@ -251,6 +251,8 @@ def capture(fn: Callable[..., Any], args: Sequence[Any], params: Sequence[Tensor
     Raises:
         mxlite.device.graphs.GraphUnavailableError: no GPU tensor, or no capturable GEMMs.
         mxlite.device.graphs.CaptureError: what ``fn`` does cannot be captured (the reason in words).
+        Exception: any other error ``fn`` (or a backward it recorded) raises, unchanged: its own, not the
+            capture's; ``fn`` ran once and nothing is kept.
     """
     tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
     if not tensors or not tensors[0][1].device.is_gpu:

@@ -22,6 +22,17 @@ With overlap, gradients are summed in place during backward: call backward once 
 again over every parameter (the usual case). Gradient accumulation (``grad_req='add'``) turns
 overlap off for the parameters concerned.
 
+Reading a gradient while its sum may still run: on a GPU the sums of the buckets reduced during
+backward are still running on the communication streams when backward returns (``allreduce_grads``
+waits for them). Every public read of gradient buffers between backward and the step
+(``Parameter.grad``/``list_grad``/``data``/``zero_grad``, ``gluon.utils.clip_global_norm``) first calls
+:func:`wait_for_reductions`, which makes each device's current stream wait for the sums in flight (on
+the device: the host does not block) and forgets them, so the reader sees the sums and the step has
+nothing left to wait for. With nothing in flight (CPU devices, no overlap, after the step) it costs
+one test of an empty set. Where the Trainer's step sums the gradients inside its CUDA graph
+(:attr:`GradientSync.held`, one GPU per process) they are still each process's own between backward
+and the step: the first read there (``Parameter.grad``/``list_grad``, the clip) warns once per process.
+
 Compression (a :class:`~mxlite.comm.compression.Codec`): each bucket is reduced with
 ``codec.reduce`` instead of an all-reduce. Error-feedback codecs (2-bit, top-k, threshold) keep
 one float32 residual per element of every mirror's gradient arena, laid out like the arena, so a
@@ -49,6 +60,7 @@ shard's weights in gradient order (a permutation per step).
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,13 +69,58 @@ from typing import Any
 import numpy as np
 
 from ..device.copy import as_host
+from ..device.graphs import capturing
 from ..store import ALIGN
 from . import narrow
 from .base import DONE, Communicator, Work, shard_bounds
 
-__all__ = ["Bucket", "GradientSync", "ShardLayout", "plan_buckets", "DEFAULT_BUCKET_BYTES"]
+__all__ = ["Bucket", "GradientSync", "ShardLayout", "plan_buckets", "reductions_in_flight", "wait_for_reductions",
+           "DEFAULT_BUCKET_BYTES"]
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20  # as PyTorch DDP: large enough to amortise latency, small enough to overlap
+
+# The gradient syncs whose sums, launched during backward, no stream has waited for yet. Held strongly until
+# waited for: their Works keep the buffers the communication streams still use.
+_IN_FLIGHT: set[GradientSync] = set()
+# The held syncs (their step's CUDA graph sums the gradients) whose gradients backward wrote since the last step.
+_HELD_WRITTEN: set[GradientSync] = set()
+_UNSUMMED_READ = ("mxlite: gradients read between backward and trainer.step() are this process's own, not yet "
+                  "summed over the processes: with one GPU per process and hybridized blocks, the step's CUDA "
+                  "graph sums them. To read or clip the sums, call trainer.allreduce_grads() first, then "
+                  "trainer.update(batch_size) instead of trainer.step(batch_size)")
+_WARNED: set[str] = set()
+
+
+def reductions_in_flight() -> bool:
+    """Whether gradient sums launched during backward (overlap, on GPUs) may still be running unwaited."""
+    return bool(_IN_FLIGHT)
+
+
+def wait_for_reductions(reading: bool = True) -> None:
+    """Make every device's current stream wait for the gradient sums launched during backward and still in flight.
+
+    Called by every public read of gradient buffers between backward and the step, so the reader sees the sums
+    (see the module docstring). The wait is on the devices (the host does not block); the sums stay counted as
+    done, so ``allreduce_grads`` neither reduces nor waits for them again. Returns at once when nothing is in
+    flight, and inside a CUDA-graph capture (a capture may not wait on work outside it; it reads no gradient
+    before its launch).
+
+    Args:
+        reading: the caller hands out gradient values to read (``Parameter.grad``, a global-norm clip): where
+            the step's CUDA graph will sum them (one GPU per process), they are this process's own, and a
+            UserWarning says so once per process. False for callers that write them or hand out weights.
+    """
+    if _IN_FLIGHT and not capturing():
+        for sync in list(_IN_FLIGHT):
+            sync.wait_reduced()
+    if reading and _HELD_WRITTEN:
+        _warn_unsummed_read()
+
+
+def _warn_unsummed_read() -> None:
+    if _UNSUMMED_READ not in _WARNED:
+        _WARNED.add(_UNSUMMED_READ)
+        warnings.warn(_UNSUMMED_READ, UserWarning, stacklevel=4)
 
 
 @dataclass
@@ -196,9 +253,7 @@ class GradientSync:
         self._narrow = on_nccl and codec.narrow_wire  # fp16/bf16: the update reads the half-precision sum
         self._on_device = on_nccl and not codec.narrow_wire
         self._deferred: list[tuple[list[Any], list[tuple[Any, ...]]]] = []  # threshold: encoded, not exchanged
-        # Set by the Trainer while its step's CUDA graph issues the collectives: backward's ready-hooks then
-        # leave every bucket to allreduce_grads (a graph replays a fixed set of collectives).
-        self.held = False
+        self._held = False
         # The newest GradientSync owns its parameters: one built later for any of them (another
         # Trainer, or this Trainer's plan rebuilt) takes them over, and this one stops reducing.
         self._taken: list[str] = []  # labels of parameters a newer GradientSync took over
@@ -228,11 +283,25 @@ class GradientSync:
                     self._hooked.add(id(slot.data))
                     slot.data.add_ready_hook(lambda leaf, me=me: (s := me()) is not None and s._on_ready(leaf))
 
+    @property
+    def held(self) -> bool:
+        """Set by the Trainer while its step's CUDA graph issues the collectives: backward's ready-hooks then
+        leave every bucket to :meth:`allreduce_grads` (a graph replays a fixed set of collectives), and the
+        gradients stay each process's own until the step. The Trainer sets it at every step, which also
+        starts the next backward afresh."""
+        return self._held
+
+    @held.setter
+    def held(self, value: bool) -> None:
+        self._held = bool(value)
+        _HELD_WRITTEN.discard(self)
+
     def _stale_plan(self) -> bool:
         return any(b.stale() for b in self.buckets)
 
     def _on_ready(self, leaf: Any) -> None:
-        if self.held:
+        if self._held:
+            _HELD_WRITTEN.add(self)  # a read of gradients before the step gets this process's own: say so
             return
         bucket = self._bucket_of.get(id(leaf))
         if bucket is None or bucket.stale() or self._taken:
@@ -250,9 +319,24 @@ class GradientSync:
             bucket.pending.clear()
         bucket.pending.discard(id(leaf))
         if not bucket.pending and all(p.grad_req == "write" for p in bucket.params):
-            self._works.append(self._reduce(bucket))
+            work = self._reduce(bucket)
+            self._works.append(work)
+            if work is not DONE and work is not None:
+                _IN_FLIGHT.add(self)  # a reader of gradients must wait for it (wait_for_reductions)
             bucket.reduced = True
             bucket.pending = set(bucket.leaves)
+
+    def wait_reduced(self) -> None:
+        """Make every device's current stream wait for the sums launched during backward so far (on the device).
+
+        The buckets stay reduced (``allreduce_grads`` does not reduce them again) and their Works are forgotten,
+        so nothing waits for them twice. Returns at once when none is in flight.
+        """
+        _IN_FLIGHT.discard(self)
+        works, self._works = self._works, []
+        for work in works:
+            if work is not DONE and work is not None:
+                work.wait()
 
     def capturable(self) -> bool:
         """Whether the collectives can be recorded into a CUDA graph of the step: plain all-reduces (no codec, no
@@ -303,6 +387,8 @@ class GradientSync:
         self._reset()
 
     def _reset(self) -> None:
+        _IN_FLIGHT.discard(self)
+        _HELD_WRITTEN.discard(self)
         self._works.clear()
         for bucket in self.buckets:
             bucket.reduced = False

@@ -52,6 +52,13 @@ _streams: dict[int, Any] = {}  # device id -> the non-blocking stream captures r
 _live: weakref.WeakSet[Graph] = weakref.WeakSet()
 _ids = itertools.count(1)
 _tls = threading.local()
+# How the GPU stack refuses work inside a capture: the error types of CUDA and its libraries (CuPy's, and the
+# emulated GPUs' own checks), and the words of CuPy's refusals (cuBLAS, cuRAND, host transfers: NotImplementedError,
+# RuntimeError). Raised inside a capture, such a type is most likely the capture's doing (cudaErrorStreamCapture*);
+# were it not, the eager call would raise it again.
+_GPU_ERRORS = frozenset({"CUDARuntimeError", "CUDADriverError", "CUBLASError", "CURANDError", "NcclError",
+                         "cuBLASError", "EmulatedGPUError"})
+_REFUSAL_WORDS = ("stream capture", "is capturing", "transfers are disallowed", "StreamCapture")
 
 
 class Graph:
@@ -151,6 +158,8 @@ def capture(device: Device, fn: Callable[[], Any], label: str) -> tuple[Graph, A
         CaptureError: ``fn`` did something a capture cannot record (a read by the host, a host
             synchronisation, a copy from the host, random numbers from cuRAND, cuBLAS through CuPy); the
             capture is abandoned and the GPU's state is as before.
+        Exception: whatever else ``fn`` raises (its own error, not a refusal by the capture), unchanged,
+            after the capture was abandoned in the same way.
     """
     if not device.is_gpu:
         raise GraphUnavailableError(f"CUDA graphs need a GPU; {device} is a CPU device")
@@ -170,6 +179,8 @@ def capture(device: Device, fn: Callable[[], Any], label: str) -> tuple[Graph, A
                     result = fn()
                 except BaseException as exc:
                     _abandon(stream)
+                    if not _refused(exc):
+                        raise  # fn's own error: the caller gets it as fn raised it
                     raise _capture_error(exc) from exc
                 try:
                     graph = stream.end_capture()
@@ -188,12 +199,18 @@ def _abandon(stream: Any) -> None:
         pass
 
 
-def _capture_error(exc: BaseException) -> BaseException:
-    """``exc`` as a :class:`CaptureError` naming its cause in words (KeyboardInterrupt and the like unchanged)."""
-    if not isinstance(exc, Exception):
-        return exc
-    if isinstance(exc, (CaptureError, GraphUnavailableError)):
-        return exc
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while ``fn`` was being captured, is the GPU stack refusing work a capture cannot record
+    (CUDA, CuPy, cuBLAS, cuRAND, NCCL or the emulated GPUs: their refusals name the capture or the host transfer
+    refused) rather than an error of ``fn``'s own, which must reach the caller unchanged."""
+    if not isinstance(exc, Exception) or isinstance(exc, (CaptureError, GraphUnavailableError)):
+        return False  # KeyboardInterrupt and the like; errors already in words
+    text = str(exc)
+    return type(exc).__name__ in _GPU_ERRORS or any(words in text for words in _REFUSAL_WORDS)
+
+
+def _capture_error(exc: BaseException) -> CaptureError:
+    """A refusal of the capture (see :func:`_refused`) as a :class:`CaptureError` naming its cause in words."""
     text = str(exc)
     if "cuBLAS" in text:
         cause = "a cuBLAS call through CuPy (cupy.matmul, dot or @ on GPU arrays; mxlite's own GEMMs go " \

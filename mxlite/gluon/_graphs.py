@@ -21,8 +21,12 @@ the host inside the forward, random numbers from ``mx.random`` (cuRAND; Dropout 
 with its position on the device and is captured), a host synchronisation, a copy
 from the host, cuBLAS through CuPy, forward hooks on child blocks, outputs other than arrays, sparse
 gradients, and GPUs without nvmath-python. Such a signature keeps running eagerly until ``hybridize`` is
-called again. A block called again before the backward of its previous recorded call (both calls' outputs
-alive with their history) runs that call eagerly: the graph's buffers hold one call's activations.
+called again. An exception that ``forward`` raises itself while it is captured (any other than such a
+refusal) propagates from that call, once and unchanged: ``forward`` does not run a second time, and the
+next call of the signature tries the capture again. A block called again before the backward of its
+previous recorded call (both calls' outputs alive with their history) runs that call eagerly: the graph's
+buffers hold one call's activations. A call with an empty tensor argument (a dimension of size 0, such as
+an empty batch) runs eagerly, without a notice: there is no work for a graph to save.
 
 :class:`StepGraphs` captures the Trainer's fused update the same way (one eager warm-up per signature,
 then one graph per GPU) when every parameter it updates is read by a captured block (:func:`graphed_params`);
@@ -94,6 +98,8 @@ class BlockGraphs:
         first = next((a for a in args if isinstance(a, Tensor)), None)
         if first is None or not first.device.is_gpu or _device_graphs.capturing() or self._unavailable:
             return block.forward(*args, **kwargs)  # CPU devices, or inside another block's capture
+        if any(isinstance(a, Tensor) and a.size == 0 for a in args):
+            return block.forward(*args, **kwargs)  # an empty batch: no work for a graph to save, eager's result
         key = signature(args, kwargs)
         if key is None:
             self._notice("arguments that cannot key a graph (an unhashable value, or a tensor passed by keyword)")

@@ -352,9 +352,11 @@ class Block:
         dtypes, devices, recording and training flags) replay them: one launch instead of a few CuPy calls
         per layer. The first call of each signature runs eagerly (warm-up), the second captures. Callers get
         fresh output arrays on every call. What cannot be captured (a read by the host in ``forward``,
-        ``mx.random`` draws, ...) runs eagerly with one warning per cause; docs/graphs.md lists them.
-        CPU devices, and ``hybridize()`` without both flags, run eagerly, as does every call when nvmath-python
-        (cuBLAS that a graph can capture) is missing. The block's children are covered by its graphs.
+        ``mx.random`` draws, ...) runs eagerly with one warning per cause; docs/graphs.md lists them. Any
+        other exception ``forward`` raises during the capture is its own: the call raises it, once and
+        unchanged. CPU devices, calls with an empty tensor argument (a dimension of size 0), and
+        ``hybridize()`` without both flags, run eagerly, as does every call when nvmath-python (cuBLAS that a
+        graph can capture) is missing. The block's children are covered by its graphs.
 
         ``hybridize(False)`` (or a new ``hybridize`` call) drops the block's graphs and their memory.
         Other MXNet arguments (``inline_limit``, ``forward_bulk_size``, ...) are accepted and ignored.

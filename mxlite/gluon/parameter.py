@@ -7,6 +7,11 @@ initializer runs once on the host) and the Trainer keeps them identical.
 Shapes may be partly unknown (``-1`` or ``0`` entries) with ``allow_deferred_init=True``:
 ``initialize`` then only records the request, and the owning layer completes it during the
 first forward pass once the input shape is known (``Dense(10)`` without ``in_units``).
+
+Gradients read between backward and the Trainer's step are the sums when the Trainer overlaps its
+all-reduce with backward (the default): on GPUs those sums may still be running when backward returns,
+so ``grad``, ``list_grad``, ``data``, ``list_data`` and ``zero_grad`` first make each device's current
+stream wait for them (:func:`mxlite.comm.buckets.wait_for_reductions`; nothing to wait for costs one test).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from .. import initializer as _init
 from ..autograd.tensor import Tensor
+from ..comm.buckets import wait_for_reductions
 from ..device import Device, as_device, current_device
 from ..formats import _messages
 from ..store import Arena, ParameterStore, Slot
@@ -321,29 +327,44 @@ class Parameter:
     def data(self, device: Device | str | None = None, ctx: Device | str | None = None) -> Tensor:
         """The mirror on ``device`` (default: the only device, else the current device).
 
+        Its ``.grad`` may be read as :meth:`grad` (the sums of an overlapped all-reduce are waited for).
+
         Raises:
             RuntimeError: not initialised, or not initialised on ``device`` (lists where it is).
         """
+        wait_for_reductions(reading=False)
         return self._check_and_get(device if ctx is None else ctx, "data")[1].data
 
     def list_data(self) -> list[Tensor]:
-        """Every mirror, in the order of ``list_device()``."""
+        """Every mirror, in the order of ``list_device()`` (their ``.grad`` readable as :meth:`grad`'s)."""
+        wait_for_reductions(reading=False)
         self._materialize()
         return [slot.data for _, slot in self._slots.values()]
 
     def grad(self, device: Device | str | None = None, ctx: Device | str | None = None) -> Any:
         """The gradient buffer on ``device`` (a Tensor, or a RowSparseTensor for sparse grads).
 
+        Between backward and the step, with the Trainer's default ``overlap=True``, it holds the sum over
+        devices (and processes) of every bucket backward completed: on GPUs the device's current stream
+        first waits for the sums still running, so reads on it see them (see docs/mxnet-differences.md for
+        when a mirror still holds its own gradient there).
+
         Raises:
             RuntimeError: not initialised, not on ``device``, or ``grad_req='null'``.
+
+        Warns:
+            UserWarning: once per process, when the gradients are this process's own because the Trainer's
+                step runs their all-reduce inside its CUDA graph (one GPU per process; see docs/graphs.md).
         """
+        wait_for_reductions()
         slot = self._check_and_get(device if ctx is None else ctx, "gradient")[1]
         if self._grad_req == "null":
             raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
         return slot.data.grad
 
     def list_grad(self) -> list[Any]:
-        """Every mirror's gradient, in the order of ``list_device()``."""
+        """Every mirror's gradient, in the order of ``list_device()`` (as :meth:`grad`: sums in flight waited for)."""
+        wait_for_reductions()
         self._materialize()
         if self._grad_req == "null":
             raise RuntimeError(f"Parameter '{self.label}' has no gradient because grad_req='null'")
@@ -417,9 +438,10 @@ class Parameter:
             self._init_impl(value, _device_list(device), self._store or ParameterStore())
 
     def zero_grad(self) -> None:
-        """Set every mirror's gradient to zero (no-op for grad_req='null')."""
+        """Set every mirror's gradient to zero (no-op for grad_req='null'), after the sums still in flight."""
         if self._grad_req == "null":
             return
+        wait_for_reductions(reading=False)
         from ..autograd import sparse  # noqa: PLC0415
 
         for _, slot in self._slots.values():

@@ -18,6 +18,7 @@ import numpy as np
 from .. import autograd
 from ..autograd.creation import array
 from ..autograd.tensor import Tensor
+from ..comm.buckets import wait_for_reductions
 from ..device import Device, as_device
 from ..device.context import pick_devices
 from ..device.copy import as_host
@@ -213,6 +214,15 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
     ``min(1, max_norm / (norm + 1e-8))``. The squared sums are computed on each array's device,
     in float64 on the host only once per device, so the whole call synchronises each device once.
 
+    Gradients between backward and ``trainer.step``: with the Trainer's default ``overlap=True`` they
+    hold the sums over devices, which on GPUs may still be running when backward returns; the call
+    first makes every device wait for them (however the arrays were fetched, before backward too), so
+    it reads and scales the sums. With ``overlap=False`` each device holds its own gradient until
+    ``trainer.allreduce_grads()``, as in MXNet; so does each process where the step's CUDA graph sums
+    the gradients (one GPU per process, hybridized blocks), which a UserWarning says once per process.
+    Calling ``trainer.allreduce_grads()`` first, then this, then ``trainer.update`` clips the sums in
+    every case.
+
     Args:
         arrays: the Tensors (typically gradients), on any devices.
         max_norm: the largest joint norm to keep (> 0).
@@ -234,6 +244,7 @@ def clip_global_norm(arrays: Sequence[Tensor], max_norm: float, check_isfinite: 
     bad = [type(a).__name__ for a in arrays if not isinstance(a, Tensor)]
     if bad:
         raise TypeError(f"clip_global_norm takes mxlite Tensors, got {', '.join(sorted(set(bad)))}")
+    wait_for_reductions()  # the arrays may be gradients whose overlapped sums still run (read and scaled here)
     per_device: dict[Any, list[Any]] = {}
     for a in arrays:
         xp = a.device.xp
