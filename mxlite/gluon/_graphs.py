@@ -223,9 +223,21 @@ def graphed_params() -> set[int]:
 
 
 # Optimizer attributes that change from step to step and reach the kernels through the table, not as kernel
-# arguments: a change of them needs no new capture.
-_PER_STEP = frozenset({"lr", "num_update", "_warned_low_precision"})
+# arguments: a change of them needs no new capture. (``_checked_rate``: the scheduler's rate, checked at this
+# update, cached for the table.)
+_PER_STEP = frozenset({"lr", "num_update", "_warned_low_precision", "_checked_rate"})
 _SCALARS = (int, float, bool, str, type(None))
+_NOT_A_KEY = object()  # an attribute that cannot reach a kernel as an argument (a dict, a scheduler, a device array)
+_SMALL_ARRAY = 64  # host arrays up to this many elements key a signature by their bytes
+
+# What one rank can do with a step that issues collectives, from best to worst. The ranks do the worst of theirs
+# whenever they agree (see StepGraphs): all replay, all capture, or all run eagerly.
+_REPLAY, _CAPTURE, _WARM_UP, _EAGER = 0, 1, 2, 3
+# Steps with collectives between two agreements of the ranks once every rank replays (a rank whose step could not
+# replay meanwhile ran it eagerly; the agreement lets the ranks capture it again together).
+AGREE_EVERY = 100
+# Agreements in a row (one per step) while the ranks warm up and capture a step with collectives together.
+_LOCKSTEP = 4
 
 
 class _StepEntry:
@@ -248,12 +260,22 @@ class StepGraphs:
 
     The Trainer hands :meth:`run` the updates it prepared (:meth:`mxlite.optimizer._arena.ArenaUpdater.prepare`
     has advanced the update counts and written each per-parameter table into its device buffer). They are
-    looked up by their *signature*: the buffers they read and write (arena, states, tables, plans) and the
-    optimizer's scalar attributes that reach the kernels as arguments (``rescale_grad``, hence the batch size;
-    ``clip_gradient``, betas, momentum, ...). A signature seen for the first time is launched eagerly (the
-    warm-up: kernels compiled, plan tables copied); the second time it is captured, one graph per device, and
-    from then on replayed with one graph launch per device. The learning rate, its schedule, weight decays and
-    update counts travel in the table, so changing them needs no new capture.
+    looked up by their *signature*: the buffers they read and write (arena, states, tables, plans) and every
+    value of the optimizer that reaches the kernels as an argument (``rescale_grad``, hence the batch size;
+    ``clip_gradient``, betas, momentum, ...), whether a Python or a NumPy scalar, a dtype or a tuple of them. A
+    signature seen for the first time is launched eagerly (the warm-up: kernels compiled, plan tables copied);
+    the second time it is captured, one graph per device, and from then on replayed with one graph launch per
+    device. The learning rate, its schedule, weight decays and update counts travel in the table, so changing
+    them needs no new capture.
+
+    A step that issues collectives (one GPU per process: the gradient all-reduces join the graph) is captured
+    by every rank at once or by none, since a capture runs nothing and a rank that captures while another runs
+    the same collectives would leave it waiting. The ranks agree (one all-gather of a status per rank) at every
+    step from the Trainer's first step with collectives until every rank captured it, and every
+    :data:`AGREE_EVERY` steps after that; each then does the worst of the ranks' statuses: all replay, all
+    capture, or all run eagerly. Between agreements a rank whose step cannot replay (its batch size or a
+    hyper-parameter changed, or ``mx.device.graphs.clear()`` dropped its graphs) runs it eagerly: its
+    collectives, issued from the host in the graph's order, meet the others' replayed ones.
     """
 
     def __init__(self) -> None:
@@ -264,6 +286,10 @@ class StepGraphs:
         self.replays = 0  # steps run by launching graphs
         # A step with collectives failed to capture: they stay eager (overlapping backward) from then on.
         self.collectives_failed = False
+        # The last agreement found every rank's step eager: the Trainer gives the collectives back to backward.
+        self.collectives_released = False
+        self._lockstep = 0  # agreements left, one per step with collectives, before the ranks go on alone
+        self._since_agreement = 0  # steps with collectives since the ranks last agreed
 
     @staticmethod
     def wanted(params: Iterable[Any]) -> bool:
@@ -282,53 +308,138 @@ class StepGraphs:
         warnings.warn(f"mxlite: Trainer.step runs eagerly (its blocks are captured as CUDA graphs, the step is "
                       f"not): {cause}", stacklevel=level)
 
+    # -- steps with collectives: what the ranks agree on -------------------------------------------------------
+    def start_lockstep(self) -> None:
+        """The Trainer's steps issue their collectives from now on (every rank at the same step): the ranks agree
+        at each step with collectives until they all replay, so that they warm up and capture together."""
+        self._lockstep = _LOCKSTEP
+        self._since_agreement = 0
+        self.collectives_released = False
+
+    def _agree(self, collectives: Sequence[Any], status: int) -> int:
+        """What this step with ``collectives`` does on this rank: :data:`_REPLAY`, :data:`_CAPTURE` or eagerly.
+
+        Every rank calls it once per step with collectives, before issuing any of them, with its own ``status``
+        (``_EAGER`` when this rank's update cannot be captured at all). When the ranks agree at this step
+        (lockstep, or :data:`AGREE_EVERY` steps since the last agreement) every rank gets the worst status of
+        all (one all-gather); otherwise a rank replays if it can and runs the step eagerly if not, never
+        capturing alone.
+        """
+        self._since_agreement += 1
+        if not self._lockstep and self._since_agreement < AGREE_EVERY:
+            return _REPLAY if status == _REPLAY else _EAGER
+        self._since_agreement = 0
+        statuses = _every_rank_status(collectives, status)
+        action = max(statuses)
+        self._lockstep = 0 if action <= _CAPTURE else (self._lockstep or _LOCKSTEP) - 1
+        self.collectives_released = min(statuses) == _EAGER  # no rank captures: backward sums them again
+        return action
+
+    def run_eagerly(self, collectives: Sequence[Any]) -> None:
+        """This rank's step with ``collectives`` cannot be captured (its blocks are not, or a check needs the host)
+        and issues them eagerly: it takes part in the ranks' agreement when there is one at this step."""
+        self._agree(collectives, _EAGER)
+
+    # -- running a step ----------------------------------------------------------------------------------------
     def run(self, updates: Sequence[tuple[Any, Any]], optimizer: Any, collectives: Sequence[Any] = ()) -> None:
         """Launch the prepared ``updates`` = [(updater, prepared)]: by replaying their graphs when captured,
         eagerly for a signature's first step (or one that could not be captured).
 
         ``collectives``: gradient syncs (:class:`~mxlite.comm.buckets.GradientSync`, one GPU per process over
-        NCCL) whose every bucket waits for this step: their all-reduces come first, in the same graph. Their
-        ranks decide alike (same history, same signatures); a capture is kept only when it succeeded on every
-        rank (one small all-gather per capture), so no rank replays collectives another runs eagerly.
+        NCCL) whose every bucket waits for this step: their all-reduces come first, in the same graph. The ranks
+        decide together what to do (:meth:`_agree`), and a capture is kept only when it succeeded on every rank
+        (one small all-gather per capture), so no rank replays collectives another captures.
         """
         key, refs = _signature(updates, optimizer, collectives)
+        if collectives:
+            self._run_with_collectives(key, refs, updates, collectives)
+            return
         entry = self._entries.get(key)
         if entry is not None and all(g.alive for g in entry.graphs):
-            self._entries.move_to_end(key)
-            for graph in entry.graphs:
-                graph.launch()
-            for sync in collectives:
-                sync.comm.watch_replay(entry.graphs[0].label)
-            self.replays += 1
+            self._replay(key, entry, ())
             return
         if entry is not None:
             del self._entries[key]  # mx.device.graphs.clear() dropped them: this step is the warm-up
             self._seen.pop(key, None)
         if key in self._failed or key not in self._seen:
-            self._seen[key] = refs
-            while len(self._seen) > 2 * MAX_GRAPHS:
-                self._seen.popitem(last=False)
-            _sum(collectives)
+            self._remember(key, refs)
             _launch(updates)
             return
         try:
+            entry = self._capture(updates, refs, ())
+        except _device_graphs.GraphUnavailableError as exc:
+            self._give_up(key, str(exc), updates, ())
+            return
+        except _device_graphs.CaptureError as exc:
+            self._give_up(key, exc.cause, updates, ())
+            return
+        self._keep(key, entry)
+
+    def _run_with_collectives(self, key: tuple, refs: list[Any], updates: Sequence[tuple[Any, Any]],
+                              collectives: Sequence[Any]) -> None:
+        """:meth:`run` of a step whose graph holds collectives: what every rank does is agreed (:meth:`_agree`)."""
+        entry = self._entries.get(key)
+        if entry is not None and all(g.alive for g in entry.graphs):
+            status = _REPLAY
+        elif key in self._failed:
+            status = _WARM_UP  # never captured again; the ranks run it eagerly
+        else:
+            status = _CAPTURE if entry is not None or key in self._seen else _WARM_UP
+        action = self._agree(collectives, status)
+        if action == _REPLAY:
+            self._replay(key, entry, collectives)
+            return
+        if action == _CAPTURE:
+            self._capture_with_every_rank(key, refs, updates, collectives)
+            return
+        if status == _WARM_UP and key not in self._failed:
+            self._remember(key, refs)
+        _sum(collectives)
+        _launch(updates)
+
+    def _capture_with_every_rank(self, key: tuple, refs: list[Any], updates: Sequence[tuple[Any, Any]],
+                                 collectives: Sequence[Any]) -> None:
+        """Every rank captures its step now (agreed); the graphs are kept only when every rank's capture succeeded."""
+        self._drop(key)  # a rank that could replay captures again with the others
+        failure = None
+        try:
             entry = self._capture(updates, refs, collectives)
-            failure = None
         except _device_graphs.GraphUnavailableError as exc:
             failure = str(exc)
         except _device_graphs.CaptureError as exc:
             failure = exc.cause
-        if collectives and not _every_rank_captured(collectives, failure is None):
-            if failure is None:
-                entry.drop()
-                failure = "another rank could not capture its step (the ranks run their collectives alike)"
+        if not _every_rank_captured(collectives, failure is None) and failure is None:
+            entry.drop()
+            failure = "another rank could not capture its step (the ranks run their collectives alike)"
         if failure is not None:
-            self._failed[key] = failure
-            self.collectives_failed = self.collectives_failed or bool(collectives)
-            self.notice(failure)
-            _sum(collectives)
-            _launch(updates)
+            self.collectives_failed = True
+            self._give_up(key, failure, updates, collectives)
             return
+        self._keep(key, entry)
+
+    def _replay(self, key: tuple, entry: _StepEntry, collectives: Sequence[Any]) -> None:
+        self._entries.move_to_end(key)
+        for graph in entry.graphs:
+            graph.launch()
+        for sync in collectives:
+            sync.comm.watch_replay(entry.graphs[0].label)
+        self.replays += 1
+
+    def _remember(self, key: tuple, refs: list[Any]) -> None:
+        """A signature's warm-up: the next step with it is captured."""
+        self._seen[key] = refs
+        while len(self._seen) > 2 * MAX_GRAPHS:
+            self._seen.popitem(last=False)
+
+    def _give_up(self, key: tuple, failure: str, updates: Sequence[tuple[Any, Any]], collectives: Sequence[Any]
+                 ) -> None:
+        """The signature could not be captured: said once, and run eagerly from now on."""
+        self._failed[key] = failure
+        self.notice(failure)
+        _sum(collectives)
+        _launch(updates)
+
+    def _keep(self, key: tuple, entry: _StepEntry) -> None:
         self._entries[key] = entry
         while len(self._entries) > MAX_GRAPHS:
             self._drop(next(iter(self._entries)))
@@ -397,13 +508,54 @@ def _sum(collectives: Sequence[Any]) -> None:
         sync.allreduce_grads()
 
 
+def _communicators(collectives: Sequence[Any]) -> list[Any]:
+    return list({id(s.comm): s.comm for s in collectives}.values())
+
+
+def _every_rank_status(collectives: Sequence[Any], status: int) -> list[int]:
+    """Every rank's ``status`` over every communicator of ``collectives`` (one small all-gather each)."""
+    statuses = []
+    for comm in _communicators(collectives):
+        statuses.extend(int(s[0]) for s in comm.allgather(np.array([status], np.int32)))
+    return statuses
+
+
 def _every_rank_captured(collectives: Sequence[Any], captured: bool) -> bool:
     """Whether every rank of every communicator of ``collectives`` captured its step (this rank: ``captured``)."""
-    ok = True
-    for comm in {id(s.comm): s.comm for s in collectives}.values():
-        flags = comm.allgather(np.array([1 if captured else 0], np.int32))
-        ok = ok and all(int(f[0]) == 1 for f in flags)
-    return ok
+    return max(_every_rank_status(collectives, 0 if captured else 1)) == 0
+
+
+def _key_value(value: Any) -> Any:
+    """``value`` as a part of a step's signature (hashable, equal exactly when the kernels would get the same
+    argument): Python scalars as they are; NumPy scalars with their dtype; dtypes and types by name; tuples and
+    lists element by element; small host arrays by their bytes. :data:`_NOT_A_KEY` for what is no kernel
+    argument (a dict, a scheduler, an array on a device)."""
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, np.generic):
+        return ("numpy", value.dtype.str, value.item())
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    if isinstance(value, type):
+        return ("type", value.__module__, value.__qualname__)
+    if isinstance(value, (tuple, list)):
+        parts = tuple(_key_value(v) for v in value)
+        return _NOT_A_KEY if any(p is _NOT_A_KEY for p in parts) else (type(value).__name__, parts)
+    if isinstance(value, np.ndarray) and value.size <= _SMALL_ARRAY:
+        return ("array", value.shape, value.dtype.str, value.tobytes())
+    return _NOT_A_KEY
+
+
+def _kernel_arguments(optimizer: Any) -> tuple:
+    """The optimizer's values that may reach the kernels as arguments: every attribute but the per-step ones
+    (those travel in the table) and those that cannot be an argument, keyed by :func:`_key_value`."""
+    out = []
+    for name, value in vars(optimizer).items():
+        if name not in _PER_STEP:
+            key = _key_value(value)
+            if key is not _NOT_A_KEY:
+                out.append((name, key))
+    return tuple(sorted(out))
 
 
 def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any, collectives: Sequence[Any] = ()
@@ -417,7 +569,6 @@ def _signature(updates: Sequence[tuple[Any, Any]], optimizer: Any, collectives: 
         held = (updater, arena.data_buf, arena.grad_buf, prepared.plan, prepared.table, *updater.buffers())
         refs.append(held)
         parts.append(tuple(id(x) for x in held))
-    scalars = tuple(sorted((k, v) for k, v in vars(optimizer).items()
-                           if type(v) in _SCALARS and k not in _PER_STEP))
     refs.extend(collectives)
-    return (tuple(parts), type(optimizer), scalars, tuple(s.graph_key() for s in collectives)), refs
+    return (tuple(parts), type(optimizer), _kernel_arguments(optimizer),
+            tuple(s.graph_key() for s in collectives)), refs

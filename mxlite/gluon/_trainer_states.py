@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..amp import LossScaler
+from ..comm.faults import collective_timeout
 from ..comm.mpi import MpiCommunicator
 from ..device import cpu
 from ..device.copy import as_host
@@ -26,7 +27,11 @@ from ..optimizer._fused import to_structure
 from ..optimizer.optimizer import MultiPrecisionState
 from .parameter import Parameter
 
-__all__ = ["TrainerStates", "copy_state"]
+__all__ = ["TrainerStates", "copy_state", "SAVE_WAIT"]
+
+# Seconds a sharded save_states waits for the other processes to call it too, when MXLITE_COLLECTIVE_TIMEOUT is unset
+# (set, half of it: the others' step collectives wait that long, so this error, which says why, comes first).
+SAVE_WAIT = 60.0
 
 
 class TrainerStates:
@@ -34,6 +39,8 @@ class TrainerStates:
 
     _gathered: dict[int, Any] = {}  # sharded states gathered for the save in progress (index -> whole state)
     _host_mpi: Any = None  # MPI over the processes, for gathering sharded states on the host
+    _channel: Any = None  # AgreementChannel of the Trainer's processes (several processes only)
+    _updates_done = 0  # updates applied so far (the Trainer counts them)
 
     # -- saving and loading optimizer states ----------------------------------------------
     def save_states(self, fname: str | os.PathLike) -> None:
@@ -54,6 +61,13 @@ class TrainerStates:
         several processes every rank must call it. It costs one host copy of every state on every
         rank (12 bytes per parameter for Adam with master weights) and, across processes, an
         all-gather of the states over MPI ((P - 1)/P of them per rank); the devices allocate nothing.
+
+        Raises:
+            RuntimeError: sharded states over several processes, and some ranks did not call ``save_states``
+                within :data:`SAVE_WAIT` seconds (half of ``MXLITE_COLLECTIVE_TIMEOUT`` when set) of this one
+                (``if rank == 0: trainer.save_states(f)``): names them; the job cannot go on (they wait
+                elsewhere), and the uncaught error ends it.
+            ValueError: the ranks called it after different numbers of updates (names them).
         """
         self._save_states(fname, with_states=True)
 
@@ -64,6 +78,8 @@ class TrainerStates:
         if self._update_on_kvstore:
             self._kvstore.save_optimizer_states(fname, dump_optimizer=True)
             return
+        if self._states_shared_by_processes():
+            self._meet_to_save()
         self._gathered = self._gather_all_sharded()
         states: dict[Any, Any] = {}
         for index, param in enumerate(self._params) if with_states else ():
@@ -277,6 +293,17 @@ class TrainerStates:
             master = arrays.pop("master", None)
             gathered[index] = to_structure(first.state_names, arrays, master)
         return gathered
+
+    def _meet_to_save(self) -> None:
+        """Before gathering sharded states: every rank calls save_states, after the same update (see
+        :meth:`save_states`); a rank that does not come is named instead of waited for forever."""
+        timeout = collective_timeout()
+        self._channel.meet(
+            "Trainer.save_states", [("after update", self._updates_done)],
+            SAVE_WAIT if timeout is None else timeout / 2,
+            "with shard_optimizer_states each process holds a part of the optimizer states, so every rank must call "
+            "save_states (each then writes the same whole states), not only rank 0 (`if rank == 0:` around it "
+            "leaves it waiting for the others); or use mx.checkpoint.save, which every rank calls")
 
     def _states_shared_by_processes(self) -> bool:
         """Whether sharded states span several processes, so that every rank gathers (and saves) the same states."""

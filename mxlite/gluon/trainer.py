@@ -33,6 +33,15 @@ Behaviour:
   GPU per process (NCCL under ``mpiexec``) the buckets' all-reduces join that graph, ahead of the update. What
   needs the host (``update_on_kvstore``, ``partial_sync``, compression, AMP, ``check_finite``, sharded
   states, a rule without fused kernels) keeps it eager with one warning per reason. See docs/graphs.md.
+  With the all-reduces in the graph, the ranks capture together or not at all (:class:`StepGraphs` agrees):
+  a rank whose step cannot replay (an uneven last batch) runs it eagerly while the others replay.
+
+* Several processes agree on what their collectives and updates rely on: the parameters (shapes, dtypes,
+  ``grad_req``, multipliers) and the settings (optimizer, hyper-parameters, sharding, buckets, ...) when the
+  Trainer is created (one small all-gather; the same ValueError on every rank names the setting and the
+  ranks), a rebuilt bucket plan when it is rebuilt, the hyper-parameters at every update by messages sent
+  only when they change (:class:`mxlite.comm.agree.AgreementChannel`: no collective per step), and a sharded
+  ``save_states`` called on one rank only, which raises naming the ranks that did not come.
 
 The kvstore (Gluon's rules, see :meth:`Trainer._init_kvstore`): a store is used when there are
 several devices or a 'dist_*' type. By default (mxlite) the store only sums gradients, through
@@ -66,6 +75,10 @@ from ._trainer_states import TrainerStates, copy_state
 from .parameter import Parameter
 
 __all__ = ["Trainer"]
+
+# Optimizer attributes each rank may hold alone: rescale_grad follows the rank's own batch size (MXNet), the update
+# count advances by itself.
+_PER_RANK = frozenset({"rescale_grad", "num_update"})
 
 _KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_sync_device", "dist_device_sync", "dist_async",
                   "local_allreduce_cpu", "local_allreduce_device", "local_update_cpu")  # the last 3: MXNet's aliases
@@ -202,7 +215,15 @@ class Trainer(TrainerStates):
         self._loaded: dict[int, Any] = {}  # param index -> state read by load_states (host arrays)
         self._applied: set[tuple[int, int]] = set()  # (index, mirror) that received its loaded state
         self._loaded_residuals: dict[tuple[int, int], np.ndarray] = {}  # (index, mirror) -> residual to restore
+        # (id(ShardLayout), mirror) -> (layout, data buffer, slot count, positions in the layout's range that the
+        # sharded update does not own, on the device), for _gather_sharded_weights
+        self._not_owned: dict[tuple[int, int], tuple[Any, Any, int, Any]] = {}
         self._step_graphs = StepGraphs()  # the update as CUDA graphs when every block is captured (docs/graphs.md)
+        # The step issues the joined syncs' collectives (inside its graph when captured), from the step where every
+        # rank started doing so until the ranks agree otherwise: backward's hooks leave them to the step meanwhile.
+        self._collectives_in_step = False
+        self._updates_done = 0  # updates applied (a step every rank counts alike), for the hyper-parameters' checks
+        self._agreed_plans: dict[tuple[Any, ...], tuple[int, ...]] = {}  # devices -> the new plan the ranks agreed on
         self._init_kvstore()  # as soon as the devices are known (deferred parameters know theirs)
         if all(p.is_initialized for p in self._params if p.grad_req != "null"):
             # Start in sync (rank 0's values) and hook the buckets before the first backward;
@@ -368,15 +389,16 @@ class Trainer(TrainerStates):
             joined = self._joined_syncs()
             if joined and all(sync.left_for_step() for sync in joined):
                 # One GPU per process: the buckets' all-reduces go into the step's CUDA graph with the update.
+                if not self._collectives_in_step:
+                    self._collectives_in_step = True
+                    self._step_graphs.start_lockstep()
                 self._update(batch_size, ignore_stale_grad, self._workers_divisor(), joined)
             else:
+                if joined and self._collectives_in_step:
+                    self._step_graphs.run_eagerly(joined)  # the ranks may agree at this step: this one is eager
                 self._allreduce_grads()  # a narrow wire's half-precision sum stays for the fused update to read
                 self.update(batch_size, ignore_stale_grad)
-            # The next backward leaves the joined syncs' buckets to the step (its graph), the others reduce
-            # from the ready-hooks as usual.
-            for _, sync in self._syncs.values():
-                if sync is not None:
-                    sync.held = bool(joined) and any(sync is j for j in joined)
+            self._hold_collectives(joined)
         self._debug_check_after_step()
 
     def allreduce_grads(self) -> None:
@@ -393,16 +415,22 @@ class Trainer(TrainerStates):
         if self._update_on_kvstore:
             raise RuntimeError("allreduce_grads() when parameters are updated on kvstore is not supported. "
                                "Try setting `update_on_kvstore` to False when creating trainer.")
+        joined = self._joined_syncs() if self._collectives_in_step else []
+        if joined:
+            self._step_graphs.run_eagerly(joined)  # the ranks may agree at this step: this one sums eagerly
         self._allreduce_grads()
+        # The user sums: overlap with backward again, unless the ranks left their collectives to the step together
+        # (another rank may replay them in its graph: they keep its order, not backward's).
+        self._hold_collectives(joined)
         for _, sync in self._syncs.values():
             if sync is not None:
-                sync.held = False  # the user sums: overlap with backward again
                 sync.materialize()  # the caller reads the gradient buffers: a narrow wire's sums go there
                 if sync.layouts:
                     sync.gather_grads()  # sharded: each owner holds its sums; the caller reads every gradient
 
     def _allreduce_grads(self) -> None:
         self._check_devices_unchanged()
+        self._check_new_plans_agreed()  # before any collective of this step: the old plan's too
         # Finish the buckets the current plans reduced during backward first; parameters that
         # join a plan now (initialised late, unfrozen) were not summed yet and are reduced apart.
         for _, sync in self._syncs.values():
@@ -426,13 +454,28 @@ class Trainer(TrainerStates):
     def _joined_syncs(self) -> list[GradientSync]:
         """The gradient syncs whose all-reduces join the step's CUDA graph (empty when the step's collectives stay
         eager): when the step is captured at all, its plans are current and every sync's collectives can be
-        recorded (NCCL with one GPU per process, no codec, no sharding; see docs/graphs.md)."""
+        recorded (NCCL with one GPU per process, no codec, no sharding; see docs/graphs.md).
+
+        Once every rank's step issues them, they stay with the step (its graph, or eagerly in the same order)
+        until the ranks agree otherwise (a capture that failed somewhere, no rank able to capture, a new plan),
+        even while this rank's blocks are not captured: another rank may be replaying them."""
         syncs = [sync for _, sync in self._syncs.values() if sync is not None]
-        if (not syncs or self._step_graphs.collectives_failed or not all(sync.capturable() for sync in syncs)
-                or self._plans_to_rebuild()
-                or not self._step_graphs.wanted(self._params) or self._eager_step_reason() is not None):
+        graphs = self._step_graphs
+        if (not syncs or graphs.collectives_failed or not all(sync.capturable() for sync in syncs)
+                or (self._collectives_in_step and graphs.collectives_released)
+                or self._plans_to_rebuild() or self._eager_step_reason() is not None):
             return []
-        return syncs
+        return syncs if self._collectives_in_step or graphs.wanted(self._params) else []
+
+    def _hold_collectives(self, joined: list[GradientSync]) -> None:
+        """After a step: the next backward leaves the joined syncs' buckets to the step (its graph), the others
+        reduce from the ready-hooks as usual; with none joined, the step no longer issues collectives."""
+        for _, sync in self._syncs.values():
+            if sync is not None:
+                sync.held = bool(joined) and any(sync is j for j in joined)
+        if not joined:
+            self._collectives_in_step = False
+            self._step_graphs.collectives_released = False
 
     def _check_devices_unchanged(self) -> None:
         """RuntimeError naming the parameter when one now lives on other devices than its gradient sum was built for."""
@@ -454,6 +497,7 @@ class Trainer(TrainerStates):
         (sync, parameters that joined it, or None for a first plan) for the plans built.
         """
         self._init_kvstore()
+        self._check_new_plans_agreed()
         rebuilt = []
         for devices, new, dense in self._plans_to_rebuild():
             old_comm, old_sync = self._syncs.get(devices, (None, None))
@@ -498,16 +542,72 @@ class Trainer(TrainerStates):
         return comm
 
     def _start_in_sync(self, comm: Communicator, params: list[Parameter]) -> None:
-        """Every process checks it has the same parameters, then starts from rank 0's values."""
+        """Every process checks it has the same parameters (shapes, dtypes, ``grad_req``, multipliers) and the
+        same settings (optimizer, hyper-parameters, sharding, buckets, ...), then starts from rank 0's values."""
         if comm.size == 1 or not params:
             return
-        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415 - needs only the MPI path
+        from ..comm.agree import AgreementChannel, check_same_across_ranks  # noqa: PLC0415 - needs only the MPI path
 
-        check_same_across_ranks(comm, "the Trainer's parameters", [
-            (p.label, {"shape": list(p.shape), "dtype": np.dtype(p.dtype).name}) for p in params])
+        check_same_across_ranks(comm, "the Trainer's parameters", [(p.label, _description(p)) for p in params])
+        check_same_across_ranks(comm, "the Trainer's settings", self._settings())
+        if self._channel is None:  # the hyper-parameters, as they change (set_learning_rate...), and sharded saves
+            self._channel = AgreementChannel(self._host_comm(comm).comm)
+            self._watch_hyperparameters(count=False)  # the values just agreed: a change from them is told
         for p in params:
             comm.broadcast([d.array for d in p.list_data()], root=0)
         self._check_identical(comm, params, "after the broadcast of rank 0's parameters")
+
+    def _check_new_plans_agreed(self) -> None:
+        """A bucket plan about to be rebuilt (a ``grad_req`` changed, a parameter initialised late) sums the same
+        parameters on every rank: ValueError on every rank naming the parameter, its ``grad_req`` on each rank and
+        the ranks, before any collective of the step (once per new plan; the first plans were agreed with the
+        parameters when the Trainer was created).
+        """
+        if all(comm.size == 1 for comm, _ in self._syncs.values()):
+            return
+        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415
+
+        for devices, _, dense in self._plans_to_rebuild():
+            comm = self._syncs.get(devices, (None, None))[0]
+            plan = tuple(id(p) for p in dense)
+            if comm is None or comm.size == 1 or self._agreed_plans.get(devices) == plan:
+                continue
+            mirrored = [p for p in self._params if p.is_initialized and tuple(p.list_device()) == devices]
+            check_same_across_ranks(comm, "the parameters whose gradients the Trainer sums",
+                                    [(p.label, {"grad_req": p.grad_req}) for p in mirrored])
+            self._agreed_plans[devices] = plan
+
+    def _settings(self) -> list[tuple[str, Any]]:
+        """What must be equal on every rank besides the parameters, as (name, JSON-able value): the optimizer, its
+        hyper-parameters and scheduler, and the Trainer's arguments that shape its collectives or its update."""
+        from ..comm.agree import settings_of  # noqa: PLC0415
+
+        codec = self._codec.params if self._codec is not None else {}
+        return [*self._hyperparameters(), ("rescale_grad", self._scale),
+                *settings_of(self._optimizer.lr_scheduler, prefix="lr_scheduler."),
+                ("kvstore", self._kvstore.kind if self._kvstore is not None else None),
+                ("update_on_kvstore", self._update_on_kvstore), ("shard_optimizer_states", self._shard_states),
+                ("compression", bool(codec)), *settings_of(codec, prefix="compression."),
+                ("partial_sync", self._partial_sync), ("check_finite", self._check_finite),
+                ("average_over_workers", self._average_over_workers), ("overlap", self._overlap),
+                ("bucket_bytes", self._bucket_bytes)]
+
+    def _hyperparameters(self) -> list[tuple[str, Any]]:
+        """The optimizer's rule and hyper-parameters as (name, JSON-able value), without what each rank sets alone
+        (``rescale_grad`` follows its batch size) or what advances by itself (the update count, the schedule)."""
+        from ..comm.agree import settings_of  # noqa: PLC0415
+
+        opt = self._optimizer
+        scheduler = opt.lr_scheduler
+        return [("optimizer", type(opt).__name__), *settings_of(opt, _PER_RANK, "optimizer."),
+                ("lr_scheduler", type(scheduler).__name__ if scheduler is not None else None)]
+
+    def _watch_hyperparameters(self, count: bool = True) -> None:
+        """Every update: the hyper-parameters in effect are those of every rank (checked by messages when they
+        change, no collective: :class:`mxlite.comm.agree.AgreementChannel`); counts the update (``count``)."""
+        self._updates_done += int(count)
+        if self._channel is not None:  # "at update N": N counts from 1, as the user's steps
+            self._channel.watch("the optimizer's hyper-parameters", self._updates_done, self._hyperparameters())
 
     @staticmethod
     def _check_identical(comm: Communicator, params: list[Parameter], when: str) -> None:
@@ -534,6 +634,7 @@ class Trainer(TrainerStates):
             raise ValueError("dynamic loss scaling needs update_on_kvstore=False")
         self._ensure_sync()  # rank 0's initial values everywhere, before the store copies them
         self._num_workers = max(self._num_workers, self._kvstore.num_workers)
+        self._watch_hyperparameters()
         self._optimizer.rescale_grad = self._scale / (batch_size * self._workers_divisor())
         todo = self._fresh_params(ignore_stale_grad)
         kv = self._kvstore
@@ -618,6 +719,7 @@ class Trainer(TrainerStates):
                 collectives: Sequence[GradientSync] = ()) -> None:
         """Update every fresh parameter; ``collectives``: gradient syncs whose buckets are summed here first,
         inside the step's CUDA graph when the update is captured (else at once)."""
+        self._watch_hyperparameters()
         # Each worker passes its own batch size; the sum over workers is divided by it (MXNet), or
         # also by num_workers (average_over_workers).
         self._optimizer.rescale_grad = self._scale / (batch_size * workers)
@@ -627,6 +729,7 @@ class Trainer(TrainerStates):
         sharded_syncs = [sync for _, sync in self._syncs.values() if sync is not None and sync.layouts]
         captured = bool(todo) and self._step_capturable(fused, sharded_syncs)
         if collectives and not captured:
+            self._step_graphs.run_eagerly(collectives)  # the ranks may agree at this step: this one is eager
             for sync in collectives:
                 sync.allreduce_grads()
             collectives = ()
@@ -678,8 +781,8 @@ class Trainer(TrainerStates):
         for comm, steps in together.values():
             _drive_shards(comm, steps)
         opt.set_current_mirror(0)
-        for sync in sharded_syncs:
-            sync.gather_weights()  # every mirror gets every shard's updated weights
+        if sharded_syncs:
+            self._gather_sharded_weights(sharded_syncs)
 
     def _step_capturable(self, fused: list[bool], sharded_syncs: list[GradientSync]) -> bool:
         """Whether this step's update runs as CUDA graphs: every parameter's block is captured (else no notice:
@@ -763,6 +866,48 @@ class Trainer(TrainerStates):
                     self._loaded[index] = state
                     self._applied -= {(index, m) for m in range(len(layout.arenas))}
 
+    def _gather_sharded_weights(self, sharded_syncs: list[GradientSync]) -> None:
+        """After a sharded update every mirror gets every shard's updated weights (one all-gather per arena).
+
+        The all-gather moves each shard's whole range of the arena, and parameters that this Trainer does not
+        update may lie inside it (a BatchNorm's running statistics, ``grad_req='null'``, which each device's
+        forward updates with its own batch; another Trainer's parameters): their values on each device are put
+        back afterwards (one gather and one scatter per arena and device), as unsharded training leaves them.
+        """
+        kept = []
+        for sync in sharded_syncs:
+            for layout in sync.layouts:
+                for mirror, arena in enumerate(layout.arenas):
+                    index = self._not_owned_index(sync, layout, mirror, arena)
+                    if index is not None:
+                        with arena.device.use():
+                            kept.append((arena, index, arena.data_buf[index]))
+        for sync in sharded_syncs:
+            sync.gather_weights()
+        for arena, index, values in kept:
+            with arena.device.use():
+                arena.data_buf[index] = values
+
+    def _not_owned_index(self, sync: GradientSync, layout: Any, mirror: int, arena: Any) -> Any:
+        """Positions (a device array) of the data in ``layout``'s range of ``arena`` that belong to parameters
+        ``sync`` does not sum, hence that no shard updates; None when there are none. Cached per layout."""
+        key = (id(layout), mirror)
+        cached = self._not_owned.get(key)
+        if cached is not None and cached[0] is layout and cached[1] is arena.data_buf and cached[2] == len(arena.slots):
+            return cached[3]
+        synced = {id(p) for p in sync.params}
+        runs = [np.arange(max(s.offset, layout.lo), min(s.offset + s.size, layout.hi), dtype=np.int64)
+                for s in arena.slots
+                if id(s.key) not in synced and s.offset < layout.hi and s.offset + s.size > layout.lo]
+        index = None
+        if runs:
+            with arena.device.use():
+                index = arena.device.xp.asarray(np.concatenate(runs))
+        if len(self._not_owned) > 4 * len(sync.layouts) * len(layout.arenas):  # layouts replaced: forget old ones
+            self._not_owned.clear()
+        self._not_owned[key] = (layout, arena.data_buf, len(arena.slots), index)
+        return index
+
     def _raise_if_not_finite(self, params: list[Parameter], sharded_syncs: list[GradientSync]) -> None:
         """``check_finite``: FloatingPointError naming the first parameter whose summed gradient holds inf or NaN.
 
@@ -812,6 +957,13 @@ class Trainer(TrainerStates):
             raise TypeError(f"batch_size must be a positive number, got {type(batch_size).__name__} {batch_size!r}")
         if not batch_size > 0 or not math.isfinite(batch_size):  # `not > 0` also rejects NaN
             raise ValueError(f"batch_size must be a positive number, got {batch_size!r}")
+
+
+def _description(param: Parameter) -> dict[str, Any]:
+    """What every rank must agree on about a parameter: its layout, whether and how its gradient is summed, and
+    its rate and decay multipliers."""
+    return {"shape": list(param.shape), "dtype": np.dtype(param.dtype).name, "grad_req": param.grad_req,
+            "stype": param.grad_stype, "lr_mult": float(param.lr_mult), "wd_mult": float(param.wd_mult)}
 
 
 def _drive_shards(comm: Communicator, steps: list[Any]) -> None:
