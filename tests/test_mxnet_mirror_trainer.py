@@ -268,8 +268,8 @@ def test_trainer_share_parameters():
     trainer.step(1)
     shared = [p.data(mx.cpu(0)).asnumpy() for p in net.collect_params().values()
               if p.data(mx.cpu(0)).shape[1] == 2]
-    assert len(shared) == 2
-    assert (shared[0] == shared[1]).all()
+    assert len(shared) == 1  # listed once, as MXNet 1.x lists a Parameter (MXNet 2.x: under both names)
+    assert (net.dense2.weight.data(mx.cpu(0)).asnumpy() == shared[0]).all()
 
 
 _ = nn  # imported as MXNet's tests do

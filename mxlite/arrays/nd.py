@@ -2,15 +2,19 @@
 
 Names and argument conventions are MXNet 1.x's: ``shape=``, ``ctx=``, ``dim=`` for ``concat``,
 ``axis=1`` as ``split``'s default, float32 results for ``argmax``/``argmin``, ``reshape`` with the
-special codes 0/-1/-2/-3/-4. Every function returns a :class:`~mxlite.Tensor` and is differentiable
-where MXNet's is (rounding, comparisons and index functions are not). NumPy arrays and Python numbers
-are accepted wherever a Tensor is and converted onto the device of the other operands.
+special codes 0/-1/-2/-3/-4, comparisons and logic giving 1 and 0 in the operands' dtype (not bool),
+no 0-d results (``nd.sum(x)`` has shape ``(1,)``), and ``name=``/``attr=`` accepted and ignored by every
+operator. Every function returns a :class:`~mxlite.Tensor` and is differentiable where MXNet's is
+(rounding, comparisons, index functions and random draws are not; ``random.multinomial``'s
+log-probability is). NumPy arrays and Python numbers are accepted wherever a Tensor is and converted
+onto the device of the other operands.
 """
 
 from __future__ import annotations
 
 import builtins as _b
 import functools
+import inspect
 import os as _os
 from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..autograd import activations as _act
+from ..autograd import attention as _attention
 from ..autograd import linalg as _linalg
 from ..autograd import nn_ops as _nn
 from ..autograd import ops as _ops
@@ -125,16 +130,33 @@ def _draw_args(shape: Any, size: Any, ctx: Any, device: Any, where: str) -> tupl
     return shape_arg(shape if shape is not None else size), device_arg(device, ctx, where)
 
 
-def _uniform(low: float = 0.0, high: float = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
+def _arrays_among(*params: Any) -> bool:
+    return _b.any(isinstance(p, (Tensor, np.ndarray, list)) for p in params)
+
+
+def _sample(dist: str, params: tuple[Any, ...], shape: Any, size: Any, dtype: Any, ctx: Any, device: Any) -> Tensor:
+    """Draws of ``dist`` (``mxlite.autograd.random.sample``): numbers give ``shape`` draws on ``ctx``; arrays
+    (NumPy arrays and lists become arrays) of one shape give ``shape`` draws per entry, on their device."""
+    shp, dev = _draw_args(shape, size, ctx, device, f"random.{dist}")
+    params = tuple(tensor(p) if isinstance(p, (np.ndarray, list)) else p for p in params)
+    return _random.sample(dist, params, shp, dtype, dev)
+
+
+def _uniform(low: Any = 0.0, high: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
              out: Tensor | None = None, size: Any = None, device: Any = None) -> Tensor:
-    """Samples of U[low, high) of ``shape`` (float32 by default) on ``ctx``."""
+    """Samples of U[low, high) (float32 by default): ``shape`` of them on ``ctx`` for numbers, ``shape`` per entry
+    for arrays ``low``, ``high`` of one shape (result ``low.shape + shape``, on their device), as MXNet 1.x."""
+    if _arrays_among(low, high):
+        return _into(out, _sample("uniform", (low, high), shape, size, dtype, ctx, device))
     shp, dev = _draw_args(shape, size, ctx, device, "random.uniform")
     return _into(out, _random.uniform(low, high, shp, dtype, dev))
 
 
-def _normal(loc: float = 0.0, scale: float = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
+def _normal(loc: Any = 0.0, scale: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
             out: Tensor | None = None, size: Any = None, device: Any = None) -> Tensor:
-    """Samples of N(loc, scale²) of ``shape`` (float32 by default) on ``ctx``."""
+    """Samples of N(loc, scale²) (float32 by default); numbers or arrays of one shape as :func:`_uniform`."""
+    if _arrays_among(loc, scale):
+        return _into(out, _sample("normal", (loc, scale), shape, size, dtype, ctx, device))
     shp, dev = _draw_args(shape, size, ctx, device, "random.normal")
     return _into(out, _random.normal(loc, scale, shp, dtype, dev))
 
@@ -146,9 +168,114 @@ def _randint(low: int, high: int, shape: Any = None, dtype: Any = None, ctx: Any
     return _into(out, _random.randint(low, high, shp, dtype, dev))
 
 
-def _randn(*shape: int, dtype: Any = None, ctx: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
-    """Standard normal samples of ``shape`` given as separate ints."""
-    return _random.normal(0.0, 1.0, tuple(shape), dtype, device_arg(device, ctx, "random.randn"))
+def _randn(*shape: int, loc: Any = 0.0, scale: Any = 1.0, dtype: Any = None, ctx: Any = None, device: Any = None,
+           out: Tensor | None = None) -> Tensor:
+    """Samples of N(loc, scale²) of ``shape`` given as separate ints (standard normal by default); array
+    ``loc``/``scale`` give ``shape`` samples per entry, as :func:`_normal`."""
+    return _normal(loc, scale, shape, dtype, ctx, out, device=device)
+
+
+def _gamma(alpha: Any = 1.0, beta: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
+           out: Tensor | None = None, size: Any = None, device: Any = None) -> Tensor:
+    """Samples of Gamma(alpha, beta), shape ``alpha`` and scale ``beta`` (mean ``alpha * beta``), float32 by
+    default; numbers or arrays of one shape as :func:`_uniform`."""
+    return _into(out, _sample("gamma", (alpha, beta), shape, size, dtype, ctx, device))
+
+
+def _exponential(scale: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None, out: Tensor | None = None,
+                 size: Any = None, device: Any = None) -> Tensor:
+    """Samples of the exponential distribution of mean ``scale`` (rate ``1 / scale``), float32 by default;
+    a number or an array as :func:`_uniform`."""
+    rate = _ops.reciprocal(tensor(scale).astype(np.float64)) if _arrays_among(scale) else 1.0 / scale
+    return _into(out, _sample("exponential", (rate,), shape, size, dtype, ctx, device))
+
+
+def _exponential_rate(lam: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None,
+                      out: Tensor | None = None, size: Any = None, device: Any = None) -> Tensor:
+    """Samples of the exponential distribution of rate ``lam`` (mean ``1 / lam``): MXNet 1.x's operator
+    ``random_exponential`` and the ``_like`` form take the rate where ``random.exponential`` takes the scale."""
+    return _into(out, _sample("exponential", (lam,), shape, size, dtype, ctx, device))
+
+
+def _poisson(lam: Any = 1.0, shape: Any = None, dtype: Any = None, ctx: Any = None, out: Tensor | None = None,
+             size: Any = None, device: Any = None) -> Tensor:
+    """Samples of Poisson(lam), as whole numbers in a float dtype (float32 by default); a number or an array
+    as :func:`_uniform`."""
+    return _into(out, _sample("poisson", (lam,), shape, size, dtype, ctx, device))
+
+
+def _negative_binomial(k: Any = 1, p: Any = 1, shape: Any = None, dtype: Any = None, ctx: Any = None,
+                       out: Tensor | None = None, size: Any = None, device: Any = None) -> Tensor:
+    """Samples of the negative binomial distribution: failures before the ``k``-th success, each trial a success
+    with probability ``p`` (mean ``k (1 - p) / p``), whole numbers in a float dtype; as :func:`_uniform`."""
+    return _into(out, _sample("negative_binomial", (k, p), shape, size, dtype, ctx, device))
+
+
+def _generalized_negative_binomial(mu: Any = 1, alpha: Any = 1, shape: Any = None, dtype: Any = None,
+                                   ctx: Any = None, out: Tensor | None = None, size: Any = None,
+                                   device: Any = None) -> Tensor:
+    """Samples of the generalized negative binomial distribution of mean ``mu`` and dispersion ``alpha``
+    (variance ``mu + alpha * mu²``; Poisson where alpha is 0), whole numbers in a float dtype; as
+    :func:`_uniform`."""
+    return _into(out, _sample("generalized_negative_binomial", (mu, alpha), shape, size, dtype, ctx, device))
+
+
+def _multinomial(data: Any, shape: Any = None, get_prob: bool = False, out: Any = None, dtype: Any = "int32") -> Any:
+    """Samples of the categorical distributions along ``data``'s last axis (probabilities summing to 1):
+    ``shape`` draws from each, as ``dtype`` (int32 by default), shaped ``data.shape[:-1] + shape`` (``(1,)``
+    for one draw from a 1-D ``data``). ``get_prob=True`` returns ``[samples, log_prob]``, the gradient of
+    ``log_prob`` reaching ``data`` (REINFORCE), as MXNet 1.x. ``out``: the samples' array, or a list of two.
+
+    Raises:
+        ValueError: probabilities that are negative or do not sum to 1, or too many categories for ``dtype``.
+    """
+    value = _random.multinomial(tensor(data), shape_arg(shape), get_prob, dtype)
+    if out is None:
+        return value
+    if get_prob:
+        return [_into(o, v) for o, v in zip(out, value)]
+    return _into(out, value)
+
+
+def _like(dist: str, data: Any, params: tuple[Any, ...]) -> Tensor:
+    """Draws of ``dist`` with ``data``'s shape, dtype and device (MXNet's ``*_like`` samplers)."""
+    data = tensor(data)
+    return _random.sample(dist, params, data.shape, data.dtype, data.device)
+
+
+def _uniform_like(data: Any, low: float = 0.0, high: float = 1.0) -> Tensor:
+    """U[low, high) samples shaped like ``data`` (its dtype and device)."""
+    return _like("uniform", data, (low, high))
+
+
+def _normal_like(data: Any, loc: float = 0.0, scale: float = 1.0) -> Tensor:
+    """N(loc, scale²) samples shaped like ``data`` (its dtype and device)."""
+    return _like("normal", data, (loc, scale))
+
+
+def _gamma_like(data: Any, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    """Gamma(alpha, beta) samples (shape, scale) shaped like ``data`` (its dtype and device)."""
+    return _like("gamma", data, (alpha, beta))
+
+
+def _exponential_like(data: Any, lam: float = 1.0) -> Tensor:
+    """Samples of the exponential distribution of rate ``lam`` shaped like ``data`` (its dtype and device)."""
+    return _like("exponential", data, (lam,))
+
+
+def _poisson_like(data: Any, lam: float = 1.0) -> Tensor:
+    """Poisson(lam) samples shaped like ``data`` (its dtype and device)."""
+    return _like("poisson", data, (lam,))
+
+
+def _negative_binomial_like(data: Any, k: float = 1, p: float = 1) -> Tensor:
+    """Negative binomial (k, p) samples shaped like ``data`` (its dtype and device)."""
+    return _like("negative_binomial", data, (k, p))
+
+
+def _generalized_negative_binomial_like(data: Any, mu: float = 1, alpha: float = 1) -> Tensor:
+    """Generalized negative binomial (mu, alpha) samples shaped like ``data`` (its dtype and device)."""
+    return _like("generalized_negative_binomial", data, (mu, alpha))
 
 
 def _into(out: Tensor | None, value: Tensor) -> Tensor:
@@ -158,8 +285,65 @@ def _into(out: Tensor | None, value: Tensor) -> Tensor:
     return out
 
 
-random = SimpleNamespace(uniform=_uniform, normal=_normal, randint=_randint, randn=_randn, seed=_random.seed,
-                         shuffle=_random.shuffle)
+random = SimpleNamespace(
+    uniform=_uniform, normal=_normal, randint=_randint, randn=_randn, gamma=_gamma, exponential=_exponential,
+    poisson=_poisson, negative_binomial=_negative_binomial,
+    generalized_negative_binomial=_generalized_negative_binomial, multinomial=_multinomial,
+    shuffle=_random.shuffle, seed=_random.seed, uniform_like=_uniform_like, normal_like=_normal_like,
+    gamma_like=_gamma_like, exponential_like=_exponential_like, poisson_like=_poisson_like,
+    negative_binomial_like=_negative_binomial_like,
+    generalized_negative_binomial_like=_generalized_negative_binomial_like)
+
+
+def _param_arrays(*params: Any) -> tuple[Tensor, ...]:
+    return tuple(tensors(*params))
+
+
+# MXNet 1.x's sample_* operators: one distribution per entry of the parameter arrays (all of one shape),
+# ``shape`` draws from each (result: the arrays' shape + ``shape``), float32 unless ``dtype`` is given.
+def sample_uniform(low: Any, high: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """U[low, high) draws per entry of the arrays ``low``, ``high`` (MXNet's ``sample_uniform``)."""
+    return _random.sample("uniform", _param_arrays(low, high), shape_arg(shape), dtype)
+
+
+def sample_normal(mu: Any, sigma: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """N(mu, sigma²) draws per entry of the arrays ``mu``, ``sigma`` (MXNet's ``sample_normal``)."""
+    return _random.sample("normal", _param_arrays(mu, sigma), shape_arg(shape), dtype)
+
+
+def sample_gamma(alpha: Any, beta: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """Gamma draws (shape ``alpha``, scale ``beta``) per entry of the arrays (MXNet's ``sample_gamma``)."""
+    return _random.sample("gamma", _param_arrays(alpha, beta), shape_arg(shape), dtype)
+
+
+def sample_exponential(lam: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """Exponential draws of rate ``lam`` per entry of the array (MXNet's ``sample_exponential``)."""
+    return _random.sample("exponential", _param_arrays(lam), shape_arg(shape), dtype)
+
+
+def sample_poisson(lam: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """Poisson draws of rate ``lam`` per entry of the array, whole numbers in a float dtype (MXNet's
+    ``sample_poisson``)."""
+    return _random.sample("poisson", _param_arrays(lam), shape_arg(shape), dtype)
+
+
+def sample_negative_binomial(k: Any, p: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """Negative binomial draws (``k`` successes of probability ``p``) per entry of the arrays (MXNet's
+    ``sample_negative_binomial``)."""
+    return _random.sample("negative_binomial", _param_arrays(k, p), shape_arg(shape), dtype)
+
+
+def sample_generalized_negative_binomial(mu: Any, alpha: Any, shape: Any = (), dtype: Any = None) -> Tensor:
+    """Generalized negative binomial draws (mean ``mu``, dispersion ``alpha``) per entry of the arrays (MXNet's
+    ``sample_generalized_negative_binomial``)."""
+    return _random.sample("generalized_negative_binomial", _param_arrays(mu, alpha), shape_arg(shape), dtype)
+
+
+def sample_multinomial(data: Any, shape: Any = (), get_prob: bool = False, dtype: Any = "int32",
+                       out: Any = None) -> Any:
+    """MXNet's ``sample_multinomial``: :func:`mx.nd.random.multinomial <_multinomial>`."""
+    return _multinomial(data, shape, get_prob, out, dtype)
+
 
 # mx.nd.linalg: MXNet 1.x's linear-algebra operators (gemm, potrf, trsm, ...), differentiable
 linalg = SimpleNamespace(**{name: getattr(_linalg, name) for name in _linalg.ND_LINALG})
@@ -204,6 +388,7 @@ for _old, _new in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("d
     globals()["broadcast_" + _old] = globals()[_new]
     globals()["elemwise_" + _old] = globals()[_new]
 true_divide = divide  # noqa: F821 - defined in the loop above
+lesser, lesser_equal = less, less_equal  # noqa: F821 - MXNet 1.x's names (the mx.nd forms are bound below)
 relu = globals()["relu"]
 sigmoid = globals()["sigmoid"]
 
@@ -428,6 +613,28 @@ def concat(*data: Any, dim: int = 1, **kwargs: Any) -> Tensor:
 
 
 Concat = concat
+
+
+def concatenate(arrays: Sequence[Any], axis: int = 0, always_copy: bool = True) -> Tensor:
+    """MXNet 1.x's (deprecated) ``concatenate``: join the list ``arrays`` along ``axis`` (0 by default; use
+    :func:`concat`). The arrays must share one dtype and their shapes off ``axis``; with ``always_copy=False``
+    a single array is returned as it is. Differentiable.
+
+    Raises:
+        TypeError: ``arrays`` is not a list or tuple. ValueError: it is empty, or its arrays' dtypes or
+            shapes off ``axis`` differ (names each array's).
+    """
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"concatenate: arrays must be a list of arrays, got {type(arrays).__name__}")
+    items = tensors(*arrays)
+    if not items:
+        raise ValueError("concatenate: arrays is empty; give at least one array")
+    if not always_copy and len(items) == 1:
+        return items[0]
+    if len({t.dtype for t in items}) > 1:
+        raise ValueError("concatenate: the arrays must have one dtype, got "
+                         + ", ".join(f"array {i}: {t.dtype}" for i, t in enumerate(items)))
+    return _ops.concat(items, axis=axis)
 
 
 def stack(*data: Any, axis: int = 0, **kwargs: Any) -> Tensor:
@@ -1361,8 +1568,32 @@ def BilinearResize2D(data: Any, like: Any = None, height: int = 1, width: int = 
     return _ops.matmul(_ops.matmul(rows, x), cols)
 
 
+def _interleaved_matmul_selfatt_qk(queries_keys_values: Any, heads: int, **kwargs: Any) -> Tensor:
+    """MXNet's ``contrib.interleaved_matmul_selfatt_qk``: see :mod:`mxlite.autograd.attention`."""
+    return _attention.interleaved_matmul_selfatt_qk(tensor(queries_keys_values), heads)
+
+
+def _interleaved_matmul_selfatt_valatt(queries_keys_values: Any, attention: Any, heads: int, **kwargs: Any) -> Tensor:
+    """MXNet's ``contrib.interleaved_matmul_selfatt_valatt``: see :mod:`mxlite.autograd.attention`."""
+    return _attention.interleaved_matmul_selfatt_valatt(*tensors(queries_keys_values, attention), heads)
+
+
+def _interleaved_matmul_encdec_qk(queries: Any, keys_values: Any, heads: int, **kwargs: Any) -> Tensor:
+    """MXNet's ``contrib.interleaved_matmul_encdec_qk``: see :mod:`mxlite.autograd.attention`."""
+    return _attention.interleaved_matmul_encdec_qk(*tensors(queries, keys_values), heads)
+
+
+def _interleaved_matmul_encdec_valatt(keys_values: Any, attention: Any, heads: int, **kwargs: Any) -> Tensor:
+    """MXNet's ``contrib.interleaved_matmul_encdec_valatt``: see :mod:`mxlite.autograd.attention`."""
+    return _attention.interleaved_matmul_encdec_valatt(*tensors(keys_values, attention), heads)
+
+
 # mx.nd.contrib: the contrib operators Gluon 1.x model code uses most
-contrib = SimpleNamespace(div_sqrt_dim=div_sqrt_dim, arange_like=arange_like, BilinearResize2D=BilinearResize2D)
+contrib = SimpleNamespace(div_sqrt_dim=div_sqrt_dim, arange_like=arange_like, BilinearResize2D=BilinearResize2D,
+                          interleaved_matmul_selfatt_qk=_interleaved_matmul_selfatt_qk,
+                          interleaved_matmul_selfatt_valatt=_interleaved_matmul_selfatt_valatt,
+                          interleaved_matmul_encdec_qk=_interleaved_matmul_encdec_qk,
+                          interleaved_matmul_encdec_valatt=_interleaved_matmul_encdec_valatt)
 # MXNet 1.x's flat names of the linear-algebra operators (linalg_gemm2, linalg_potrf, ...)
 for _name in _linalg.ND_LINALG:
     globals()["linalg_" + _name] = getattr(_linalg, _name)
@@ -1370,48 +1601,82 @@ for _name in _linalg.ND_LINALG:
 uniform = random_uniform = _uniform
 normal = random_normal = _normal
 random_randint = _randint
+random_gamma = _gamma
+random_exponential = _exponential_rate  # the operator takes the rate (lam), nd.random.exponential the scale
+random_poisson = _poisson
+random_negative_binomial = _negative_binomial
+random_generalized_negative_binomial = _generalized_negative_binomial
+shuffle = _random.shuffle
 
 
 __all__ += [n for n in list(globals()) if not n.startswith("_") and n not in __all__ and n not in (
     "annotations", "Any", "Sequence", "SimpleNamespace", "np", "Tensor", "device_arg", "reshape_nd", "shape_arg",
-    "tensor", "tensors", "NDTensor", "functools")]
+    "tensor", "tensors", "NDTensor", "functools", "inspect")]
 
 
 # -- the mx.nd face ----------------------------------------------------------------------------
 # Every mx.nd function returns arrays with the nd face (NDTensor: MXNet 1.x's reshape codes in the
 # method, fluent methods), as MXNet 1.x's return NDArrays. mx.np and mx.npx share the functions above
 # through ``_impl``, unwrapped, so their results keep NumPy's face.
-def _nd_out(value: Any, args: tuple, kwargs: dict) -> Any:
+def _nd_out(value: Any, args: tuple, kwargs: dict, keep_0d: bool = False) -> Any:
     """``value`` (a Tensor, or a list/tuple/dict of them) with the nd face; an input returned as is is
-    given the face as a view (:meth:`~mxlite.Tensor.as_nd_ndarray`), never changed in place."""
+    given the face as a view (:meth:`~mxlite.Tensor.as_nd_ndarray`), never changed in place. A new 0-d
+    result has shape ``(1,)``, as MXNet 1.x (``keep_0d``: the creation functions keep the shape asked for)."""
     if value.__class__ is Tensor:
         if _b.any(value is a for a in args) or _b.any(value is v for v in kwargs.values()):
             return value.as_nd_ndarray()
-        value.__class__ = NDTensor  # a new result: same object, same graph node, nd face
-        return value
+        if keep_0d:
+            value.__class__ = NDTensor  # a new result: same object, same graph node, nd face
+            return value
+        return _ops.nd_shape(value)
     if isinstance(value, list):
-        return [_nd_out(v, args, kwargs) for v in value]
+        return [_nd_out(v, args, kwargs, keep_0d) for v in value]
     if isinstance(value, tuple):
-        return tuple(_nd_out(v, args, kwargs) for v in value)
+        return tuple(_nd_out(v, args, kwargs, keep_0d) for v in value)
     if isinstance(value, dict):
-        return {k: _nd_out(v, args, kwargs) for k, v in value.items()}
+        return {k: _nd_out(v, args, kwargs, keep_0d) for k, v in value.items()}
     return value
 
 
-def _nd_function(fn: Any) -> Any:
+def _takes(fn: Any, parameter: str) -> bool:
+    """Whether ``fn`` declares a parameter named ``parameter``."""
+    try:
+        return parameter in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _nd_function(fn: Any, keep_0d: bool = False) -> Any:
+    """``fn`` as an ``mx.nd`` function: results with the nd face (and no 0-d arrays unless ``keep_0d``), and
+    MXNet's ``name=``/``attr=`` (which 1.x symbol code passes to every operator) accepted and ignored."""
+    ignored = tuple(p for p in ("name", "attr") if not _takes(fn, p))
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return _nd_out(fn(*args, **kwargs), args, kwargs)
+        for key in ignored:
+            kwargs.pop(key, None)
+        return _nd_out(fn(*args, **kwargs), args, kwargs, keep_0d)
 
     return wrapper
 
 
 _NOT_ARRAY_FUNCTIONS = {"NDArray", "save", "waitall", "reset_arrays", "random", "linalg", "contrib", "as_dtype"}
+# creation functions: their result has the shape the caller gave, 0-d included
+_CREATION = {"array", "zeros", "ones", "full", "empty", "arange", "linspace", "eye", "zeros_like", "ones_like",
+             "full_like", "empty_like", "load"}
 _impl = SimpleNamespace(**{n: globals()[n] for n in __all__ if callable(globals().get(n))})
+# mx.nd's comparisons and logic give 1 and 0 in the operands' dtype, as MXNet 1.x; mx.np's (_impl) give bool
+for _name, _fn in (("equal", _ops.nd_equal), ("not_equal", _ops.nd_not_equal), ("greater", _ops.nd_greater),
+                   ("greater_equal", _ops.nd_greater_equal), ("lesser", _ops.nd_less),
+                   ("lesser_equal", _ops.nd_less_equal), ("logical_and", _ops.nd_logical_and),
+                   ("logical_or", _ops.nd_logical_or), ("logical_xor", _ops.nd_logical_xor)):
+    globals()[_name] = globals()["broadcast_" + _name] = globals()["elemwise_" + _name] = _binary(_fn)
+less, less_equal = lesser, lesser_equal
+logical_not = _unary(_ops.nd_logical_not)
 for _name in __all__:
     _fn = globals().get(_name)
     if callable(_fn) and _name not in _NOT_ARRAY_FUNCTIONS and not isinstance(_fn, type):
-        globals()[_name] = _nd_function(_fn)
+        globals()[_name] = _nd_function(_fn, keep_0d=_name in _CREATION)
 random = SimpleNamespace(**{n: _nd_function(f) if n not in ("seed",) else f for n, f in vars(random).items()})
 linalg = SimpleNamespace(**{n: _nd_function(f) for n, f in vars(linalg).items()})
 contrib = SimpleNamespace(**{n: _nd_function(f) for n, f in vars(contrib).items()})

@@ -7,6 +7,7 @@ default float dtype (MXNet's), every function differentiable where NumPy's math 
 
 from __future__ import annotations
 
+import builtins as _b
 import contextlib
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -148,8 +149,61 @@ def _randn(*size: int, **kwargs: Any) -> Tensor:
     return _normal(0.0, 1.0, size, **kwargs)
 
 
+def _draw(dist: str, params: tuple[Any, ...], size: Any, dtype: Any, device: Any, ctx: Any) -> Tensor:
+    """Draws of ``dist`` with NumPy's rule for array parameters: they broadcast together and with ``size``
+    (the result's shape: ``size`` when given, else the parameters' broadcast shape)."""
+    if not _b.any(isinstance(p, (Tensor, _onp.ndarray, list)) for p in params):
+        return _random.sample(dist, params, _size(size), dtype, device_arg(device, ctx, f"np.random.{dist}"))
+    arrays = tensors(*params)
+    shape = _size(size) if size is not None else _onp.broadcast_shapes(*(a.shape for a in arrays))
+    arrays = [a if a.shape == shape else _ops.broadcast_to(a, shape) for a in arrays]
+    return _random.sample(dist, arrays, (), dtype)
+
+
+def _gamma(shape: Any, scale: Any = 1.0, size: Any = None, dtype: Any = None, device: Any = None, ctx: Any = None,
+           out: Tensor | None = None) -> Tensor:
+    """Samples of the gamma distribution of shape ``shape`` and scale ``scale`` (mean ``shape * scale``),
+    float32 by default; array parameters broadcast as NumPy's."""
+    return _nd._into(out, _draw("gamma", (shape, scale), size, dtype, device, ctx))
+
+
+def _exponential(scale: Any = 1.0, size: Any = None, dtype: Any = None, device: Any = None, ctx: Any = None,
+                 out: Tensor | None = None) -> Tensor:
+    """Samples of the exponential distribution of mean ``scale``, float32 by default (NumPy's parameter)."""
+    rate = (_ops.reciprocal(tensor(scale).astype(_onp.float64)) if isinstance(scale, (Tensor, _onp.ndarray, list))
+            else 1.0 / scale)
+    return _nd._into(out, _draw("exponential", (rate,), size, dtype, device, ctx))
+
+
+def _choice(a: Any, size: Any = None, replace: bool = True, p: Any = None, device: Any = None, ctx: Any = None,
+            out: Tensor | None = None) -> Tensor:
+    """``size`` draws from ``range(a)`` (an int: int64 indices) or from the entries of a 1-D array ``a``, with
+    or without replacement, uniform or with probabilities ``p`` (NumPy's ``random.choice``; one draw, as a
+    0-d array, when ``size`` is None).
+
+    Raises:
+        ValueError: as NumPy's: ``a`` not positive or not 1-D, ``p`` of another length or not summing to 1,
+            more draws than entries without replacement.
+    """
+    if not isinstance(a, (int, _onp.integer)):
+        a = tensor(a)
+    return _nd._into(out, _random.choice(a, size, replace, p, device_arg(device, ctx, "np.random.choice")))
+
+
+def _multinomial(n: int, pvals: Any, size: Any = None, **kwargs: Any) -> Tensor:
+    """Counts of ``n`` trials over the outcomes of probabilities ``pvals``, of shape ``size + (len(pvals),)``
+    (int64; NumPy's ``random.multinomial``).
+
+    Raises:
+        ValueError: a negative ``n`` or ``pvals`` that is not a distribution.
+    """
+    return _random.multinomial_counts(n, pvals, size, device_arg(kwargs.get("device"), kwargs.get("ctx"),
+                                                                 "np.random.multinomial"))
+
+
 random = SimpleNamespace(uniform=_uniform, normal=_normal, randint=_randint, rand=_rand, randn=_randn,
-                         seed=_random.seed, shuffle=_random.shuffle)
+                         seed=_random.seed, shuffle=_random.shuffle, choice=_choice, multinomial=_multinomial,
+                         gamma=_gamma, exponential=_exponential)
 
 # -- elementwise -------------------------------------------------------------------------------
 for _name in ("exp", "log", "sqrt", "square", "tanh", "abs", "negative", "sin", "cos", "tan", "arcsin", "arccos",

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as _onp
 
+from ..autograd import attention as _attention
 from ..autograd import nn_ops as _nn
 from ..autograd import ops as _ops
 from ..autograd.tensor import Tensor
@@ -18,7 +19,9 @@ from .nd import _impl as _ndi
 __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
            "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",
            "num_gpus", "current_device", "current_context", "fully_connected", "dropout", "layer_norm",
-           "batch_flatten", "embedding", "sequence_mask", "stop_gradient", "relu6", "gamma"]
+           "batch_flatten", "embedding", "sequence_mask", "stop_gradient", "relu6", "gamma", "masked_softmax",
+           "masked_log_softmax", "interleaved_matmul_selfatt_qk", "interleaved_matmul_selfatt_valatt",
+           "interleaved_matmul_encdec_qk", "interleaved_matmul_encdec_valatt", "scaled_dot_product_attention"]
 
 
 def softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
@@ -134,6 +137,57 @@ def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: b
         lens = lengths.array.reshape((1, -1) if axis == 0 else (-1, 1))
         keep = xp.broadcast_to((t < lens).reshape(tuple(data.shape[:2]) + (1,) * (data.ndim - 2)), data.shape)
     return _ops.where(Tensor(keep, data.device), data, value)
+
+
+def masked_softmax(data: Any, mask: Any, axis: int = -1, temperature: float = 1.0, normalize: bool = True) -> Tensor:
+    """Softmax along ``axis`` over the entries ``mask`` keeps; masked entries (and rows with none kept) are 0.
+
+    See :func:`mxlite.autograd.attention.masked_softmax` for the arguments and errors.
+    """
+    data = tensor(data)
+    return _attention.masked_softmax(data, tensor(mask, data), axis, temperature, normalize)
+
+
+def masked_log_softmax(data: Any, mask: Any, axis: int = -1, temperature: float = 1.0,
+                       normalize: bool = True) -> Tensor:
+    """Log of :func:`masked_softmax`: -inf at masked entries (and in rows with none kept)."""
+    data = tensor(data)
+    return _attention.masked_log_softmax(data, tensor(mask, data), axis, temperature, normalize)
+
+
+def interleaved_matmul_selfatt_qk(queries_keys_values: Any, heads: int) -> Tensor:
+    """Scaled self-attention scores from (seq, batch, heads * 3 * head_dim) interleaved projections:
+    (batch * heads, seq, seq). See :mod:`mxlite.autograd.attention`."""
+    return _attention.interleaved_matmul_selfatt_qk(tensor(queries_keys_values), heads)
+
+
+def interleaved_matmul_selfatt_valatt(queries_keys_values: Any, attention: Any, heads: int) -> Tensor:
+    """Attention weights (batch * heads, seq, seq) applied to the interleaved values: (seq, batch, heads * head_dim)."""
+    return _attention.interleaved_matmul_selfatt_valatt(*tensors(queries_keys_values, attention), heads)
+
+
+def interleaved_matmul_encdec_qk(queries: Any, keys_values: Any, heads: int) -> Tensor:
+    """Scaled encoder-decoder scores, queries (q_seq, batch, heads * head_dim) against the keys interleaved in
+    (kv_seq, batch, heads * 2 * head_dim): (batch * heads, q_seq, kv_seq)."""
+    return _attention.interleaved_matmul_encdec_qk(*tensors(queries, keys_values), heads)
+
+
+def interleaved_matmul_encdec_valatt(keys_values: Any, attention: Any, heads: int) -> Tensor:
+    """Attention weights (batch * heads, q_seq, kv_seq) applied to the interleaved values: (q_seq, batch,
+    heads * head_dim)."""
+    return _attention.interleaved_matmul_encdec_valatt(*tensors(keys_values, attention), heads)
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, mask: Any = None, causal: bool = False,
+                                 valid_length: Any = None, dropout: float = 0.0, scale: float | None = None,
+                                 training: bool | None = None) -> Tensor:
+    """``softmax(query · keyᵀ · scale) · value`` over (batch, heads, T, head_dim) arrays, with masks and dropout on
+    the weights, never holding the (batch, heads, Tq, Tk) scores. See
+    :func:`mxlite.autograd.attention.scaled_dot_product_attention` for the arguments and errors."""
+    query, key, value = tensors(query, key, value)
+    return _attention.scaled_dot_product_attention(query, key, value, mask=mask, causal=causal,
+                                                   valid_length=valid_length, dropout=dropout, scale=scale,
+                                                   training=training)
 
 
 def stop_gradient(data: Any) -> Tensor:

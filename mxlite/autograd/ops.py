@@ -22,8 +22,9 @@ import numpy as np
 from .. import device as _device
 from ..device import blas
 from ..device.copy import copy_between
+from ..profiler import hooks as _profiling
 from .special import erf_array
-from .tensor import Tensor, _describe, _index_key, _result, _unbroadcast
+from .tensor import NDTensor, Tensor, _describe, _index_key, _result, _unbroadcast
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "matmul", "dot",
@@ -93,7 +94,9 @@ def _op(name: str) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             x = args[0] if len(args) == 1 and not kwargs else None
-            if x is not None and isinstance(x, Tensor) and x._device.device_type == "cpu":
+            if _profiling.recording:  # mx.profiler runs: time the call (when off, this test is all it costs)
+                out = _profiling.record_op(name, _run, fn, args, kwargs)
+            elif x is not None and isinstance(x, Tensor) and x._device.device_type == "cpu":
                 try:  # the common case, inlined: one tensor on a CPU device (nothing to check or enter)
                     out = fn(x)
                 except (ValueError, TypeError, IndexError) as exc:
@@ -103,6 +106,8 @@ def _op(name: str) -> Callable:
             node = getattr(out, "_node", None)  # None unless recorded (or a tuple of results)
             if node is not None and node.call is None and node.op == name:
                 node.call = (fn, args, kwargs)
+            if out.__class__ is NDTensor and out._data.ndim == 0 and not any(out is a for a in args):
+                return nd_shape(out)  # mx.nd has no 0-d arrays (MXNet 1.x): x[0] of a 1-D array is (1,)
             return out
 
         return wrapper
@@ -121,28 +126,42 @@ def _tensors_in(args: Sequence[Any]) -> list[Tensor]:
 
 
 def as_tensor(x: Any, like: Tensor) -> Tensor:
-    """Coerce a scalar or array operand to a constant tensor on ``like``'s device."""
+    """Coerce a scalar or array operand to a constant tensor on ``like``'s device.
+
+    A number (Python's, a NumPy scalar such as ``np.float64(2)`` or ``np.sqrt(4)``, or a 0-d NumPy array)
+    is weakly typed, as MXNet's scalar operands are: it takes ``like``'s dtype unless its kind is wider
+    (:func:`_scalar_dtype`), so ``float32_array / np.sqrt(4)`` stays float32. A NumPy array of one or more
+    dimensions keeps its dtype.
+    """
     if isinstance(x, Tensor):
         return x
     xp = like._device.xp
-    if isinstance(x, numbers.Number) or (isinstance(x, np.generic)):
-        if isinstance(x, (bool, np.bool_)):
-            dtype = np.dtype(np.bool_)
-        else:
-            # Python scalars take the tensor's dtype (NumPy 2's NEP 50 rule): float32 stays float32.
-            dtype = np.result_type(like.dtype, x) if isinstance(x, np.generic) else _scalar_dtype(like.dtype, x)
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]  # a 0-d NumPy array is a number
+    if isinstance(x, (numbers.Number, np.generic)):
         with like._device.use():
-            return Tensor(xp.asarray(x, dtype=dtype), like._device)
+            return Tensor(xp.asarray(x, dtype=_scalar_dtype(like.dtype, x)), like._device)
     if isinstance(x, np.ndarray):
         return Tensor(copy_between(x, _device.cpu(0), like._device, copy=False), like._device)
     raise TypeError(f"unsupported operand type {type(x).__name__}")
 
 
-def _scalar_dtype(dtype: np.dtype, x: numbers.Number) -> np.dtype:
+def _scalar_dtype(dtype: np.dtype, x: Any) -> np.dtype:
+    """The dtype a scalar operand ``x`` (Python's or NumPy's) takes beside an array of ``dtype``.
+
+    The array's own dtype (MXNet's scalar operands and NumPy 2's rule for Python scalars: float32 stays
+    float32, int32 stays int32), except where the scalar's kind is wider: a float beside an integer or
+    bool array is float32 (MXNet's default float), an integer beside a bool array is int64 (NumPy's:
+    ``bool_array * 3`` is 3 where true). A bool scalar stays bool.
+    """
+    if isinstance(x, (bool, np.bool_)):
+        return np.dtype(np.bool_)
     if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
         return dtype
-    if isinstance(x, float):
+    if isinstance(x, (float, np.floating)):
         return np.dtype(np.float32)
+    if dtype == np.bool_:
+        return np.dtype(np.int64)
     return dtype
 
 
@@ -163,6 +182,8 @@ def _binary(name: str, a: Any, b: Any, fwd: Callable, bwd: Callable) -> Tensor:
     elif not isinstance(b, Tensor):
         b = as_tensor(b, a)
     dev = a._device
+    if _profiling.recording:  # mx.profiler runs: time the call (when off, this test is all it costs)
+        return _profiling.record_op(name, _run, _binary_core, (name, a, b, fwd, bwd), {})
     if b._device is not dev and b._device != dev or dev.device_type != "cpu":
         return _run(name, _binary_core, (name, a, b, fwd, bwd), {})  # checks devices, enters the GPU's
     try:  # the common case, inlined: two tensors on one CPU device
@@ -788,6 +809,55 @@ logical_or = _constant("logical_or", lambda x, y: x.astype(bool) | y.astype(bool
 logical_xor = _constant("logical_xor", lambda x, y: x.astype(bool) ^ y.astype(bool))
 
 
+# -- MXNet 1.x's mx.nd conventions ------------------------------------------------------------
+def nd_shape(t: Tensor) -> Tensor:
+    """``t`` with the ``mx.nd`` face and MXNet 1.x's shape: a 0-d array becomes shape ``(1,)``.
+
+    MXNet 1.x's NDArray has no 0-d arrays: ``x[0]`` of a 1-D array and a reduction to one value
+    (``nd.sum(x)``) have shape ``(1,)``. The reshape is recorded like any other, so gradients flow
+    through it. ``t`` must be a new result (its class is changed in place), not a caller's array.
+    """
+    if t._data.ndim == 0:
+        t.__class__ = Tensor  # the 0-d result stays in the graph as the reshape's input
+        t = reshape(t, (1,))
+    t.__class__ = NDTensor
+    return t
+
+
+def _nd_logic(name: str, fn: Callable) -> Callable:
+    """The ``mx.nd`` form of a comparison or logical op: MXNet 1.x gives 1 and 0 in the dtype of the array
+    operands (float32 ``[1., 0.]`` from ``nd.array([1, -1]) > 0``), where NumPy and ``mx.np`` give bool."""
+
+    @_op(name)
+    def op(a: Any, b: Any) -> Tensor:
+        dtype = np.result_type(*(x.dtype for x in (a, b) if isinstance(x, Tensor)))
+        a, b = _binary_operands(a, b)
+        return Tensor(fn(a._data, b._data).astype(dtype, copy=False), a._device)
+
+    op.__name__ = op.__qualname__ = "nd_" + name
+    op.__doc__ = (f"Elementwise ``{name}`` in MXNet 1.x's ``mx.nd`` convention: 1 where true, 0 elsewhere, in the "
+                  "dtype of the array operands (no gradient).")
+    return op
+
+
+nd_equal = _nd_logic("equal", lambda x, y: x == y)
+nd_not_equal = _nd_logic("not_equal", lambda x, y: x != y)
+nd_greater = _nd_logic("greater", lambda x, y: x > y)
+nd_greater_equal = _nd_logic("greater_equal", lambda x, y: x >= y)
+nd_less = _nd_logic("less", lambda x, y: x < y)
+nd_less_equal = _nd_logic("less_equal", lambda x, y: x <= y)
+nd_logical_and = _nd_logic("logical_and", lambda x, y: x.astype(bool) & y.astype(bool))
+nd_logical_or = _nd_logic("logical_or", lambda x, y: x.astype(bool) | y.astype(bool))
+nd_logical_xor = _nd_logic("logical_xor", lambda x, y: x.astype(bool) ^ y.astype(bool))
+
+
+@_op("logical_not")
+def nd_logical_not(x: Tensor) -> Tensor:
+    """Elementwise logical not as MXNet 1.x's ``mx.nd.logical_not``: 1 where ``x`` is 0, else 0, in ``x``'s
+    dtype (no gradient)."""
+    return Tensor(x._device.xp.logical_not(x._data).astype(x.dtype, copy=False), x._device)
+
+
 def mod(a: Any, b: Any) -> Tensor:
     """Elementwise remainder with the divisor's sign (NumPy's ``mod``); gradient 1 to ``a``, -floor(a/b) to ``b``."""
     return _binary("mod", a, b, lambda x, y: _xp(x).mod(x, y),
@@ -1113,6 +1183,22 @@ def _install_methods() -> None:
     T.flatten = flatten
     T.zeros_like = zeros_like
     T.ones_like = ones_like
+    # The mx.nd face: comparisons and logic give 1/0 in the operands' dtype, as MXNet 1.x's NDArray
+    for dunder, fn in (("__eq__", nd_equal), ("__ne__", nd_not_equal), ("__gt__", nd_greater),
+                       ("__ge__", nd_greater_equal), ("__lt__", nd_less), ("__le__", nd_less_equal),
+                       ("__and__", nd_logical_and), ("__or__", nd_logical_or), ("__xor__", nd_logical_xor),
+                       ("__invert__", nd_logical_not)):
+        setattr(NDTensor, dunder, _with_nd_face(fn))
+
+
+def _with_nd_face(fn: Callable) -> Callable:
+    """An NDTensor method calling ``fn`` whose result has the ``mx.nd`` face."""
+    def method(self: Tensor, *args: Any) -> Tensor:
+        return nd_shape(fn(self, *args))
+
+    method.__name__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
 
 
 _install_methods()

@@ -55,6 +55,13 @@ class _Node:
         self.call: tuple[Callable, tuple, dict] | None = None
 
 
+def recorded_op(t: Tensor) -> tuple[str, tuple[Tensor, ...], tuple[Callable, tuple, dict] | None] | None:
+    """How ``t`` was made under ``record()``, read-only, for tools that walk the graph (``HybridBlock.export``):
+    ``(op name, parent tensors, (function, args, kwargs) or None)``; None for a leaf or an unrecorded result."""
+    node = t._node
+    return None if node is None else (node.op, node.parents, node.call)
+
+
 def _describe(x: object) -> str:
     if isinstance(x, Tensor):
         return f"{x.dtype}{list(x.shape)}@{x.device}"
@@ -440,8 +447,10 @@ class NDTensor(Tensor):
     """A :class:`Tensor` with ``mx.nd``'s face (MXNet 1.x ``NDArray``), as the ``mx.nd`` functions make.
 
     Differs from a plain Tensor (``mx.np``'s face) only where MXNet 1.x's NDArray differs from 2.x's
-    ndarray: :meth:`reshape` takes MXNet's codes and ``reverse=``, and MXNet 1.x's fluent methods that a
-    Tensor lacks are there (``x.softmax(axis=1)`` is ``mx.nd.softmax(x, axis=1)``). Ops with an NDTensor
+    ndarray: :meth:`reshape` takes MXNet's codes and ``reverse=``, comparisons and logic (``==``, ``>``,
+    ``~``, ``&``, ...) give 1 and 0 in the operands' dtype, an op result is never 0-d (``x[0]`` of a 1-D
+    array has shape ``(1,)``), and MXNet 1.x's fluent methods that a Tensor lacks are there
+    (``x.softmax(axis=1)`` is ``mx.nd.softmax(x, axis=1)``). Ops with an NDTensor
     operand give NDTensors, and so does a Block given one. ``isinstance(x, Tensor)`` holds;
     :meth:`Tensor.as_np_ndarray` and :meth:`Tensor.as_nd_ndarray` switch faces without a copy.
     """
@@ -500,20 +509,22 @@ def _into_out(value: Tensor, out: Any) -> Tensor:
 
 
 def _keep_nd_face(name: str) -> Callable[..., Any]:
-    """A method of NDTensor that calls Tensor's and gives the result the nd face (for ops that make their
-    result without ``_result``: comparisons, rounding, ``one_hot``, ``zeros_like``)."""
+    """A method of NDTensor that calls Tensor's and gives the result the nd face and MXNet 1.x's shape (for
+    ops that make their result without ``_result``: rounding, ``one_hot``, ``zeros_like``, ``argmax``).
+    The comparison and logic operators are the ops' own (1/0 in the operands' dtype, not bool)."""
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
         out = getattr(Tensor, name)(self, *args, **kwargs)
         if out.__class__ is Tensor and out is not self:
-            out.__class__ = NDTensor
+            from . import ops  # noqa: PLC0415 - ops builds on this module
+
+            out = ops.nd_shape(out)
         return out
 
     method.__name__ = name
     return method
 
 
-for _name in ("__eq__", "__ne__", "__gt__", "__ge__", "__lt__", "__le__", "__invert__", "__and__", "__or__", "argsort",
-              "__xor__", "sign", "round", "floor", "ceil", "trunc", "one_hot", "zeros_like", "ones_like"):
+for _name in ("argsort", "sign", "round", "floor", "ceil", "trunc", "one_hot", "zeros_like", "ones_like"):
     setattr(NDTensor, _name, _keep_nd_face(_name))
 NDTensor.__hash__ = object.__hash__  # type: ignore[assignment]
 

@@ -26,6 +26,7 @@ from ..autograd.tensor import NDTensor, Tensor
 from ..device import current_device
 from ..formats.archive import describe_arrays, load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
+from ..profiler import hooks as _profiling
 from ._graphs import BlockGraphs
 from .parameter import (
     DeferredInitializationError,
@@ -99,8 +100,13 @@ class Block:
     # -- registration ---------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
         if "_children" not in self.__dict__:
-            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
-                               "before assigning attributes")
+            # Before Block.__init__ ran: plain attributes are kept (MXNet 1.x's Block allows them); a Block or
+            # a Parameter cannot be registered yet
+            if isinstance(value, (Block, Parameter)):
+                raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning "
+                                   f"the {type(value).__name__} attribute {name!r}")
+            object.__setattr__(self, name, value)
+            return
         registered = self._children.get(name) or self._reg_params.get(name)
         if registered is not None and not isinstance(value, (Block, Parameter)):
             raise TypeError(f"changing attribute {name!r} of {type(self).__name__} from "
@@ -233,7 +239,12 @@ class Block:
 
     # -- parameters -----------------------------------------------------------------------
     def collect_params(self, select: str | None = None) -> ParameterDict:
-        """Every parameter of this block and its descendants, by structural name.
+        """Every parameter of this block and its descendants, once each, by structural name.
+
+        A parameter reachable under several names (a child block assigned to two attributes, a parameter
+        shared through ``params=`` or :meth:`share_parameters`) is listed once, under the first of them,
+        as MXNet 1.x lists each Parameter once; its other names still resolve (``params['b.weight']``).
+        ``save_parameters`` and ``load_parameters`` use every name, as MXNet's do.
 
         Args:
             select: a regular expression; only names it matches (``re.match``) are kept,
@@ -242,24 +253,41 @@ class Block:
         self._check_container_with_block()
         pattern = re.compile(select) if select is not None else None
         out = ParameterDict()
+        listed: set[int] = set()
         for name, param in self._iter_params(""):
             if param._path is None:
                 param._path = name
-            if pattern is None or pattern.match(name):
+            if pattern is not None and not pattern.match(name):
+                continue
+            if id(param) in listed:
+                out._aliases[name] = param
+            else:
+                listed.add(id(param))
                 out[name] = param
-        for name, view in self._iter_param_aliases(""):
+        for name, view in self._iter_param_aliases("", set()):
             if pattern is None or pattern.match(name):
                 out._aliases[name] = view
         return out
 
-    def _iter_param_aliases(self, prefix: str) -> Iterator[tuple[str, Any]]:
-        """Views a block offers by name besides its parameters (``_param_aliases``: an RNN layer's 'rnn_param')."""
+    def _structural_params(self) -> ParameterDict:
+        """Every parameter under every structural name it has (a shared one under each): what
+        ``save_parameters`` writes and ``load_parameters`` expects, as MXNet's ``_collect_params_with_prefix``."""
+        out = ParameterDict()
+        for name, param in self._iter_params(""):
+            out[name] = param
+        return out
+
+    def _iter_param_aliases(self, prefix: str, visited: set[int]) -> Iterator[tuple[str, Any]]:
+        """Views a block offers by name besides its parameters (``_param_aliases``: an RNN layer's 'rnn_param'),
+        each block's under its first name only (``visited``: the blocks seen)."""
+        visited.add(id(self))
         aliases = getattr(self, "_param_aliases", None)
         if aliases is not None:
             for name, view in aliases().items():
                 yield prefix + name, view
         for name, child in self._children.items():
-            yield from child._iter_param_aliases(prefix + name + ".")
+            if id(child) not in visited:
+                yield from child._iter_param_aliases(prefix + name + ".", visited)
 
     def _check_container_with_block(self) -> None:
         """Warn about Blocks kept in a plain list, tuple or dict attribute (as MXNet 2.x does).
@@ -372,6 +400,7 @@ class Block:
             object.__setattr__(block, "_graphs", None)
 
         self.apply(drop)  # this block's graphs cover its children
+        self._watch_export_inputs(active)
         if active and static_alloc and static_shape:
             object.__setattr__(self, "_graphs", BlockGraphs(self))
 
@@ -399,6 +428,39 @@ class Block:
                 graphs.release()
         return dropped
 
+    # -- export to MXNet -------------------------------------------------------------------
+    def export(self, path: str | os.PathLike, epoch: int = 0, remove_amp_cast: bool = True, *,
+               inputs: Any = None) -> tuple[str, str]:
+        """Write the model for MXNet: its graph to ``path-symbol.json``, its parameters to ``path-%04d.params``.
+
+        MXNet's ``HybridBlock.export`` files: ``gluon.SymbolBlock.imports`` (MXNet's or mxlite's) runs them.
+        mxlite keeps no graph, so the forward runs once more, in inference mode, and what it computes is
+        written in MXNet's operators (``FullyConnected``, ``Convolution``, ``BatchNorm``, ``elemwise_add``, ...):
+        on ``inputs`` (an array, or a list of arrays) when given, else, as MXNet's order goes (``hybridize()``,
+        a call, ``export``), on arrays of ones shaped as the last call's inputs since ``hybridize()``.
+        Variables are named by structural name (``features.0.weight``), inputs ``data`` (``data0``, ``data1``,
+        ... for several); parameters are saved as ``arg:<name>`` and ``aux:<name>`` (moving statistics).
+        ``remove_amp_cast`` is MXNet's; mxlite's graphs hold no AMP casts.
+
+        Returns:
+            The symbol file's and the parameter file's names.
+
+        Raises:
+            ValueError: no ``inputs`` and no call since ``hybridize()``, or a negative ``epoch``.
+            TypeError: inputs that are not arrays.
+            NotImplementedError: an operation or constant array MXNet's symbol file cannot hold (named).
+        """
+        from ._export import export_block  # noqa: PLC0415 - the exporter imports the layers, which import this
+
+        return export_block(self, path, epoch, inputs)
+
+    def _watch_export_inputs(self, active: bool) -> None:
+        """While hybridized, keep the shapes of this block's last call for :meth:`export` (its children stop:
+        this block's calls cover them, as its CUDA graphs do)."""
+        from ._export import watch_inputs  # noqa: PLC0415 - as in export
+
+        watch_inputs(self, active)
+
     # -- checkpoints ----------------------------------------------------------------------
     def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False, *, format: str = "npz") -> None:
         """Write every parameter's value (first mirror) to ``filename``.
@@ -417,7 +479,7 @@ class Block:
             raise ValueError(f"save_parameters: format must be 'npz' or 'mxnet', got {format!r}")
         arrays: dict[str, np.ndarray] = {}
         seen: set[int] = set()
-        for name, param in self.collect_params().items():
+        for name, param in self._structural_params().items():
             if deduplicate and id(param) in seen:
                 continue
             seen.add(id(param))
@@ -479,7 +541,7 @@ class Block:
 
         Raises the errors of :meth:`load_parameters`.
         """
-        params = self.collect_params()
+        params = self._structural_params()
         options = dict(allow_missing=allow_missing, ignore_extra=ignore_extra, cast_dtype=cast_dtype,
                        dtype_source=dtype_source)
         if arrays is None:
@@ -519,6 +581,9 @@ class Block:
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _profiling.recording and _profiling.open_layer() is not self:  # mx.profiler runs: time this call
+            with _profiling.layer_scope(self, args):
+                return self.__call__(*args, **kwargs)
         if any(isinstance(a, np.ndarray) for a in args):
             args = _tensor_args(args)
         for hook in list(self._forward_pre_hooks.values()):

@@ -45,14 +45,39 @@ def _as_tensor_like(x: Any, like: Tensor) -> Tensor:
     return ops.as_tensor(x, like)
 
 
-def _reshape_like(x: Tensor, y: Tensor) -> Tensor:
-    """``x`` reshaped to ``y``'s shape (the sizes must agree), as Gluon's ``_reshape_like``."""
+def _reshape_like(*args: Any) -> Tensor:
+    """``x`` reshaped to ``y``'s shape (the sizes must agree): Gluon's ``_reshape_like(F, x, y)``, which
+    MXNet's examples import for their own losses; ``_reshape_like(x, y)`` works too (``F`` is not needed).
+
+    Raises:
+        TypeError: not two or three arguments. ValueError: the sizes differ.
+    """
+    if len(args) not in (2, 3):
+        raise TypeError(f"_reshape_like takes (F, x, y) or (x, y), got {len(args)} arguments")
+    x, y = args[-2:]
+    x = _as_tensor_like(x, y)
     if x.shape == y.shape:
         return x
     if x.size != y.size:
         raise ValueError(f"label of shape {x.shape} ({x.size} elements) cannot be reshaped to the "
                          f"prediction's shape {y.shape} ({y.size} elements)")
     return ops.reshape(x, y.shape)
+
+
+def _apply_weighting(F: Any, loss: Any, weight: float | None = None, sample_weight: Any = None) -> Tensor:
+    """Gluon's ``_apply_weighting(F, loss, weight, sample_weight)``, which MXNet's examples import for their own
+    losses: ``loss`` times ``sample_weight`` (broadcast), then times the number ``weight``. ``F`` is not needed.
+
+    Raises:
+        TypeError: ``weight`` is not a number.
+    """
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, numbers.Number)):
+        raise TypeError(f"_apply_weighting: weight must be a number, got {type(weight).__name__}: {weight!r}")
+    if sample_weight is not None:
+        loss = ops.multiply(loss, _as_tensor_like(sample_weight, loss))
+    if weight is not None:
+        loss = ops.multiply(loss, weight)
+    return loss
 
 
 class Loss(Block):
