@@ -24,6 +24,8 @@ from ..autograd import random
 from ..device import Device, cpu, gpu, gpu_devices
 from ..gluon import loss, metric, nn
 from ..gluon.data import ArrayDataset, DataLoader
+from ..gluon.progress import accuracy_limits  # noqa: F401 - part of the job's API
+from ..gluon.progress import plot_history as _plot
 from ..gluon.trainer import Trainer
 from ..gluon.utils import split_and_load
 from ..optimizer import registered as _registered_optimizers
@@ -236,43 +238,6 @@ def _write_outputs(out: str, net: nn.Block, history: History, config: dict[str, 
     else:
         print(f"wrote {out}/model.npz and {out}/history.json (install matplotlib, e.g. "
               "pip install 'mxlite[train]', for the plot)")
-
-
-def accuracy_limits(values: list[float]) -> tuple[float, float]:
-    """The accuracy axis: from a little below the lowest value plotted (at most 0.9 below 1) to 1.0,
-    so that the useful range near the top is not squeezed into the top tenth of the plot."""
-    low = min(values) if values else 0.0
-    span = max(1.0 - low, 0.02)
-    return max(0.0, 1.0 - 1.1 * span), 1.0 + 0.02 * span
-
-
-def _plot(history: History, path: str, title: str = "") -> bool:
-    try:
-        import matplotlib  # noqa: PLC0415 - optional
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        return False
-    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
-
-    epochs = np.arange(1, len(history.train_loss) + 1)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_loss.plot(epochs, history.train_loss, marker="o")
-    ax_loss.set(title="training loss", xlabel="epoch", ylabel="softmax cross-entropy")
-    ax_acc.plot(epochs, history.train_acc, marker="o", label="train")
-    ax_acc.plot(epochs, history.test_acc, marker="s", label="held-out")
-    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy",
-               ylim=accuracy_limits(history.train_acc + history.test_acc))
-    ax_acc.legend()
-    for ax in (ax_loss, ax_acc):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
 
 
 def _int_at_least(minimum: int) -> Any:
