@@ -25,6 +25,9 @@ _NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # present whenever the kernel dr
 if "MXLITE_EMULATE_GPUS" not in os.environ and not os.path.exists(_NVIDIA_DRIVER):
     os.environ["MXLITE_EMULATE_GPUS"] = str(EMULATED_GPUS)
 
+# No test downloads from MXNet's repository: a test that wants a download points this at a local mirror.
+os.environ.setdefault("MXNET_GLUON_REPO", "file:///nonexistent/mxlite-tests/no-network/")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires_gpus(n): needs n GPUs (real, or emulated); skipped with fewer")

@@ -16,6 +16,7 @@ architectures as MXNet master's), on CPU:
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
@@ -312,10 +313,13 @@ def test_get_model_errors() -> None:
     (lambda: vision.get_model("mobilenetv2_0.75", pretrained=True), "mobilenetv2_0.75"),
     (lambda: vision.inception_v3(pretrained=True, device=mx.cpu()), "inceptionv3"),
 ])
-def test_pretrained_is_refused_naming_the_model(call, model: str) -> None:
-    with pytest.raises(PretrainedUnavailableError, match=rf"^{model}: pretrained=True is not supported"):
+def test_pretrained_without_the_file_names_the_model_and_file(call, model: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MXNET_HOME", str(tmp_path))  # the default root: $MXNET_HOME/models, empty, no network
+    file_name = re.escape(f"{model}-{mx.gluon.model_zoo.model_store.short_hash(model)}.params")
+    with pytest.raises(PretrainedUnavailableError, match=rf"^{re.escape(model)}: pretrained weights unavailable: "
+                       rf".*models/{file_name} does not exist"):
         call()
-    assert issubclass(PretrainedUnavailableError, NotImplementedError)
+    assert issubclass(PretrainedUnavailableError, FileNotFoundError)
 
 
 def test_family_argument_errors() -> None:

@@ -80,12 +80,64 @@ def test_dataloader_try_nopython_is_accepted():
     assert [b.asnumpy().tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="mxlite reads no RecordIO files: no ImageRecordDataset, ImageListDataset or ImageRecordIter "
-                          "(ImageFolderDataset reads a folder of images)")
-def test_recordimage_dataset():
-    """Mirrors MXNet's ``test_recordimage_dataset`` (and the ``ImageListDataset``/``ImageRecordIter`` tests)."""
-    gluon.data.vision.ImageRecordDataset("test.rec")
+@pytest.fixture
+def prepare_record(tmp_path):
+    """MXNet's ``prepare_record`` on 6 small PNG files written here (MXNet downloads 16 JPEG test images): each packed
+    with ``recordio.pack((0, i, i, 0), file bytes)`` into ``test.rec`` and its index."""
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless (the test extra) writes the images")
+    folder = tmp_path / "test_images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    record = mx.recordio.MXIndexedRecordIO(str(tmp_path / "test.idx"), str(tmp_path / "test.rec"), "w")
+    for i in range(6):
+        path = folder / f"img{i}.png"
+        cv2.imwrite(str(path), rng.integers(0, 256, (5 + i, 7, 3), dtype=np.uint8))
+        record.write_idx(i, mx.recordio.pack((0, i, i, 0), path.read_bytes()))
+    record.close()
+    return str(tmp_path / "test.rec")
+
+
+def test_recordimage_dataset(prepare_record):
+    """Mirrors MXNet's ``test_recordimage_dataset``."""
+    dataset = gluon.data.vision.ImageRecordDataset(prepare_record).transform(lambda x, y: (x, y))
+    loader = gluon.data.DataLoader(dataset, 1)
+    for i, (x, y) in enumerate(loader):
+        assert x.shape[0] == 1 and x.shape[3] == 3
+        assert y.asscalar() == i
+
+
+def _dataset_transform_fn(x, y):
+    return x, y
+
+
+def _dataset_transform_first_fn(x):
+    return x
+
+
+def test_recordimage_dataset_with_data_loader_multiworker(prepare_record):
+    """Mirrors MXNet's ``test_recordimage_dataset_with_data_loader_multiworker`` (2 workers for MXNet's 5)."""
+    for dataset in (gluon.data.vision.ImageRecordDataset(prepare_record),
+                    gluon.data.vision.ImageRecordDataset(prepare_record).transform(_dataset_transform_fn),
+                    gluon.data.vision.ImageRecordDataset(prepare_record).transform_first(_dataset_transform_first_fn)):
+        loader = gluon.data.DataLoader(dataset, 1, num_workers=2, try_nopython=None)
+        for i, (x, y) in enumerate(loader):
+            assert x.shape[0] == 1 and x.shape[3] == 3
+            assert y.asscalar() == i
+
+
+def test_image_list_dataset(prepare_record, tmp_path):
+    """Mirrors MXNet's ``test_image_list_dataset``: from a list of entries and from a .lst file."""
+    root = str(tmp_path / "test_images")
+    imlist = sorted(p.name for p in (tmp_path / "test_images").iterdir())
+    dataset = gluon.data.vision.ImageListDataset(root=root, imglist=[(0, path) for path in imlist])
+    assert len(dataset) == 6
+    img, label = dataset[0]
+    assert len(img.shape) == 3 and label == 0
+    (tmp_path / "test_images" / "list.lst").write_text("".join(f"{i}\t0\t{p}\n" for i, p in enumerate(imlist)))
+    dataset = gluon.data.vision.ImageListDataset(root=root, imglist="list.lst")
+    assert len(dataset) == 6
+    img, label = dataset[0]
+    assert img.shape == (5, 7, 3) and label == 0
 
 
 def test_mx_handle_of_a_vision_transform_dataset():

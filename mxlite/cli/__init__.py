@@ -1,6 +1,6 @@
 """The ``mxlite`` command: ``train`` (the main job), ``launch`` (multi-process runs), ``info``, ``build-kernels``
-(the CPU devices' kernels, built with g++ ahead of the first step) and ``compile-kernels`` (fills CuPy's kernel
-cache ahead of the first GPU step)."""
+(the CPU devices' kernels, built with g++ ahead of the first step), ``compile-kernels`` (fills CuPy's kernel
+cache ahead of the first GPU step) and ``im2rec`` (image lists and RecordIO files, as MXNet's tool)."""
 
 from __future__ import annotations
 
@@ -152,7 +152,19 @@ def main(argv: list[str] | None = None) -> int:
                                   "one g++ process per file, in parallel, into mxlite's build cache. GPUs compile "
                                   "their kernels with NVRTC: see mxlite compile-kernels.")
     build_parser.add_argument("--jobs", type=int, default=None, help="g++ processes at a time (default: the cores)")
+    from . import im2rec  # noqa: PLC0415
+
+    im2rec_parser = sub.add_parser("im2rec", help="make image lists (--list) and pack them into RecordIO files, "
+                                   "as MXNet's tools/im2rec.py", description=im2rec.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    im2rec.add_arguments(im2rec_parser)
     args = parser.parse_args(argv)
+    if args.command == "im2rec":
+        try:
+            im2rec.check(args)
+        except ValueError as exc:
+            im2rec_parser.error(str(exc))
+        return im2rec.run(args)
     if args.command == "info":
         info()
     elif args.command == "launch":

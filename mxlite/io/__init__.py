@@ -1,5 +1,5 @@
 """MXNet 1.x's data iterators (``mx.io``): :class:`NDArrayIter` over in-memory arrays, :class:`MNISTIter` and
-:class:`CSVIter` over files, :class:`ResizeIter`,
+:class:`CSVIter` over files, :class:`ImageRecordIter` over image RecordIO files, :class:`ResizeIter`,
 :class:`PrefetchingIter`, and the :class:`DataIter`, :class:`DataBatch` and :class:`DataDesc` they are built from.
 
 ::
@@ -10,7 +10,8 @@
 """
 
 from .file_iters import CSVIter, MNISTIter
+from .image_record_iter import ImageRecordIter
 from .io import DataBatch, DataDesc, DataIter, NDArrayIter, PrefetchingIter, ResizeIter
 
-__all__ = ["CSVIter", "DataBatch", "DataDesc", "DataIter", "MNISTIter", "NDArrayIter", "PrefetchingIter",
-           "ResizeIter"]
+__all__ = ["CSVIter", "DataBatch", "DataDesc", "DataIter", "ImageRecordIter", "MNISTIter", "NDArrayIter",
+           "PrefetchingIter", "ResizeIter"]

@@ -8,6 +8,7 @@
 """
 
 from . import datasets, transforms
-from .datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST, ImageFolderDataset
+from .datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST, ImageFolderDataset, ImageListDataset, ImageRecordDataset
 
-__all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "ImageFolderDataset", "MNIST", "datasets", "transforms"]
+__all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "ImageFolderDataset", "ImageListDataset", "ImageRecordDataset",
+           "MNIST", "datasets", "transforms"]

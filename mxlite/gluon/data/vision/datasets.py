@@ -1,4 +1,5 @@
-"""Image datasets (Gluon's ``gluon.data.vision.datasets``): MNIST, Fashion-MNIST, CIFAR and image folders.
+"""Image datasets (Gluon's ``gluon.data.vision.datasets``): MNIST, Fashion-MNIST, CIFAR, image folders, image
+lists (:class:`ImageListDataset`) and image RecordIO files (:class:`ImageRecordDataset`).
 
 Each downloadable dataset reads the standard files from ``root`` (default
 ``$MXNET_HOME/datasets/<name>``, ``MXNET_HOME`` defaulting to ``~/.mxnet``, as in MXNet):
@@ -25,7 +26,7 @@ from __future__ import annotations
 import os
 import tarfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,10 +34,13 @@ import numpy as np
 from ....autograd.tensor import Tensor
 from ....device import cpu
 from ....formats.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx
+from ....image import imdecode, imread
+from ....recordio import MXIndexedRecordIO, unpack
 from ..dataset import Dataset
 from ..download import check_sha1, download, repo_file_url
 
-__all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "ImageFolderDataset", "MNIST"]
+__all__ = ["CIFAR10", "CIFAR100", "FashionMNIST", "ImageFolderDataset", "ImageListDataset", "ImageRecordDataset",
+           "MNIST"]
 
 
 def _data_root(name: str) -> str:
@@ -273,6 +277,111 @@ class ImageFolderDataset(Dataset):
         if self._transform is not None:
             return self._transform(image, np.int32(label))
         return image, np.int32(label)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class ImageRecordDataset(Dataset):
+    """The images of an MXNet RecordIO file (``.rec``, with its ``.idx`` index beside it), as Gluon's
+    ``ImageRecordDataset``: the records written by ``mxlite im2rec``, MXNet's ``im2rec`` or
+    :func:`mxlite.recordio.pack_img`.
+
+    A sample is ``(image, label)``: the image decoded into an ``(H, W, 3)`` RGB (``flag=1``) or ``(H, W, 1)``
+    grey (``flag=0``) uint8 array (:func:`mxlite.image.imdecode`), the label the record header's (a float, or a
+    float32 NumPy array for records packed with several labels), or whatever ``transform(image, label)``
+    returns. Sample ``i`` is the record of the ``i``-th key of the index. DataLoader worker processes each
+    reopen the files.
+
+    Args:
+        filename: path of the ``.rec`` file; the index is the same path with ``.idx``.
+        flag: 1 for colour, 0 for greyscale.
+        transform: called as ``transform(image, label)`` for every sample read.
+
+    Raises:
+        FileNotFoundError: the ``.rec`` or ``.idx`` file does not exist.
+        ValueError: ``flag`` is not 0 or 1; (when read) a record that is not an image record.
+    """
+
+    def __init__(self, filename: str, flag: int = 1, transform: Callable[..., Any] | None = None) -> None:
+        if flag not in (0, 1):
+            raise ValueError(f"ImageRecordDataset: flag must be 0 (greyscale) or 1 (colour), got {flag!r}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable or None, got {type(transform).__name__}")
+        self.filename = os.path.expanduser(filename)
+        self.idx_file = os.path.splitext(self.filename)[0] + ".idx"
+        for path in (self.filename, self.idx_file):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"ImageRecordDataset: no such file {path!r} (the dataset needs the .rec file "
+                                        "and its .idx index beside it)")
+        self._record = MXIndexedRecordIO(self.idx_file, self.filename, "r")
+        self._flag = flag
+        self._transform = transform
+
+    def __getitem__(self, idx: int) -> Any:
+        key = self._record.keys[idx]
+        header, payload = unpack(self._record.read_idx(key))
+        try:
+            image = imdecode(payload, self._flag)
+        except ValueError as exc:
+            raise ValueError(f"ImageRecordDataset: {self.filename}, record {key}: {exc}") from exc
+        if self._transform is not None:
+            return self._transform(image, header.label)
+        return image, header.label
+
+    def __len__(self) -> int:
+        return len(self._record.keys)
+
+
+def _list_labels(entry: Sequence[Any]) -> np.ndarray:
+    """The float32 labels of an image-list entry ``[label or labels..., path]``."""
+    labels = entry[:-1] if len(entry) > 2 else entry[0]
+    return np.atleast_1d(np.asarray(labels, dtype=np.float32))
+
+
+class ImageListDataset(Dataset):
+    """Images named by a list, with their labels (Gluon's ``ImageListDataset``).
+
+    ``imglist`` is a list file under ``root`` (lines ``index<TAB>label(s)<TAB>path``, as ``mxlite im2rec --list``
+    writes) or a list of entries ``[label or labels..., path]``; paths are relative to ``root``. A sample is
+    ``(image, label)``: the image decoded with :func:`mxlite.image.imread` (``(H, W, 3)`` RGB for ``flag=1``,
+    ``(H, W, 1)`` grey for 0) and the labels a float32 NumPy array.
+
+    Raises:
+        ValueError: ``imglist`` is neither a file name nor a list, an entry has no path, or a bad ``flag``.
+        OSError: the list file cannot be read.
+    """
+
+    def __init__(self, root: str = ".", imglist: str | Sequence[Sequence[Any]] | None = None, flag: int = 1) -> None:
+        if flag not in (0, 1):
+            raise ValueError(f"ImageListDataset: flag must be 0 (greyscale) or 1 (colour), got {flag!r}")
+        self._root = os.path.expanduser(root)
+        self._flag = flag
+        self.items: list[tuple[np.ndarray, str]] = []
+        if isinstance(imglist, str):
+            self._read_list(os.path.join(self._root, imglist))
+        elif isinstance(imglist, (list, tuple)):
+            for number, entry in enumerate(imglist):
+                if not isinstance(entry, (list, tuple)) or len(entry) < 2 or not isinstance(entry[-1], str):
+                    raise ValueError(f"ImageListDataset: entry {number} must be [label(s)..., path], got {entry!r}")
+                self.items.append((_list_labels(entry), os.path.join(self._root, entry[-1])))
+        else:
+            raise ValueError(f"ImageListDataset: imglist must be a list file name or a list of [label(s)..., path] "
+                             f"entries, got {type(imglist).__name__}")
+
+    def _read_list(self, path: str) -> None:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                fields = line.strip().split("\t")
+                if not line.strip():
+                    continue
+                if len(fields) < 3:
+                    raise ValueError(f"ImageListDataset: {path} line {number}: expected index, label(s) and path")
+                self.items.append((np.asarray(fields[1:-1], dtype=np.float32), os.path.join(self._root, fields[-1])))
+
+    def __getitem__(self, idx: int) -> Any:
+        label, path = self.items[idx]
+        return imread(path, self._flag), label
 
     def __len__(self) -> int:
         return len(self.items)

@@ -13,11 +13,12 @@ the same kind (a Tensor comes back on its device). :class:`ToTensor` turns it in
 Random transforms draw from :func:`mxlite.autograd.random.host_generator`, so ``mx.random.seed(n)``
 makes them reproducible (DataLoader worker processes reseed it per worker).
 
-Resizing is done here, without OpenCV: ``interpolation=0`` is OpenCV's ``INTER_NEAREST``
-(source pixel ``floor(x · in/out)``), ``1`` is ``INTER_LINEAR`` (half-pixel centres,
-``x_src = (x + 0.5) · in/out − 0.5``, clamped at the borders). Integer images are rounded to
-the nearest value; OpenCV's fixed-point uint8 arithmetic can differ from that by 1 in rare
-pixels. Other interpolation codes (cubic, area, Lanczos) raise ValueError.
+Resizing (``Resize``, ``CenterCrop``, ``RandomResizedCrop``) takes OpenCV's interpolation codes, as
+MXNet's: 0 nearest, 1 bilinear (the default), 2 bicubic, 3 area, 4 Lanczos. It runs through
+:func:`mxlite.image.resize_array`: OpenCV when installed (``opencv-python-headless``, in the
+``vision`` extra), giving MXNet's results; else nearest and bilinear in NumPy with OpenCV's
+conventions (uint8 results may differ from OpenCV's fixed-point ones by 1) and the other codes
+with Pillow's filters, which differ from OpenCV's (see :mod:`mxlite.image`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ....autograd import random as _random
 from ....autograd.tensor import Tensor
 from ....device import cpu
 from ....device.copy import as_host
+from ....image import INTERPOLATIONS, resize_array
 
 __all__ = ["CenterCrop", "Cast", "Compose", "HybridCompose", "Normalize", "RandomBrightness", "RandomContrast",
            "RandomFlipLeftRight", "RandomFlipTopBottom", "RandomResizedCrop", "Resize", "ToTensor", "imresize"]
@@ -63,51 +65,26 @@ def _cast_like(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return out.astype(dtype, copy=False)
 
 
-def _axis_index(in_size: int, out_size: int, interp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Source indices ``i0``, ``i1`` and weights of ``i1`` for one axis (OpenCV's conventions)."""
-    scale = in_size / out_size
-    dst = np.arange(out_size, dtype=np.float64)
-    if interp == 0:
-        i0 = np.minimum(np.floor(dst * scale).astype(np.int64), in_size - 1)
-        return i0, i0, np.zeros(out_size)
-    src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
-    i0 = np.floor(src).astype(np.int64)
-    frac = src - i0
-    last = i0 >= in_size - 1
-    i0 = np.where(last, in_size - 1, i0)
-    frac = np.where(last, 0.0, frac)
-    i1 = np.minimum(i0 + 1, in_size - 1)
-    return i0, i1, frac
-
-
 def imresize(src: Any, w: int, h: int, interp: int = 1) -> Any:
     """Resize an ``(H, W, C)`` image (or ``(N, H, W, C)`` batch) to width ``w`` and height ``h``.
 
-    MXNet's ``mx.image.imresize`` without OpenCV; ``interp`` 0 (nearest) or 1 (bilinear), see
-    the module docstring. Keeps the dtype (integers rounded and saturated).
+    As ``mx.image.imresize`` (``interp`` 0 nearest, 1 bilinear, 2 bicubic, 3 area, 4 Lanczos), but
+    returning the kind it was given (a NumPy array for a NumPy array). Keeps the dtype (integers
+    rounded and saturated).
 
     Raises:
-        ValueError: ``w`` or ``h`` < 1, an unsupported ``interp``, or not an image.
+        ValueError: ``w`` or ``h`` < 1, an unknown ``interp``, or not an image.
     """
     a, wrap = _unwrap(src)
     _image_ndim("imresize", a)
-    for name, v in (("w", w), ("h", h)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"imresize: {name} must be an integer >= 1, got {v!r}")
-    if interp not in (0, 1):
-        raise ValueError(f"interpolation must be 0 (nearest) or 1 (bilinear), got {interp!r}; cubic, area and "
-                         "Lanczos resizing need OpenCV, which mxlite does not use")
-    in_h, in_w = a.shape[-3], a.shape[-2]
-    if (in_h, in_w) == (h, w):
-        return wrap(a.copy())
-    y0, y1, fy = _axis_index(in_h, int(h), interp)
-    x0, x1, fx = _axis_index(in_w, int(w), interp)
-    if interp == 0:
-        return wrap(np.ascontiguousarray(a[..., y0, :, :][..., :, x0, :]))
-    f = a.astype(np.float64)
-    rows = f[..., y0, :, :] * (1 - fy)[:, None, None] + f[..., y1, :, :] * fy[:, None, None]
-    out = rows[..., :, x0, :] * (1 - fx)[:, None] + rows[..., :, x1, :] * fx[:, None]
-    return wrap(_cast_like(out, a.dtype))
+    return wrap(resize_array(a, w, h, interp))
+
+
+def _interpolation(name: str, interpolation: Any) -> int:
+    if isinstance(interpolation, bool) or interpolation not in INTERPOLATIONS:
+        raise ValueError(f"{name}: interpolation must be one of {INTERPOLATIONS} (OpenCV's codes), got "
+                         f"{interpolation!r}")
+    return int(interpolation)
 
 
 def _size_pair(name: str, size: Any) -> tuple[int, int]:
@@ -258,18 +235,16 @@ class Resize(_Transform):
         size: an int (square output, or with ``keep_ratio`` the shorter edge) or ``(width, height)``.
         keep_ratio: with an int ``size``, scale the shorter edge to ``size`` and the other edge
             by the same factor (``(300, 200)`` HxW with size 150 gives 225x150).
-        interpolation: 0 nearest, 1 bilinear (default).
+        interpolation: 0 nearest, 1 bilinear (default), 2 bicubic, 3 area, 4 Lanczos.
 
     Raises:
-        ValueError: a size < 1 or with more than two values, or an unsupported interpolation.
+        ValueError: a size < 1 or with more than two values, or an unknown interpolation.
     """
 
     def __init__(self, size: int | Sequence[int], keep_ratio: bool = False, interpolation: int = 1) -> None:
         self._size = _size_pair("Resize", size)
         self._keep = bool(keep_ratio) and isinstance(size, (int, np.integer))
-        if interpolation not in (0, 1):
-            raise ValueError(f"Resize: interpolation must be 0 (nearest) or 1 (bilinear), got {interpolation!r}")
-        self._interpolation = interpolation
+        self._interpolation = _interpolation("Resize", interpolation)
 
     def _apply(self, a: np.ndarray) -> np.ndarray:
         _image_ndim("Resize", a)
@@ -294,9 +269,7 @@ class CenterCrop(_Transform):
 
     def __init__(self, size: int | Sequence[int], interpolation: int = 1) -> None:
         self._size = _size_pair("CenterCrop", size)
-        if interpolation not in (0, 1):
-            raise ValueError(f"CenterCrop: interpolation must be 0 or 1, got {interpolation!r}")
-        self._interpolation = interpolation
+        self._interpolation = _interpolation("CenterCrop", interpolation)
 
     def _apply(self, a: np.ndarray) -> np.ndarray:
         _image_ndim("CenterCrop", a)
@@ -320,9 +293,8 @@ class RandomResizedCrop(_Transform):
             raise ValueError(f"RandomResizedCrop: scale must be (low, high) with 0 < low <= high <= 1, got {scale!r}")
         if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
             raise ValueError(f"RandomResizedCrop: ratio must be (low, high) with 0 < low <= high, got {ratio!r}")
-        if interpolation not in (0, 1):
-            raise ValueError(f"RandomResizedCrop: interpolation must be 0 or 1, got {interpolation!r}")
-        self._scale, self._ratio, self._interpolation = tuple(scale), tuple(ratio), interpolation
+        self._interpolation = _interpolation("RandomResizedCrop", interpolation)
+        self._scale, self._ratio = tuple(scale), tuple(ratio)
 
     def _apply(self, a: np.ndarray) -> np.ndarray:
         _image_ndim("RandomResizedCrop", a)

@@ -10,8 +10,11 @@ and VGG (11/13/16/19, with or without BatchNorm). Build one by name or with its 
 
 The architectures, constructor arguments, defaults and parameter names
 (``net.collect_params()`` keys such as ``features.4.0.body.0.weight``) are MXNet 2.x's. Weights
-start random: ``pretrained=True`` raises :class:`PretrainedUnavailableError`, since mxlite cannot
-fetch or load MXNet's pretrained model-zoo weights. Layers whose input size follows from the
+start random; ``pretrained=True`` loads MXNet's pretrained ImageNet weights, its own
+``{name}-{short hash}.params`` file from ``root`` (default ``$MXNET_HOME/models``, ``~/.mxnet/models``),
+SHA-1 checked and downloaded from MXNet's repository (``$MXNET_GLUON_REPO``) when missing; without a
+network, :class:`PretrainedUnavailableError` says which file to put where
+(:mod:`mxlite.gluon.model_zoo.model_store`). Layers whose input size follows from the
 architecture are given it at construction; only the first layer's input channels (and, where it
 depends on the image size, the first Dense layer's input size) are inferred from the first batch.
 """
@@ -89,9 +92,9 @@ def get_model(name: str, **kwargs: Any) -> Block:
     Args:
         name: a model name, e.g. 'resnet18_v1', 'vgg16_bn', 'densenet121', 'squeezenet1.1',
             'inceptionv3', 'mobilenet0.5', 'mobilenetv2_1.0' (``model_names()`` lists them all).
-        **kwargs: passed to the model's constructor: ``classes``, ``pretrained`` (must be False),
-            ``device``/``ctx``/``root`` (accepted, unused), and family options such as ``thumbnail``
-            (ResNet), ``batch_norm`` (VGG), ``dropout``/``bn_size`` (DenseNet).
+        **kwargs: passed to the model's constructor: ``classes``, ``pretrained`` (load MXNet's
+            pretrained weights), ``root`` (their folder), ``device``/``ctx`` (where they go), and family
+            options such as ``thumbnail`` (ResNet), ``batch_norm`` (VGG), ``dropout``/``bn_size`` (DenseNet).
 
     Returns:
         The model, its parameters not yet initialised (call ``net.initialize()``).
@@ -99,7 +102,8 @@ def get_model(name: str, **kwargs: Any) -> Block:
     Raises:
         TypeError: ``name`` is not a string.
         ValueError: unknown name; the message lists every known model.
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is neither in ``root`` nor
+            downloadable (the message says which file to put where).
     """
     if not isinstance(name, str):
         raise TypeError(f"get_model: name must be a string such as 'resnet18_v1', got {type(name).__name__}: "

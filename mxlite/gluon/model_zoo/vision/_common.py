@@ -1,26 +1,27 @@
-"""What every model-zoo constructor shares: the refusal of ``pretrained=True``."""
+"""What every model-zoo constructor shares: loading MXNet's pretrained weights when ``pretrained=True``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["PretrainedUnavailableError", "check_pretrained"]
+from ...nn import Block
+from ..model_store import PretrainedUnavailableError, get_model_file
+
+__all__ = ["PretrainedUnavailableError", "with_pretrained"]
+
+BlockT = TypeVar("BlockT", bound=Block)
 
 
-class PretrainedUnavailableError(NotImplementedError):
-    """``pretrained=True`` was asked for, but mxlite cannot fetch or load MXNet's pretrained weights."""
+def with_pretrained(net: BlockT, model: str, pretrained: Any, root: Any, device: Any, ctx: Any) -> BlockT:
+    """``net``, with MXNet's pretrained weights of ``model`` loaded on ``device`` (or ``ctx``; default the
+    current device) when ``pretrained`` is true, as MXNet's constructors do: the file comes from
+    :func:`~mxlite.gluon.model_zoo.model_store.get_model_file` (``root`` None: ``$MXNET_HOME/models``).
 
-
-def check_pretrained(model: str, pretrained: Any) -> None:
-    """Raise :class:`PretrainedUnavailableError` naming ``model`` when ``pretrained`` is true.
-
-    MXNet's constructors download the model's weight file from MXNet's model store and load it;
-    mxlite has no model store, so it can give random initial weights only. A false
-    ``pretrained`` does nothing.
+    Raises:
+        PretrainedUnavailableError: the weight file is not in ``root`` and cannot be downloaded (the message says
+            which file to put where).
+        ValueError: the weights do not fit ``net`` (a ``classes`` other than the pretrained model's 1000).
     """
     if pretrained:
-        raise PretrainedUnavailableError(
-            f"{model}: pretrained=True is not supported: mxlite has no model store to download MXNet's "
-            "pretrained weights from. Build the model with pretrained=False and load a weight file with "
-            "net.load_parameters(path): it reads mxlite's .npz and MXNet's .params files whose names are "
-            "the model's structural names ('features.0.weight', ...).")
+        net.load_parameters(get_model_file(model, root=root), device=device if ctx is None else ctx)
+    return net

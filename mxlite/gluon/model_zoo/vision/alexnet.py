@@ -10,7 +10,7 @@ from typing import Any
 
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["AlexNet", "alexnet"]
 
@@ -56,12 +56,13 @@ def alexnet(pretrained: bool = False, device: Any = None, root: Any = None, ctx:
     """AlexNet, as MXNet's ``alexnet``.
 
     Args:
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`AlexNet` (``classes``).
 
     Raises:
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
-    check_pretrained("alexnet", pretrained)
-    return AlexNet(**kwargs)
+    return with_pretrained(AlexNet(**kwargs), "alexnet", pretrained, root, device, ctx)

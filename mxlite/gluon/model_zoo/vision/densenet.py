@@ -11,7 +11,7 @@ from typing import Any
 
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["DenseNet", "densenet121", "densenet161", "densenet169", "densenet201", "get_densenet"]
 
@@ -101,20 +101,22 @@ def get_densenet(num_layers: int, pretrained: bool = False, device: Any = None, 
 
     Args:
         num_layers: 121, 161, 169 or 201.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`DenseNet` (``classes``, ``bn_size``, ``dropout``).
 
     Raises:
         ValueError: unknown depth.
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
     if num_layers not in densenet_spec:
         raise ValueError(f"get_densenet: invalid number of layers {num_layers!r}; options are "
                          f"{', '.join(map(str, densenet_spec))}")
-    check_pretrained(f"densenet{num_layers}", pretrained)
     num_init_features, growth_rate, block_config = densenet_spec[num_layers]
-    return DenseNet(num_init_features, growth_rate, block_config, **kwargs)
+    net = DenseNet(num_init_features, growth_rate, block_config, **kwargs)
+    return with_pretrained(net, f"densenet{num_layers}", pretrained, root, device, ctx)
 
 
 def densenet121(**kwargs: Any) -> DenseNet:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["Inception3", "inception_v3"]
 
@@ -145,12 +145,13 @@ def inception_v3(pretrained: bool = False, device: Any = None, root: Any = None,
     """Inception v3, as MXNet's ``inception_v3``.
 
     Args:
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`Inception3` (``classes``).
 
     Raises:
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
-    check_pretrained("inceptionv3", pretrained)
-    return Inception3(**kwargs)
+    return with_pretrained(Inception3(**kwargs), "inceptionv3", pretrained, root, device, ctx)

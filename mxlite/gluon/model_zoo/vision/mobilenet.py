@@ -13,7 +13,7 @@ from typing import Any
 from ....autograd import ops
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["MobileNet", "MobileNetV2", "RELU6", "LinearBottleneck", "mobilenet1_0", "mobilenet_v2_1_0",
            "mobilenet0_75", "mobilenet_v2_0_75", "mobilenet0_5", "mobilenet_v2_0_5", "mobilenet0_25",
@@ -145,15 +145,17 @@ def get_mobilenet(multiplier: float, pretrained: bool = False, device: Any = Non
 
     Args:
         multiplier: the width multiplier.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`MobileNet` (``classes``).
 
     Raises:
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
-    check_pretrained(f"mobilenet{_suffix(multiplier)}", pretrained)
-    return MobileNet(multiplier, **kwargs)
+    net = MobileNet(multiplier, **kwargs)
+    return with_pretrained(net, f"mobilenet{_suffix(multiplier)}", pretrained, root, device, ctx)
 
 
 def get_mobilenet_v2(multiplier: float, pretrained: bool = False, device: Any = None, root: Any = None,
@@ -162,15 +164,17 @@ def get_mobilenet_v2(multiplier: float, pretrained: bool = False, device: Any = 
 
     Args:
         multiplier: the width multiplier.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`MobileNetV2` (``classes``).
 
     Raises:
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
-    check_pretrained(f"mobilenetv2_{_suffix(multiplier)}", pretrained)
-    return MobileNetV2(multiplier, **kwargs)
+    net = MobileNetV2(multiplier, **kwargs)
+    return with_pretrained(net, f"mobilenetv2_{_suffix(multiplier)}", pretrained, root, device, ctx)
 
 
 def mobilenet1_0(**kwargs: Any) -> MobileNet:

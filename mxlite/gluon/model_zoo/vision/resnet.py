@@ -13,7 +13,7 @@ from typing import Any
 from ....autograd import ops
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["ResNetV1", "ResNetV2", "BasicBlockV1", "BasicBlockV2", "BottleneckV1", "BottleneckV2",
            "resnet18_v1", "resnet34_v1", "resnet50_v1", "resnet101_v1", "resnet152_v1",
@@ -278,23 +278,25 @@ def get_resnet(version: int, num_layers: int, pretrained: bool = False, device: 
     Args:
         version: 1 or 2.
         num_layers: 18, 34, 50, 101 or 152.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`ResNetV1`/:class:`ResNetV2` (``classes``, ``thumbnail``).
 
     Raises:
         ValueError: unknown version or depth.
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
     if num_layers not in resnet_spec:
         raise ValueError(f"get_resnet: invalid number of layers {num_layers!r}; options are "
                          f"{', '.join(map(str, resnet_spec))}")
     if version not in (1, 2):
         raise ValueError(f"get_resnet: invalid resnet version {version!r}; options are 1 and 2")
-    check_pretrained(f"resnet{num_layers}_v{version}", pretrained)
     block_type, layers, channels = resnet_spec[num_layers]
     block_class = resnet_block_versions[version - 1][block_type]
-    return resnet_net_versions[version - 1](block_class, layers, channels, **kwargs)
+    net = resnet_net_versions[version - 1](block_class, layers, channels, **kwargs)
+    return with_pretrained(net, f"resnet{num_layers}_v{version}", pretrained, root, device, ctx)
 
 
 def resnet18_v1(**kwargs: Any) -> ResNetV1:

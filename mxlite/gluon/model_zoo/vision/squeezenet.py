@@ -11,7 +11,7 @@ from typing import Any
 
 from ....autograd.tensor import Tensor
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["SqueezeNet", "squeezenet1_0", "squeezenet1_1", "get_squeezenet"]
 
@@ -87,18 +87,19 @@ def get_squeezenet(version: str, pretrained: bool = False, device: Any = None, r
 
     Args:
         version: '1.0' or '1.1'.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`SqueezeNet` (``classes``).
 
     Raises:
         ValueError: unknown version.
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
     if version not in ("1.0", "1.1"):
         raise ValueError(f"get_squeezenet: unsupported version {version!r}; '1.0' or '1.1' expected")
-    check_pretrained(f"squeezenet{version}", pretrained)
-    return SqueezeNet(version, **kwargs)
+    return with_pretrained(SqueezeNet(version, **kwargs), f"squeezenet{version}", pretrained, root, device, ctx)
 
 
 def squeezenet1_0(**kwargs: Any) -> SqueezeNet:

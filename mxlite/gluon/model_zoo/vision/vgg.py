@@ -13,7 +13,7 @@ from typing import Any
 from ....autograd.tensor import Tensor
 from ....initializer import Xavier
 from ... import nn
-from ._common import check_pretrained
+from ._common import with_pretrained
 
 __all__ = ["VGG", "vgg11", "vgg13", "vgg16", "vgg19", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "get_vgg"]
 
@@ -86,20 +86,22 @@ def get_vgg(num_layers: int, pretrained: bool = False, device: Any = None, root:
 
     Args:
         num_layers: 11, 13, 16 or 19.
-        pretrained: must be False (mxlite cannot fetch or load MXNet's pretrained weights).
-        device, root, ctx: accepted for MXNet compatibility; they only matter with pretrained weights.
+        pretrained: load MXNet's pretrained weights (``model_store.get_model_file``).
+        root: the folder of weight files (default ``$MXNET_HOME/models``, ``~/.mxnet/models``).
+        device, ctx: where the pretrained weights go (default: the current device).
         **kwargs: passed to :class:`VGG` (``classes``, ``batch_norm``).
 
     Raises:
         ValueError: unknown depth.
-        PretrainedUnavailableError: ``pretrained=True``.
+        PretrainedUnavailableError: ``pretrained=True`` and the weight file is not in ``root`` and cannot be
+            downloaded.
     """
     if num_layers not in vgg_spec:
         raise ValueError(f"get_vgg: invalid number of layers {num_layers!r}; options are "
                          f"{', '.join(map(str, vgg_spec))}")
-    check_pretrained(f"vgg{num_layers}{'_bn' if kwargs.get('batch_norm') else ''}", pretrained)
     layers, filters = vgg_spec[num_layers]
-    return VGG(layers, filters, **kwargs)
+    name = f"vgg{num_layers}{'_bn' if kwargs.get('batch_norm') else ''}"
+    return with_pretrained(VGG(layers, filters, **kwargs), name, pretrained, root, device, ctx)
 
 
 def vgg11(**kwargs: Any) -> VGG:
