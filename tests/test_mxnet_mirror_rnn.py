@@ -265,9 +265,9 @@ def test_conv_cell_argument_errors():
         cell(mx.np.ones((2, 5, 8)))
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="mxlite builds no symbolic graph (hybridize runs eagerly or as CUDA graphs), so no export or "
-                          "SymbolBlock.imports; save_parameters/load_parameters keep the weights")
+@pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                   reason="export writes no MXNet RNN operator: it names the recurrent op it cannot write; "
+                          "save_parameters/load_parameters keep the weights")
 def test_rnn_cells_export_import():
     """Mirrors MXNet's ``test_rnn_cells_export_import``."""
     layer = gluon.rnn.LSTM(4, input_size=3)
