@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import weakref
 from typing import Any
 
 from . import _counters, _state
-from ._errors import EmulatedGPUError
+from ._errors import EmulatedGPUError, cuda_error
 
-__all__ = ["Stream", "Event", "get_current_stream", "stream_from_ptr", "host_known", "host_sync", "completed",
-           "synchronize_device", "active_captures"]
+__all__ = ["Stream", "Event", "get_current_stream", "get_elapsed_time", "stream_from_ptr", "host_known", "host_sync",
+           "completed", "synchronize_device", "active_captures"]
 
 _ids = itertools.count(1)
 _tls = threading.local()
@@ -191,10 +192,15 @@ class Event:
     """A CUDA event: captures a stream's position (and what that stream knew) at ``record``.
 
     Args:
-        block, disable_timing, interprocess: accepted for compatibility.
+        block, interprocess: accepted for compatibility.
+        disable_timing: the event keeps no time, so :func:`get_elapsed_time` refuses it (as CUDA's).
+
+    Work runs when it is issued, so the host clock at ``record`` is when the stream reached the event.
     """
 
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
+        self._timing = not disable_timing
+        self._time: float | None = None  # perf_counter() at the last record outside a capture
         self._known: dict[Stream, int] = {}
         self._stream: Stream | None = None
         self._capture: Any = None  # the capture it was last recorded in
@@ -212,6 +218,7 @@ class Event:
 
             _graph.issue(stream, "Event.record()")
         self._capture = stream._capture
+        self._time = time.perf_counter() if stream._capture is None else None
         self._stream = stream
         self._known = dict(stream._known)
         self._known[stream] = stream._seq
@@ -230,6 +237,29 @@ class Event:
         if self._capture is not None:
             _event_wait(self, "Event.done")
         return True
+
+
+def get_elapsed_time(start_event: Event, end_event: Event) -> float:
+    """Milliseconds between two recorded events (CuPy's ``cupy.cuda.get_elapsed_time``).
+
+    Raises:
+        CUDARuntimeError: an event made with ``disable_timing=True`` or never recorded
+            (cudaErrorInvalidResourceHandle), one last recorded in a stream capture (cudaErrorCapturedEvent), or
+            one whose work the host has not waited for (cudaErrorNotReady: synchronize it first).
+    """
+    for role, event in (("start_event", start_event), ("end_event", end_event)):
+        if not isinstance(event, Event):
+            raise TypeError(f"get_elapsed_time: {role} must be an Event, got {type(event).__name__}")
+        if event._capture is not None:
+            raise cuda_error(907, f"get_elapsed_time: {role} {event!r} was recorded in a stream capture")
+        if not event._timing or event._time is None:
+            why = "made with disable_timing=True" if not event._timing else "never recorded"
+            raise cuda_error(400, f"get_elapsed_time: {role} {event!r} was {why}")
+        stream = event._stream
+        if stream is not None and host_known.get(stream, 0) < event._known.get(stream, 0):
+            raise cuda_error(600, f"get_elapsed_time: {role} {event!r} has not completed as far as the host "
+                                  "knows; synchronize it first")
+    return (end_event._time - start_event._time) * 1e3
 
 
 def _host_wait(stream: Stream, what: str) -> None:

@@ -22,6 +22,7 @@ _ERROR_TEXT = {
     101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
     400: ("cudaErrorInvalidResourceHandle", "invalid resource handle"),
     401: ("cudaErrorIllegalState", "the operation cannot be performed in the present state"),
+    600: ("cudaErrorNotReady", "device not ready"),
     900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
     901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"),
     902: ("cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"),

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .._streams import Event, Stream, get_current_stream
+from .._streams import Event, Stream, get_current_stream, get_elapsed_time
 
-__all__ = ["Event", "Stream", "get_current_stream"]
+__all__ = ["Event", "Stream", "get_current_stream", "get_elapsed_time"]
