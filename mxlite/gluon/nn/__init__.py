@@ -3,6 +3,7 @@
 from ..block import Block, HybridBlock, HybridSequential, Sequential
 from ..parameter import Constant, DeferredInitializationError, Parameter, ParameterDict
 from .activations import ELU, GELU, SELU, LeakyReLU, PReLU, SiLU, Swish
+from .attention import MultiHeadAttention, PositionwiseFFN, TransformerDecoderLayer, TransformerEncoderLayer
 from .basic_layers import (
     Activation,
     BatchNorm,
@@ -53,5 +54,6 @@ __all__ = [
     "GlobalAvgPool1D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool3D", "MaxPool1D", "MaxPool3D",
     "ELU", "GELU", "SELU", "HybridLambda", "Identity", "LeakyReLU", "PReLU", "ParameterDict", "SiLU", "Swish",
     "GroupNorm", "InstanceNorm", "Concatenate", "HybridConcatenate", "PixelShuffle1D", "PixelShuffle2D",
-    "PixelShuffle3D", "ReflectionPad2D", "SyncBatchNorm",
+    "PixelShuffle3D", "ReflectionPad2D", "SyncBatchNorm", "MultiHeadAttention", "PositionwiseFFN",
+    "TransformerEncoderLayer", "TransformerDecoderLayer",
 ]
