@@ -12,7 +12,7 @@ objects under Gluon's spelling. See README.md and docs/design.md.
 
 import sys as _sys
 
-from . import amp, autograd, checkpoint, datasets, gluon, io, kvstore, optimizer
+from . import amp, autograd, checkpoint, datasets, gluon, image, io, kvstore, optimizer, profiler, recordio
 from . import initializer as init
 from .arrays import (
     nd,  # MXNet's mx.nd
@@ -28,6 +28,7 @@ from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
 from .device.context import Context, current_context
 from .device.threads import get_num_threads, set_num_threads
+from .formats import mxnet_symbol as sym  # MXNet's mx.sym: load, load_json, var, Group, Symbol
 from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as mx.nn, mx.loss, ...
 from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
 from .gluon.trainer import Trainer
@@ -36,12 +37,15 @@ from .optimizer import lr_scheduler
 
 NDArray = Tensor  # MXNet's name for the array type
 kv = kvstore  # MXNet's mx.kv alias
+img = image  # MXNet's mx.img alias
 ndarray, numpy, numpy_extension = nd, np, npx  # MXNet's long names of mx.nd, mx.np, mx.npx
+symbol = sym  # MXNet's long name of mx.sym
 
 # MXNet's module paths, importable as MXNet's are: `import mxlite.ndarray as nd`, `from mxlite.lr_scheduler
 # import FactorScheduler`, `from mxlite.util import use_np` give the modules above under MXNet's names.
 for _path, _module in {"ndarray": nd, "numpy": np, "numpy_extension": npx, "lr_scheduler": lr_scheduler,
-                       "util": util, "context": context, "metric": metric, "random": random}.items():
+                       "util": util, "context": context, "metric": metric, "random": random,
+                       "symbol": sym}.items():
     _sys.modules.setdefault(f"{__name__}.{_path}", _module)
 del _path, _module
 
@@ -54,5 +58,5 @@ __all__ = [
     "lr_scheduler", "metric", "model_zoo", "ndarray", "nn", "numpy", "numpy_extension", "rnn",
     "nn_ops", "np_shape", "num_gpus", "ones", "ops", "optimizer", "parallel", "random", "sparse", "split_and_load",
     "split_data", "stack", "util", "zeros", "Context", "context", "current_context", "nd", "np", "npx",
-    "get_num_threads", "set_num_threads",
+    "get_num_threads", "set_num_threads", "sym", "symbol", "image", "img", "recordio", "profiler",
 ]

@@ -28,8 +28,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "mxlite"
 LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
     [("device", ("mxlite.device", "mxlite._emulation"))],
     [("formats", ("mxlite.formats",))],
+    [("profiler", ("mxlite.profiler",))],
     [("tensor", ("mxlite.autograd", "mxlite.initializer"))],
-    [("faces", ("mxlite.arrays", "mxlite.io")), ("memory", ("mxlite.store",))],
+    [("faces", ("mxlite.arrays", "mxlite.io", "mxlite.image", "mxlite.recordio")), ("memory", ("mxlite.store",))],
     [("update", ("mxlite.optimizer",)), ("sync", ("mxlite.comm",))],
     [("store", ("mxlite.kvstore",))],
     [("gluon", ("mxlite.gluon", "mxlite.amp", "mxlite.checkpoint", "mxlite.datasets"))],
