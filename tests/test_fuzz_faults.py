@@ -17,6 +17,13 @@ Every case ends in one of these outcomes:
   (answered, then did not exit) and ``residue`` (processes of its group left alive);
 * ``resource`` (counted beside the outcome): a refusal that first allocated far more than its input.
 
+On the emulated GPUs, an error the double raises where a real GPU would not raise counts as what the GPU would
+do: a race or a use after free (wrong bytes, silently) as ``silent wrong``, collectives that would never meet as
+``hang`` (:func:`_emulated_kind`). Cases across two MPI ranks run several to a job of
+tests/fuzz_faults_worker.py (:func:`_run_rank_cases`) and are classified from every rank's record: also
+``silent wrong`` when the ranks end with different parameters, ``crash`` when the job ended while a rank was
+in the case and no rank said why.
+
 Each test asserts 0 silent-wrong outcomes, 0 hangs (and 0 crashes, exit hangs, residues) for its
 own cases; the last test prints the counts of the whole run (``python -m pytest
 tests/test_fuzz_faults.py -s -q``) and writes them to ``$MXLITE_FUZZ_COUNTS`` when that is set. Add
@@ -981,6 +988,713 @@ def test_fuzz_settings(monkeypatch, variable):
         outcome = classify("settings", run, [variable])
         assert outcome in ("accepted", "clear error"), f"{variable}={value!r}: {outcome}"
         assert (outcome == "clear error") == (expected is _REFUSED), f"{variable}={value!r}: {outcome}"
+
+
+# -- reads of the gradients between backward and step, while the overlapped all-reduce runs -----------------------
+#
+# Two emulated GPUs in one process, the Trainer's default overlap=True (each bucket summed while backward goes
+# on); at a drawn step, after a drawn point, the gradients are read as users read them. Every read must give the
+# summed gradients of a twin trained with overlap=False and trainer.allreduce_grads() (bit for bit), and the
+# weights must stay the twin's. An error the emulated GPUs raise for a race (a read of a buffer the all-reduce
+# still writes) is what a real GPU would return silently: counted silent wrong.
+
+GRAD_READS = ["grad", "list_grad", "data_grad", "clip_fetched_before", "clip_fetched_after", "zero_grad", "norm"]
+GRAD_READ_POINTS = ["right after backward", "after another parameter's read", "after an op on gpu(0)"]
+_OVERLAP_BATCH = 4
+
+
+def _expect(outcome: str, allowed: tuple[str, ...], case: str) -> None:
+    """Fail the test unless ``outcome`` is one of ``allowed`` (the cases of the sections below)."""
+    assert outcome in allowed, f"{case}: {outcome}"
+
+
+def _emulated_kind(message: str) -> str | None:
+    """The outcome a real GPU would give where the emulated one raised ``message``: a race or a use after free reads
+    or writes wrong bytes silently ("silent wrong"), collectives that do not meet wait forever ("hang")."""
+    if "would wait for a collective that never starts" in message or "mismatched NCCL collectives" in message:
+        return "hang"
+    if " race on " in message or "use after free" in message:
+        return "silent wrong"
+    return None
+
+
+def _two_gpus() -> list[Any]:
+    return [mx.gpu(0), mx.gpu(1)]
+
+
+def _overlap_model(overlap: bool, bucket_bytes: int) -> tuple[Any, Any]:
+    mx.random.seed(5)
+    net = mx.nn.Sequential(mx.nn.Dense(8, in_units=6, activation="relu"), mx.nn.Dense(4, in_units=8))
+    net.initialize(mx.init.Xavier(), device=_two_gpus())
+    trainer = mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5}, bucket_bytes=bucket_bytes,
+                         overlap=overlap)
+    return net, trainer
+
+
+def _overlap_backward(net: Any, step: int) -> None:
+    x = np.random.default_rng(step).standard_normal((_OVERLAP_BATCH, 6)).astype(np.float32)
+    with mx.autograd.record():
+        losses = [(net(part) ** 2).sum() for part in mx.split_and_load(x, _two_gpus())]
+    mx.autograd.backward(losses)
+
+
+def _read_gradients(net: Any, read: str, which: int, device: int, fetched: list[Any], max_norm: float) -> list[Any]:
+    """What one user's read of the gradients gives, as NumPy arrays (or one norm)."""
+    params = list(net.collect_params().values())
+    param, dev = params[which % len(params)], mx.gpu(device)
+    if read == "grad":
+        return [param.grad(dev).asnumpy()]
+    if read == "list_grad":
+        return [g.asnumpy() for g in param.list_grad()]
+    if read == "data_grad":
+        return [param.data(dev).grad.asnumpy()]
+    if read in ("clip_fetched_before", "clip_fetched_after"):
+        grads = fetched if read == "clip_fetched_before" else [p.grad(d) for p in params for d in _two_gpus()]
+        norm = mx.gluon.utils.clip_global_norm(grads, max_norm)
+        return [np.array(norm)] + [g.asnumpy() for g in grads]
+    if read == "zero_grad":
+        net.collect_params().zero_grad()
+        return [g.asnumpy() for p in params for g in p.list_grad()]
+    return [np.array(sum(float((p.grad(dev) ** 2).sum().asscalar()) for p in params))]  # "norm"
+
+
+def _overlap_reads_case(read: str, point: str, at_step: int, steps: int, which: int, device: int,
+                        bucket_bytes: int, max_norm: float) -> str | None:
+    net, trainer = _overlap_model(True, bucket_bytes)
+    twin, twin_trainer = _overlap_model(False, bucket_bytes)
+    fetched = [p.grad(d) for p in net.collect_params().values() for d in _two_gpus()]
+    twin_fetched = [p.grad(d) for p in twin.collect_params().values() for d in _two_gpus()]
+    for step in range(steps):
+        _overlap_backward(net, step)
+        _overlap_backward(twin, step)
+        twin_trainer.allreduce_grads()
+        if step == at_step:
+            if point == "after another parameter's read":
+                list(net.collect_params().values())[(which + 1) % 4].grad(mx.gpu(1 - device)).asnumpy()
+            elif point == "after an op on gpu(0)":
+                (mx.nd.ones((3,), ctx=mx.gpu(0)) * 2).sum().asscalar()
+            got = _read_gradients(net, read, which, device, fetched, max_norm)
+            expected = _read_gradients(twin, read, which, device, twin_fetched, max_norm)
+            if [g.tobytes() for g in got] != [e.tobytes() for e in expected]:
+                return f"step {step}: {read} {point} read other values than the summed gradients"
+        trainer.step(_OVERLAP_BATCH)
+        twin_trainer.update(_OVERLAP_BATCH)
+    for p, q in zip(net.collect_params().values(), twin.collect_params().values()):
+        if [d.asnumpy().tobytes() for d in p.list_data()] != [d.asnumpy().tobytes() for d in q.list_data()]:
+            return f"{p.label} differs from the twin's after {steps} steps"
+    return None
+
+
+def _classify_emulated(area: str, run: Callable[[], str | None], names: list[str]) -> str:
+    """:func:`classify`, where an error the emulated GPUs raise in place of a real GPU's silent race or deadlock
+    counts as that outcome (:func:`_emulated_kind`)."""
+
+    def watched() -> str | None:
+        try:
+            return run()
+        except Exception as exc:  # noqa: BLE001 - re-raised unless the emulation stood in for a silent fault
+            kind = _emulated_kind(str(exc))
+            if kind == "hang":
+                raise _Hang(str(exc)) from exc
+            if kind == "silent wrong":
+                return f"the emulated GPU raised {type(exc).__name__}: {str(exc)[:300]}"
+            raise
+
+    return classify(area, watched, names)
+
+
+@pytest.mark.gpu
+@pytest.mark.requires_gpus(2)
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(read=st.sampled_from(GRAD_READS), point=st.sampled_from(GRAD_READ_POINTS), at_step=st.integers(0, 2),
+       which=st.integers(0, 3), device=st.integers(0, 1), bucket_bytes=st.sampled_from([64, 256, 1 << 20]),
+       max_norm=st.sampled_from([0.01, 1.0, 1e6]))
+def test_fuzz_gradient_reads_during_overlapped_all_reduce(read, point, at_step, which, device, bucket_bytes,
+                                                           max_norm):
+    outcome = _classify_emulated(
+        "gradient reads during overlap",
+        lambda: _overlap_reads_case(read, point, at_step, at_step + 1, which, device, bucket_bytes, max_norm), [])
+    _expect(outcome, ("accepted",), f"{read} {point} at step {at_step}, buckets of {bucket_bytes} B")
+
+
+# -- ops on the second GPU while the first is the current device -------------------------------------------------
+#
+# A drawn op family with drawn operands (1-D and empty shapes included) runs on cpu(0) and on gpu(1) inside
+# `with mx.gpu(0):`, forward and, when drawn, backward. Accepted: every result and gradient on gpu(1) and equal to
+# the CPU's (and to NumPy's, for the products and linear algebra NumPy has); a clear error: the CPU refuses the
+# same operands with the same error, which names the op or the argument. An error on the GPU alone (a temporary
+# made on the current GPU instead of the operands') is unclear; values the CPU refuses but the GPU returns, or
+# results on another device, are silent wrong.
+
+def _uniform(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, shape)
+
+
+def _spd_batch(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Symmetric positive definite matrices of ``shape`` (..., n, n), also when empty."""
+    a = _uniform(seed, shape)
+    return a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+def _without_gradient(result: Any) -> Any:
+    """A result that has no gradient (a sign, indices, a mask), as float32: backward's heads are the float64 ones."""
+    return result.astype("float32")
+
+
+def _indexing_family(name: str, draw: Any) -> tuple[dict[str, np.ndarray], Callable[..., Any], Any]:
+    """Operands (name -> array; floats get gradients), the op on Tensors, and NumPy's result as a function (None:
+    no reference)."""
+    def size(lo: int, hi: int) -> int:
+        return draw(st.integers(lo, hi))
+
+    seed = draw(st.integers(0, 99))
+    if name == "take":
+        n, m, k, mode = size(1, 3), size(0, 3), size(0, 3), draw(st.sampled_from(["clip", "wrap"]))
+        ids = np.array([draw(st.integers(-n - 1, n + 1)) for _ in range(k)], np.float32)
+        return {"x": _uniform(seed, (n, m)), "ids": ids}, lambda t: mx.nd.take(t["x"], t["ids"], mode=mode), None
+    if name == "pick":
+        n, m, mode = size(0, 3), size(1, 3), draw(st.sampled_from(["clip", "wrap"]))
+        index = np.array([draw(st.integers(-1, m)) for _ in range(n)], np.float32)
+        return ({"x": _uniform(seed, (n, m)), "index": index},
+                lambda t: mx.nd.pick(t["x"], t["index"], axis=1, mode=mode), None)
+    if name == "embedding":
+        vocab, dim, rows, cols = size(1, 4), size(1, 3), size(0, 2), size(1, 3)
+        ids = np.array([[draw(st.integers(0, vocab - 1)) for _ in range(cols)] for _ in range(rows)], np.float32)
+        return ({"w": _uniform(seed, (vocab, dim)), "ids": ids.reshape(rows, cols)},
+                lambda t: mx.nd.Embedding(t["ids"], t["w"], vocab, dim), None)
+    if name == "sequence_mask":
+        steps, batch, width, axis = size(1, 3), size(1, 3), size(0, 2), draw(st.sampled_from([0, 1]))
+        lengths = np.array([draw(st.integers(0, steps)) for _ in range(batch)], np.float32)
+        shape = (steps, batch, width) if axis == 0 else (batch, steps, width)
+        value = draw(st.sampled_from([0.0, -3.0]))
+        return ({"x": _uniform(seed, shape), "lengths": lengths},
+                lambda t: mx.nd.SequenceMask(t["x"], t["lengths"], use_sequence_length=True, value=value, axis=axis),
+                None)
+    if name == "gather_nd":
+        n, m, k = size(1, 3), size(1, 3), size(0, 3)
+        idx = np.array([[draw(st.integers(0, n - 1)) for _ in range(k)], [draw(st.integers(0, m - 1))
+                                                                           for _ in range(k)]], np.float32)
+        x = _uniform(seed, (n, m))
+        return {"x": x, "idx": idx.reshape(2, k)}, lambda t: mx.nd.gather_nd(t["x"], t["idx"]), None
+    if name == "one_hot":
+        depth, k = size(1, 4), size(0, 3)
+        ids = np.array([draw(st.integers(-1, depth)) for _ in range(k)], np.float32)
+        return {"ids": ids}, lambda t: mx.nd.one_hot(t["ids"], depth), None
+    if name == "where":
+        shape = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
+        cond, x, y = _uniform(seed, shape), _uniform(seed + 1, shape), _uniform(seed + 2, shape)
+        cond = cond.astype(np.float32)
+        return ({"cond": cond, "x": x, "y": y}, lambda t: mx.np.where(t["cond"] > 0, t["x"], t["y"]),
+                lambda: np.where(cond > 0, x, y))
+    if name == "sort":
+        shape, axis = (size(0, 3), size(0, 3)), draw(st.sampled_from([0, 1, -1]))
+        ascend = draw(st.booleans())
+        return ({"x": _uniform(seed, shape)},
+                lambda t: [mx.nd.sort(t["x"], axis=axis, is_ascend=ascend), mx.nd.argsort(t["x"], axis=axis)], None)
+    # topk
+    n, m = size(0, 3), size(1, 3)
+    k, kind = size(1, m), draw(st.sampled_from(["value", "indices", "mask", "both"]))
+
+    def topk(t: dict[str, Any]) -> list[Any]:
+        out = mx.nd.topk(t["x"], k=k, ret_typ=kind)
+        return [out[0], _without_gradient(out[1])] if kind == "both" else [
+            out if kind == "value" else _without_gradient(out)]
+
+    return {"x": _uniform(seed, (n, m))}, topk, None
+
+
+def _algebra_family(name: str, draw: Any) -> tuple[dict[str, np.ndarray], Callable[..., Any], Any]:
+    """As :func:`_indexing_family`, for products (NumPy's 1-D rules) and linear algebra (square, possibly empty)."""
+    seed = draw(st.integers(0, 99))
+    if name == "matmul":
+        k, n, m, b = (draw(st.integers(0, 3)) for _ in range(4))
+        a_shape = draw(st.sampled_from([(k,), (n, k), (b, n, k)]))
+        b_shape = draw(st.sampled_from([(k,), (k, m), (b, k, m)]))
+        face = draw(st.sampled_from(["np.matmul", "@", "np.dot"]))
+        a, c = _uniform(seed, a_shape), _uniform(seed + 1, b_shape)
+        if face == "np.dot" and len(b_shape) == 3:
+            c = _uniform(seed + 1, (k, m))  # np.dot contracts another axis of a 3-D right operand
+        ops = {"np.matmul": (mx.np.matmul, np.matmul), "@": (lambda x, y: x @ y, np.matmul),
+               "np.dot": (mx.np.dot, np.dot)}
+        mine, numpy = ops[face]
+        return {"a": a, "b": c}, lambda t: mine(t["a"], t["b"]), lambda: numpy(a, c)
+    n, batch = draw(st.integers(0, 3)), draw(st.sampled_from([(), (2,), (0,)]))
+    spd = _spd_batch(seed, batch + (n, n))
+    if name == "inv":
+        return {"a": spd}, lambda t: mx.np.linalg.inv(t["a"]), lambda: np.linalg.inv(spd)
+    if name == "det":
+        return {"a": spd}, lambda t: mx.np.linalg.det(t["a"]), lambda: np.linalg.det(spd)
+    if name == "slogdet":
+        return ({"a": spd}, lambda t: [mx.np.linalg.slogdet(t["a"])[1], _without_gradient(
+            mx.np.linalg.slogdet(t["a"])[0])], lambda: list(np.linalg.slogdet(spd))[::-1])
+    if name == "solve":
+        rhs = _uniform(seed + 1, batch + (n, 2))
+        return {"a": spd, "b": rhs}, lambda t: mx.np.linalg.solve(t["a"], t["b"]), lambda: np.linalg.solve(spd, rhs)
+    if name == "cholesky":
+        return {"a": spd}, lambda t: mx.np.linalg.cholesky(t["a"]), lambda: np.linalg.cholesky(spd)
+    if name == "eigh":
+        return {"a": spd}, lambda t: mx.np.linalg.eigh(t["a"])[0], lambda: np.linalg.eigh(spd)[0]
+    rect = _uniform(seed, batch + (n, draw(st.integers(0, 3))))
+    if name == "svd":
+        return {"a": rect}, lambda t: mx.np.linalg.svd(t["a"])[1], lambda: np.linalg.svd(rect)[1]
+    order = draw(st.sampled_from([None, "fro", 1, 2, np.inf]))
+    return ({"a": rect}, lambda t: mx.np.linalg.norm(t["a"], ord=order, axis=(-2, -1)),
+            lambda: np.linalg.norm(rect, ord=order, axis=(-2, -1)))
+
+
+INDEXING_OPS = ["take", "pick", "embedding", "sequence_mask", "gather_nd", "one_hot", "where", "sort", "topk"]
+ALGEBRA_OPS = ["matmul", "inv", "det", "slogdet", "solve", "cholesky", "eigh", "svd", "norm"]
+
+
+def _op_results(device: Any, operands: dict[str, np.ndarray], op: Callable[..., Any], backward: bool,
+                numpy_face: bool) -> list[Any]:
+    """``op``'s results and, with ``backward``, its float operands' gradients (for a head gradient of ones);
+    the operands are ``mx.np`` arrays with ``numpy_face``, else ``mx.nd`` arrays."""
+    if numpy_face:
+        tensors = {k: mx.np.array(v, dtype=v.dtype, device=device) for k, v in operands.items()}
+    else:
+        tensors = {k: mx.nd.array(v, dtype=v.dtype, ctx=device) for k, v in operands.items()}
+    floats = [k for k, v in operands.items() if v.dtype == np.float64]
+    if backward:
+        for k in floats:
+            tensors[k].attach_grad()
+    with mx.autograd.record() if backward else contextlib.nullcontext():
+        out = op(tensors)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if backward:
+        heads = [o for o in outs if o.dtype == np.float64]
+        mx.autograd.backward(heads, [mx.nd.ones_like(h) for h in heads])
+        outs += [tensors[k].grad for k in floats]
+    return outs
+
+
+def _second_gpu_values(outs: list[Any]) -> list[np.ndarray]:
+    """The results as NumPy arrays, after checking each lives on gpu(1), its data included."""
+    values = []
+    for i, value in enumerate(outs):
+        if value.device != mx.gpu(1) or value.array.device.id != 1:
+            raise _WrongDevice(f"result {i} is on {value.device} (its data on GPU {value.array.device.id})")
+        values.append(value.asnumpy())
+    return values
+
+
+class _WrongDevice(Exception):
+    """A result (or gradient) of an op on gpu(1) that lives on another device."""
+
+
+def _same_values(got: list[np.ndarray], expected: list[Any]) -> str | None:
+    if len(got) != len(expected):
+        return f"{len(got)} results, {len(expected)} expected"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        e = np.asarray(e)
+        if g.shape != e.shape or not np.allclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-6, atol=1e-9):
+            return f"result {i}: {g.dtype}{g.shape} {g.ravel()[:4]}, expected {e.dtype}{e.shape} {e.ravel()[:4]}"
+    return None
+
+
+class _Unexplained(Exception):
+    """An error no argument explains (an op that fails on one device only, or refuses what NumPy accepts)."""
+
+
+def _numpy_reference(numpy: Callable[[], Any] | None) -> tuple[list[Any] | None, Exception | None]:
+    if numpy is None:
+        return None, None
+    try:
+        reference = numpy()
+    except ValueError as exc:  # np.linalg.LinAlgError too
+        return None, exc
+    return (reference if isinstance(reference, list) else [reference]), None
+
+
+def _second_gpu_case(name: str, operands: dict[str, np.ndarray], op: Callable[..., Any],
+                     numpy: Callable[[], Any] | None, backward: bool) -> str | None:
+    numpy_face = name not in INDEXING_OPS or name == "where"
+    reference, numpy_error = _numpy_reference(numpy)
+    try:
+        expected = [o.asnumpy() for o in _op_results(mx.cpu(0), operands, op, backward, numpy_face)]
+        cpu_error = None
+    except CLEAR_TYPES as exc:
+        if reference is not None:
+            raise _Unexplained(f"{name} refuses operands NumPy accepts: {exc}") from None
+        expected, cpu_error = None, exc
+    with mx.gpu(0):
+        try:
+            got = _second_gpu_values(_op_results(mx.gpu(1), operands, op, backward, numpy_face))
+        except _WrongDevice as exc:
+            return f"{name} on gpu(1): {exc}"
+        except Exception as exc:
+            if cpu_error is not None and type(exc) is type(cpu_error) and \
+                    str(exc).replace("gpu(1)", "cpu(0)") == str(cpu_error):
+                raise  # the operands' own refusal, as on the CPU: classified by its message
+            raise _Unexplained(f"{name} fails on gpu(1) only: {type(exc).__name__}: {exc}") from None
+        if mx.current_device() != mx.gpu(0):
+            return f"{name} changed the current device to {mx.current_device()}"
+    if cpu_error is not None:
+        return f"{name} on gpu(1) accepted what the CPU refuses ({cpu_error})"
+    if numpy_error is not None:
+        return f"{name} gave a result where NumPy refuses the operands ({numpy_error})"
+    if reference is not None:
+        problem = _same_values(got[:len(reference)], reference)
+        if problem:
+            return f"{name}: {problem} (NumPy's)"
+    problem = _same_values(got, expected)
+    return f"{name} on gpu(1): {problem} (the CPU's)" if problem else None
+
+
+def _random_on_second_gpu(kind: str, shape: tuple[int, ...]) -> str | None:
+    dev = mx.gpu(1)
+    with mx.gpu(0):
+        draws = {"np.uniform": lambda: mx.np.random.uniform(-1, 2, size=shape, device=dev),
+                 "np.normal": lambda: mx.np.random.normal(size=shape, device=dev),
+                 "np.randint": lambda: mx.np.random.randint(0, 3, size=shape, device=dev),
+                 "nd.uniform": lambda: mx.nd.random.uniform(-1, 2, shape=shape, ctx=dev),
+                 "nd.normal": lambda: mx.nd.random.normal(0, 1, shape=shape, ctx=dev),
+                 "shuffle": lambda: mx.random.shuffle(mx.np.arange(int(np.prod(shape)), device=dev))}
+        try:
+            value = _second_gpu_values([draws[kind]()])[0]
+        except _WrongDevice as exc:
+            return f"random {kind}: {exc}"
+    if kind.endswith("uniform") and value.size and not (value.min() >= -1 and value.max() < 2):
+        return f"random {kind} outside [-1, 2): {value}"
+    if kind.endswith("randint") and not set(np.unique(value)) <= {0, 1, 2}:
+        return f"random {kind} outside 0..2: {value}"
+    if kind == "shuffle" and not np.array_equal(np.sort(value), np.arange(value.size)):
+        return f"shuffle lost values: {value}"
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.requires_gpus(2)
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(name=st.sampled_from(INDEXING_OPS + ALGEBRA_OPS + ["random"]), backward=st.booleans(), data=st.data())
+def test_fuzz_ops_on_the_second_gpu_under_the_first(name, backward, data):
+    if name == "random":
+        kind = data.draw(st.sampled_from(["np.uniform", "np.normal", "np.randint", "nd.uniform", "nd.normal",
+                                          "shuffle"]))
+        shape = tuple(data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
+        outcome = _classify_emulated("ops on a second GPU", lambda: _random_on_second_gpu(kind, shape), [kind])
+        _expect(outcome, ("accepted",), f"random {kind} {shape}")
+        return
+    family = _indexing_family if name in INDEXING_OPS else _algebra_family
+    operands, op, numpy = family(name, data.draw)
+    if name in ("one_hot", "eigh"):
+        backward = False  # integer-valued; eigh has no gradient (as in MXNet: NotImplementedError says so)
+    names = [f"{name}:", "shape", "axis", "ord=", "singular", "dimension"]
+    outcome = _classify_emulated("ops on a second GPU",
+                                 lambda: _second_gpu_case(name, operands, op, numpy, backward), names)
+    shapes = {k: v.shape for k, v in operands.items()}
+    _expect(outcome, ("accepted", "clear error"), f"{name} {shapes} backward={backward}")
+
+
+# -- across ranks: captured steps, sharded states (two MPI processes, tests/fuzz_faults_worker.py) ----------------
+#
+# Hypothesis draws a batch of cases and one MPI job runs them in turn (each launch costs seconds); every rank records
+# each case's outcome. A case is classified from the ranks' records: accepted when every rank trained to the
+# expected bits (the captured step equal to eager, sharded training equal to unsharded, the same parameters on
+# every rank); a clear error when each rank that raised names the difference and the ranks; an error the emulation
+# raises where a GPU's collectives would never meet, or a job that does not end, is a hang. A case that ends the
+# job (the documented answer to a hyper-parameter changed on one rank, or to a lone sharded save_states: the rank
+# that finds it raises, and its uncaught error stops the others) is followed by a new job for the cases left.
+
+FUZZ_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_faults_worker.py")
+RANK_JOB_LIMIT_S = 120  # seconds for one job of cases, on a quiet machine (scaled by the load)
+RANK_JOBS = 4  # jobs at most per test: one per case that ends the job, and a hang's
+
+
+def _drawn(strategy: st.SearchStrategy, count: int) -> list[Any]:
+    """Up to ``count`` examples of ``strategy``, the same on every run: cases for one child job to run together."""
+    from hypothesis import Phase
+
+    drawn: list[Any] = []
+
+    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(case: Any) -> None:
+        drawn.append(case)
+
+    collect()
+    return drawn
+
+
+def _rank_job(surface: str, cases: list[tuple[int, dict]], folder: Any, env: dict[str, str],
+              ) -> tuple[dict[int, list[dict | None]], int | None]:
+    """Run ``cases`` in one MPI job: ({case index: [rank 0's record or None, rank 1's]}, the job's exit status or
+    None when it ran past its deadline)."""
+    import subprocess
+
+    from tests.mpi_helpers import mpirun
+
+    for name in ("rank0.jsonl", "rank1.jsonl"):
+        (folder / name).unlink(missing_ok=True)
+    (folder / "cases.json").write_text(json.dumps(cases))
+    try:
+        result = mpirun(2, FUZZ_WORKER, surface, str(folder / "cases.json"), str(folder), timeout=RANK_JOB_LIMIT_S,
+                        **env)
+        status: int | None = result.returncode
+        (folder / "job.log").write_text(result.stdout + result.stderr)
+    except subprocess.TimeoutExpired as exc:
+        status = None
+        (folder / "job.log").write_text(f"{exc.output or ''}{exc.stderr or ''}")
+    records: dict[int, list[dict | None]] = {}
+    for rank in range(2):
+        path = folder / f"rank{rank}.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            entry = json.loads(line)
+            records.setdefault(entry["case"], [None, None])[rank] = entry
+    return records, status
+
+
+def _ranks_outcome(records: list[dict | None], expected: list[str] | None, job_ended: bool,
+                   same_on_every_rank: bool = True) -> str:
+    """One case's outcome from the ranks' records (None: the rank never ended it), ``expected`` naming what a clear
+    error must name (None: no difference, the case must train); ``job_ended``: the job ended in this case (not by
+    its deadline); ``same_on_every_rank``: every rank must end with the same digest."""
+    if not job_ended and None in records:
+        return "hang"
+    present = [r for r in records if r is not None]
+    kinds = [_emulated_kind(r["message"]) for r in present if r["outcome"] == "raised"]
+    if "hang" in kinds:
+        return "hang"
+    if "silent wrong" in kinds or any(r["outcome"] == "problem" for r in present):
+        return "silent wrong"
+    raised = [r for r in present if r["outcome"] == "raised"]
+    if raised:
+        return "clear error" if all(_names_the_difference(r, expected) for r in raised) else "unclear error"
+    if None in records:
+        return "crash"  # the job ended while a rank was in this case, and no rank said why
+    if same_on_every_rank and len({r["digest"] for r in present}) > 1:
+        return "silent wrong"  # the ranks trained (or saved) different values
+    return "silent wrong" if expected is not None else "accepted"
+
+
+def _names_the_difference(record: dict, expected: list[str] | None) -> bool:
+    """Whether a rank's error is a clear one: of a documented type, short, naming the difference and both ranks."""
+    text = record["message"]
+    return (expected is not None and record["type"] in {t.__name__ for t in CLEAR_TYPES}
+            and len(text) <= MESSAGE_LIMIT and any(n in text for n in expected) and "rank 0" in text
+            and "rank 1" in text)
+
+
+def _run_rank_cases(area: str, surface: str, cases: list[dict], expectations: list[list[str] | None], folder: Any,
+                    env: dict[str, str], same_on_every_rank: Callable[[dict], bool]) -> dict[int, str]:
+    """Run and classify every case (in as few jobs as it takes: a job goes on after the case that ended the last
+    one); count each outcome under ``area``, and the cases left when :data:`RANK_JOBS` jobs were spent.
+    ``same_on_every_rank(case)``: whether the ranks must end that case with the same digest."""
+    from tests.fuzz_faults_worker import STOPPED
+
+    outcomes: dict[int, str] = {}
+    todo = list(enumerate(cases))
+    for _ in range(RANK_JOBS):
+        if not todo:
+            break
+        records, status = _rank_job(surface, todo, folder, env)
+        left: list[tuple[int, dict]] = []
+        for position, (index, case) in enumerate(todo):
+            ranks = records.get(index, [None, None])
+            alike = same_on_every_rank(case)
+            if None not in ranks:
+                outcomes[index] = _ranks_outcome(ranks, expectations[index], False, alike)
+                continue
+            if ranks == [None, None] and status == STOPPED:  # stopped after the previous case: run on
+                left = todo[position:]
+                break
+            outcomes[index] = _ranks_outcome(ranks, expectations[index], status is not None, alike)
+            left = todo[position + 1:]
+            break
+        todo = left
+    for outcome in outcomes.values():
+        COUNTS[outcome] += 1
+        COUNTS[f"{area}: {outcome}"] += 1
+    if len(outcomes) < len(cases):
+        COUNTS[f"{area}: not run"] += len(cases) - len(outcomes)
+    return outcomes
+
+
+def _rank_case_report(cases: list[dict], outcomes: dict[int, str], folder: Any) -> str:
+    """The cases that went wrong, one a line with its outcome, then the end of the last job's output."""
+    wrong = [f"{outcomes.get(i, 'not run')}: {json.dumps(c)}" for i, c in enumerate(cases)
+             if outcomes.get(i) not in ("accepted", "clear error")]
+    log = folder / "job.log"
+    return "\n".join(wrong) + "\nthe last job's output ends:\n" + (log.read_text()[-3000:] if log.exists() else "")
+
+
+# captured steps: the hyper-parameters each optimizer starts with, and the values the events set
+CAPTURED_HYPER = {"sgd": {"lr": 0.05, "momentum": 0.9, "wd": 0.0}, "adam": {"lr": 0.01, "beta1": 0.9, "wd": 0.0}}
+HYPER_VALUES = {"lr": [0.05, 0.02, 0.01], "momentum": [0.9, 0.5], "beta1": [0.9, 0.8], "wd": [0.0, 1e-3]}
+# The first step at which one rank's own batch size or graphs.clear() is fuzzed: the blocks are captured at step 1
+# and the step's collectives join its graph at step 2, the first step the ranks agree on.
+EARLIEST_LONE_CAPTURE_EVENT = 3
+
+
+@st.composite
+def _captured_cases(draw: Any) -> dict[str, Any]:
+    """A captured-step case: the optimizer and Trainer settings, and the events of each kind at drawn steps."""
+    optimizer, steps = draw(st.sampled_from(sorted(CAPTURED_HYPER))), draw(st.integers(7, 10))
+
+    def event(kind: str) -> dict[str, Any]:
+        rank = draw(st.sampled_from([0, 1] if kind == "uneven" else [0, 1, "all"]))
+        # a rank's own smaller batch or graphs.clear() from the first step the ranks agree on (see
+        # test_an_uneven_batch_on_one_rank_before_the_ranks_first_agree for the steps before it)
+        first = EARLIEST_LONE_CAPTURE_EVENT if kind != "hyper" and rank != "all" else 0
+        out = {"kind": kind, "step": draw(st.integers(first, steps - 3)), "rank": rank}
+        if kind == "uneven":
+            out["batch"] = draw(st.integers(1, 5))
+        elif kind == "hyper":
+            name = draw(st.sampled_from(sorted(CAPTURED_HYPER[optimizer])))
+            # on one rank, mostly its value as another type (no difference, unless float32 rounds it)
+            same = rank != "all" and draw(st.integers(0, 2)) > 0
+            out.update(name=name, value=CAPTURED_HYPER[optimizer][name] if same else draw(st.sampled_from(
+                HYPER_VALUES[name])), type=draw(st.sampled_from(["float", "float32", "float64"])))
+        return out
+
+    kinds = ["uneven"] * draw(st.integers(0, 1)) + ["clear"] * draw(st.integers(0, 1)) + ["hyper"] * draw(
+        st.integers(1, 2))
+    return {"optimizer": optimizer, "steps": steps, "events": [event(kind) for kind in kinds],
+            "overlap": draw(st.booleans()), "bucket_bytes": draw(st.sampled_from([256, 4096])),
+            "agree_every": draw(st.sampled_from([3, 5, 100])),
+            "batch_types": [draw(st.sampled_from(["int", "int64", "int32"])) for _ in range(2)]}
+
+
+def _captured_expectation(case: dict[str, Any]) -> list[str] | None:
+    """The names a clear error must give when the ranks' hyper-parameters differ at some step; None if they never do
+    (a value equal on every rank, as Python numbers, is no difference, whatever its type)."""
+    from tests.fuzz_faults_worker import NUMPY_TYPES
+
+    values = [dict(CAPTURED_HYPER[case["optimizer"]]) for _ in range(2)]
+    for step in range(case["steps"]):
+        for event in case["events"]:
+            if event["kind"] == "hyper" and event["step"] == step:
+                for rank in (0, 1) if event["rank"] == "all" else (event["rank"],):
+                    values[rank][event["name"]] = float(NUMPY_TYPES[event["type"]](event["value"]))
+        differ = [f"'optimizer.{name}'" for name in values[0] if values[0][name] != values[1][name]]
+        if differ:
+            return differ
+    return None
+
+
+def _planned(cases: list[dict], expectations: list[list[str] | None], terminal: Callable[[Any], bool],
+             ) -> tuple[list[dict], list[list[str] | None]]:
+    """The cases to run: those that leave the job running first, then one that ends it (the last drawn)."""
+    goes_on = [(c, e) for c, e in zip(cases, expectations) if not terminal(e)]
+    ends = [(c, e) for c, e in zip(cases, expectations) if terminal(e)][-1:]
+    return [c for c, _ in goes_on + ends], [e for _, e in goes_on + ends]
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+def test_fuzz_captured_steps_across_ranks(tmp_path):
+    from tests.mpi_helpers import MPIEXEC
+
+    if MPIEXEC is None:
+        pytest.skip("needs mpi4py and its MPI's mpiexec")
+    if not mx.device.devices._emulated_gpus():
+        pytest.skip("sets one emulated GPU per rank")
+    drawn = _drawn(_captured_cases(), 14)
+    cases, expectations = _planned(drawn, [_captured_expectation(c) for c in drawn], lambda e: e is not None)
+    # A rank's own batch size divides the summed gradient on that rank (MXNet's rescale_grad = 1 / batch_size):
+    # after an uneven batch the ranks' weights differ by design, so only the eager twin is compared then.
+    outcomes = _run_rank_cases("captured steps across ranks", "captured", cases, expectations, tmp_path,
+                               {"MXLITE_EMULATE_GPUS": "1"},
+                               lambda case: all(e["kind"] != "uneven" for e in case["events"]))
+    assert all(outcomes.get(i) in ("accepted", "clear error") for i in range(len(cases))), \
+        _rank_case_report(cases, outcomes, tmp_path)
+    assert any(e is not None for e in expectations) and any(e is None for e in expectations), expectations
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason="each rank decides alone at which step its collectives join the captured step")
+def test_an_uneven_batch_on_one_rank_before_the_ranks_first_agree(tmp_path):
+    """A smaller first batch on one rank: that rank captures its blocks a step after the other, so at the step where
+    the other's all-reduces join the captured step (and it starts agreeing with the ranks: an all-gather) this rank
+    still sums its gradients eagerly (an all-reduce). On a GPU the two collectives would not pair (the emulation
+    raises instead of hanging). The fuzz test above draws such events from EARLIEST_LONE_CAPTURE_EVENT on."""
+    from tests.mpi_helpers import MPIEXEC
+
+    if MPIEXEC is None:
+        pytest.skip("needs mpi4py and its MPI's mpiexec")
+    if not mx.device.devices._emulated_gpus():
+        pytest.skip("sets one emulated GPU per rank")
+    case = {"optimizer": "sgd", "steps": 4, "events": [{"kind": "uneven", "step": 0, "rank": 0, "batch": 4}],
+            "overlap": True, "bucket_bytes": 4096, "agree_every": 100, "batch_types": ["int", "int"]}
+    records, status = _rank_job("captured", [(0, case)], tmp_path, {"MXLITE_EMULATE_GPUS": "1"})
+    ranks = records.get(0, [None, None])
+    assert _ranks_outcome(ranks, None, status is not None, same_on_every_rank=False) == "accepted", ranks
+
+
+# sharded states: each rank's Trainer settings, which may differ
+SHARDED_OPTIMIZERS = ["sgd", "adam", "adamw"]
+PARAMETER_EDITS = [("grad_req", "null"), ("grad_req", "add"), ("lr_mult", 2.0), ("wd_mult", 0.0)]
+_BN_LABELS = ["0.weight", "0.bias", "1.gamma", "1.beta", "1.running_mean", "1.running_var", "2.weight", "2.bias"]
+
+
+@st.composite
+def _sharded_cases(draw: Any) -> dict[str, Any]:
+    """A BatchNorm model trained sharded beside an unsharded twin, or each rank's Trainer settings (the second
+    rank's drawn anew, field by field, one time in three) and who calls save_states."""
+    devices = draw(st.integers(1, 2))
+    if draw(st.integers(0, 3)) == 0:
+        return {"kind": "bn", "devices": devices, "optimizer": draw(st.sampled_from(SHARDED_OPTIMIZERS)),
+                "steps": draw(st.integers(1, 3))}
+
+    def field(name: str) -> Any:
+        return {"shard": st.booleans(), "optimizer": st.sampled_from(SHARDED_OPTIMIZERS),
+                "lr": st.sampled_from([0.01, 0.02]), "lr_type": st.sampled_from(["float", "float32", "float64"]),
+                "edit": st.one_of(st.none(), st.tuples(st.integers(0, 7), st.sampled_from(PARAMETER_EDITS)).map(
+                    lambda e: [e[0], *e[1]]))}[name]
+
+    first = {name: draw(field(name)) for name in ("shard", "optimizer", "lr", "lr_type", "edit")}
+    second = {name: draw(field(name)) if draw(st.integers(0, 2)) == 0 else value for name, value in first.items()}
+    return {"kind": "settings", "devices": devices, "ranks": [first, second],
+            "save": draw(st.sampled_from([None, "rank0", "all"]))}
+
+
+def _parameter_description(edit: list | None) -> dict[str, tuple]:
+    """Each parameter's (grad_req, lr_mult, wd_mult) after a rank's ``edit`` (what the Trainer compares)."""
+    described = {label: ("null" if "running" in label else "write", 1.0, 1.0) for label in _BN_LABELS}
+    if edit is not None:
+        index, attribute, value = edit
+        grad_req, lr_mult, wd_mult = described[_BN_LABELS[index]]
+        described[_BN_LABELS[index]] = {"grad_req": (value, lr_mult, wd_mult), "lr_mult": (grad_req, value, wd_mult),
+                                        "wd_mult": (grad_req, lr_mult, value)}[attribute]
+    return described
+
+
+def _sharded_expectation(case: dict[str, Any]) -> list[str] | None:
+    """What a clear error must name: a setting that differs across ranks, else a lone sharded save_states; None
+    where the case must train (and save) alike on every rank."""
+    from tests.fuzz_faults_worker import NUMPY_TYPES
+
+    if case["kind"] == "bn":
+        return None
+    first, second = case["ranks"]
+    names = [f"'{name}'" for name, key in (("shard_optimizer_states", "shard"), ("optimizer", "optimizer"))
+             if first[key] != second[key]]
+    if float(NUMPY_TYPES[first["lr_type"]](first["lr"])) != float(NUMPY_TYPES[second["lr_type"]](second["lr"])):
+        names.append("'optimizer.lr'")
+    described = [_parameter_description(r["edit"]) for r in (first, second)]
+    names += [f"'{label}'" for label in _BN_LABELS if described[0][label] != described[1][label]]
+    if not names and first["shard"] and case["save"] == "rank0":
+        return ["Trainer.save_states is a collective call"]
+    return names or None
+
+
+@pytest.mark.mpi
+def test_fuzz_sharded_states_across_ranks_that_disagree(tmp_path):
+    from tests.mpi_helpers import MPIEXEC
+
+    if MPIEXEC is None:
+        pytest.skip("needs mpi4py and its MPI's mpiexec")
+    drawn = _drawn(_sharded_cases(), 16)
+    cases, expectations = _planned(drawn, [_sharded_expectation(c) for c in drawn],
+                                   lambda e: e == ["Trainer.save_states is a collective call"])
+    outcomes = _run_rank_cases("sharded states across ranks", "sharded", cases, expectations, tmp_path, {},
+                               lambda case: True)
+    assert all(outcomes.get(i) in ("accepted", "clear error") for i in range(len(cases))), \
+        _rank_case_report(cases, outcomes, tmp_path)
+    kinds = {"bn" if c["kind"] == "bn" else "differ" if e else "alike" for c, e in zip(cases, expectations)}
+    assert kinds == {"bn", "differ", "alike"} and expectations[-1] == ["Trainer.save_states is a collective call"]
 
 
 def test_fuzz_outcome_counts():
