@@ -1,7 +1,7 @@
 """Convolution and pooling primitives on CPU: mxlite's NumPy forms against PyTorch's CPU kernels.
 
 Each case times forward + backward (input and weight gradients) of one primitive at a fixed
-shape, float32, in mxlite (``mxlite.autograd.nn_ops``) and, when installed, in PyTorch
+shape, float32, in mxlite (``mxlite.ops.nn_ops``) and, when installed, in PyTorch
 (``torch.nn.functional``) with the same threads. Cases are interleaved, ``--repeat`` rounds of
 each after one warm-up call, and the median round is reported with mxlite's speed relative to
 PyTorch's (> 1: mxlite is faster). The default shapes are the layers of ``bench_train.py``'s CNN
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 import mxlite as mx
-from mxlite.autograd import nn_ops
+from mxlite.ops import nn_ops
 
 # name -> (mxlite op name, torch function name, input shape, weight shape or None, keyword arguments)
 CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...] | None, dict[str, Any]]] = {

@@ -4,7 +4,7 @@ Each case times forward + backward of one LSTM or GRU layer in one direction ove
 (T=35 steps, batch 32, hidden 256, input 128 or 256 features: the word-language model's layer),
 float32, with the gradient of every weight, the input and the begin states:
 
-- ``fused``: ``mxlite.autograd.rnn_ops.recurrence`` (one GEMM for the input projection, then per step
+- ``fused``: ``mxlite.ops.rnn_ops.recurrence`` (one GEMM for the input projection, then per step
   one GEMM and one cell kernel of ``kernels/rnn.cu``, the serial host build on CPU devices);
 - ``twins``: the same op with ``MXLITE_CPU_KERNELS=numpy`` (the kernels' NumPy twins);
 - ``steps``: ``mxlite.gluon.rnn._steps.rnn_sequence(fused=False)`` (what ``gluon.rnn`` layers ran before
@@ -61,8 +61,9 @@ def _problem(mode: str, length: int, batch: int, features: int, hidden: int) -> 
 
 def _mxlite_case(impl: str, mode: str, arrays: dict[str, np.ndarray]) -> Callable[[], None]:
     import mxlite as mx  # noqa: PLC0415 - after the thread variables are set
-    from mxlite.autograd import ops, rnn_ops  # noqa: PLC0415
+    from mxlite import ops  # noqa: PLC0415
     from mxlite.gluon.rnn import _steps  # noqa: PLC0415
+    from mxlite.ops import rnn_ops  # noqa: PLC0415
 
     def leaf(name: str) -> mx.NDArray:
         t = mx.array(arrays[name])

@@ -7,7 +7,7 @@ with a Trainer over ``--kvstore`` and reports, after ``--warmup`` steps:
   ``trainer.allreduce_grads()`` and ``trainer.update()`` (together they are ``trainer.step``) over
   ``--steps`` steps, the device synchronised at the end of every section on a GPU;
 * **profile**: ``cProfile`` over ``--steps`` more steps: the top ``--top`` functions by cumulative
-  and by own time, and the primitive ops per step (calls of ``autograd.tensor._result``). Array
+  and by own time, and the primitive ops per step (calls of ``autograd.tensor.op_result``). Array
   arithmetic written as operators (``@``, ``+``) is invisible to cProfile and counts as the own
   time of the function using it; the profile's wall time is shown next to the unprofiled step;
 * **op overhead**: microseconds mxlite adds per op (dispatch, recording, the backward engine),
@@ -171,7 +171,7 @@ def profile_steps(step: _Step, steps: int, top: int) -> dict[str, Any]:
             native_s += tottime
         else:
             python_s += tottime
-        if key[2] == "_result" and key[0].endswith(os.path.join("autograd", "tensor.py")):
+        if key[2] == "op_result" and key[0].endswith(os.path.join("autograd", "tensor.py")):
             ops += ncalls
         rows.append({"function": _label(key), "calls_per_step": ncalls / steps,
                      "cumulative_ms_per_step": 1e3 * cumtime / steps, "own_ms_per_step": 1e3 * tottime / steps})

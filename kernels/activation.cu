@@ -4,7 +4,7 @@
 //   relu_backward<T>  gx = x > 0 ? g : 0                            (PyTorch's threshold_backward: a dead
 //                                                                   unit passes no gradient, NaN included)
 //
-// Selects only, no arithmetic: every target gives the twin's bits (mxlite/autograd/activations.py:
+// Selects only, no arithmetic: every target gives the twin's bits (mxlite/ops/activations.py:
 // _relu_forward_twin, _relu_backward_twin; tests/test_activation_kernels.py). The comparison is made in
 // the math type (half widened to float, exactly), the value stored as it was read.
 //

@@ -21,7 +21,7 @@
 // weight is multiplied by drop_scale (1 / (1 - rate), rounded to float32 by the host).
 //
 // Arithmetic (float32 for every T; T is float, __half or __nv_bfloat16 storage, rounded to nearest even
-// when stored) and its order, which the NumPy twin (mxlite/autograd/_attention_kernels.py) repeats:
+// when stored) and its order, which the NumPy twin (mxlite/ops/_attention_kernels.py) repeats:
 //   dot(a, b): entry d goes to lane d % 8, each lane adds its products in order from 0, then lanes are
 //     added pairwise, lane[l] += lane[l + s] for s = 4, 2, 1 (eight independent sums: one vector
 //     register in the host build).

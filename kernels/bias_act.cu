@@ -4,7 +4,7 @@
 //                         of `plane` elements (the (N, C, *O) output: planes = N*C, channels = C);
 //                         relu(v) = v where v > 0 or v is NaN, else +0 (kernels/activation.cu's rule)
 //
-// The twin is mxlite/autograd/_conv_kernels.py: _bias_relu_twin (NumPy's `y + b` in T, then
+// The twin is mxlite/ops/_conv_kernels.py: _bias_relu_twin (NumPy's `y + b` in T, then
 // activations._relu_forward_twin's select); tests/test_conv_kernels.py holds them to the same bits. The
 // sum is one IEEE addition rounded to T (half through float, rounded once: the correctly rounded half
 // sum, as NumPy's float16 add gives); float32 adds through add.rn so that CuPy's -ftz=true keeps

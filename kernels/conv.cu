@@ -11,8 +11,8 @@
 //   max_pool_backward<T>  col2im of grad[n, c, o] * (k is the first maximum of window o), the
 //                         first maximum in tap order found from the forward's tap columns
 //
-// The twins are in mxlite/autograd/conv.py (_ConvGeom.im2col, _scatter_taps, _max_pool's
-// backward) and are what mxlite/autograd/_conv_kernels.py runs when a CPU device does not use the
+// The twins are in mxlite/ops/conv.py (_ConvGeom.im2col, _scatter_taps, _max_pool's
+// backward) and are what mxlite/ops/_conv_kernels.py runs when a CPU device does not use the
 // compiled kernels; tests/test_conv_kernels.py holds the kernels to them bit for bit.
 //
 // Geometry: every kernel takes 24 int64 values by value (GEOMETRY_PARAMS, see Geometry below): n
@@ -127,7 +127,7 @@ template <typename T> __device__ __forceinline__ T times_hit(T g, bool hit) {
 }
 
 // The geometry, passed by value as 24 int64 kernel arguments (GEOMETRY_PARAMS: 192 bytes of the 4 KB
-// of parameters a kernel may take), in this order (mxlite/autograd/_conv_kernels.py: geometry, then the
+// of parameters a kernel may take), in this order (mxlite/ops/_conv_kernels.py: geometry, then the
 // column strides and the accumulate flag): n, c, pd, ph, pw, kd, kh, kw, od, oh, ow, sd, sh, sw, dd,
 // dh, dw, qd, qh, qw, s_n, s_c, s_k, accumulate.
 #define GEOMETRY_PARAMS                                                                                        \
@@ -590,13 +590,13 @@ __global__ void max_pool_scatter(const int *__restrict__ first, const T *__restr
 #ifdef HOSTCUDA_SERIAL
 #include "host_gemm.cuh"
 // ---- host build only (CPU devices): a convolution's per-sample work in one call per direction ---------------------
-// What mxlite/autograd/conv.py's _ConvGeom.forward, input_grad and weight_grad do piece by piece from Python:
+// What mxlite/ops/conv.py's _ConvGeom.forward, input_grad and weight_grad do piece by piece from Python:
 // each sample's product through NumPy's own BLAS (its cblas_sgemm/cblas_dgemm, host_gemm.cuh: the call
 // numpy.matmul makes for these operands, hence the same bits), then Conv(activation='relu')'s bias and
 // ReLU, col2im through the plane code of the kernel above, or the sum over a piece of the batch. One call
 // deals the samples (the pieces) out to the host threads as blocks of the runtime; from Python, each
 // piece's calls took turns at the interpreter's lock with the other threads' (a call that takes 12 us
-// alone took about 180 us beside another thread's piece on a 2-core VM). mxlite/autograd/_conv_native.py
+// alone took about 180 us beside another thread's piece on a 2-core VM). mxlite/ops/_conv_native.py
 // makes the calls; tests/test_conv_native.py holds them to the Python pieces' bits.
 namespace {
 

@@ -2,7 +2,7 @@
 // math types, exp from + - * / and bit moves, log of a value >= 1 likewise, and compile-time flags.
 // Included by rnn.cu and softmax_ce.cu (the loader, mxlite/device/kernels.py, pastes it in place of
 // the #include line for NVRTC and the host build; nvcc finds it beside the including file). The NumPy
-// twins are mxlite/autograd/rnn_ops.py (_exp_parts) and mxlite/autograd/_loss_kernels.py (_log_ge1).
+// twins are mxlite/ops/rnn_ops.py (_exp_parts) and mxlite/ops/_loss_kernels.py (_log_ge1).
 //
 // exp. expf/tanhf/logf differ between glibc, CUDA's libdevice and NumPy's SIMD loops by an ulp here and
 // there, so no twin could match all of them. These are built from + - * /, comparisons and bit moves

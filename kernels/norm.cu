@@ -18,7 +18,7 @@
 // for double): half values are widened exactly and the results rounded to half once, as NumPy's
 // astype does. With fix_gamma, gamma is 1 and not read (any pointer will do).
 //
-// The twin is mxlite/autograd/_norm_kernels.py (forward and backward with blocked_sums), which is
+// The twin is mxlite/ops/_norm_kernels.py (forward and backward with blocked_sums), which is
 // also the arithmetic nn_ops.batch_norm composes on CPU devices (with NumPy's own sums);
 // tests/test_norm_kernels.py holds the kernels to it bit for bit, on CPU devices (serial host
 // build) and on GPUs.
@@ -33,7 +33,7 @@
 // g++ vectorises them). Every other operation is rounded to A in the twin's order: no contraction
 // (NVRTC --fmad=false, g++ -ffp-contract=off); sqrt and division are IEEE. On a GPU float32 subnormals
 // flush to zero (CuPy's -ftz=true), where the twin keeps them. CPU devices run this serial host build
-// for batch_norm (mxlite/autograd/nn_ops.py) when it is available.
+// for batch_norm (mxlite/ops/nn_ops.py) when it is available.
 //
 // Work split: block b handles channels b, b + gridDim.x, ...; the threads of a block share the
 // channel's elements. Expected macros: none. Instantiated for (float, float), (double, double) and

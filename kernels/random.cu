@@ -1,6 +1,6 @@
 // Counter-based random numbers whose position lives on the device, so that a CUDA graph replaying a
 // draw draws new numbers at every launch (dropout inside captured blocks). Driven by
-// mxlite/autograd/_philox.py, whose NumPy twins follow these kernels operation by operation.
+// mxlite/ops/_philox.py, whose NumPy twins follow these kernels operation by operation.
 //
 //   dropout_mask<T, A>  mask[i] = u_i >= rate ? T(scale) : T(0), for i < n, where u_i is value i % 4
 //                       of Philox4x32-10 at counter (offset + i / 4, 0) under the 64-bit key,

@@ -18,8 +18,8 @@
 // its twin). Every forward kernel takes the input projection's slice of the step,
 // xg = x @ W_i^T (N, G*H), the recurrent product hg = h @ W_h^T (N, G*H) and both biases (G*H each, zeros
 // when the layer has none), added here rather than in passes of their own over the projections; the
-// pre-activation of gate k is (xg[k] + b_i[k]) + (hg[k] + b_h[k]), the order of mxlite/rnn/_steps.py
-// ((x W_i^T + b_i) + (h W_h^T + b_h)). The launcher is mxlite/autograd/rnn_ops.py,
+// pre-activation of gate k is (xg[k] + b_i[k]) + (hg[k] + b_h[k]), the order of mxlite/gluon/rnn/_steps.py
+// ((x W_i^T + b_i) + (h W_h^T + b_h)). The launcher is mxlite/ops/rnn_ops.py,
 // whose NumPy twins (_lstm_forward, ...) are each kernel operation by operation; tests/test_rnn_kernels.py
 // holds the kernels to them bit for bit.
 //
@@ -356,7 +356,7 @@ __global__ void rnn_backward(const T *__restrict__ h_next, const T *__restrict__
 #ifdef HOSTCUDA_SERIAL
 #include "packed_product.cuh"
 // ---- host build only (CPU devices): a layer's time loops in one call each -------------------------------------
-// Per processing step s, what mxlite/autograd/rnn_ops.py's _Layer.run (forward) and _Layer.run_back
+// Per processing step s, what mxlite/ops/rnn_ops.py's _Layer.run (forward) and _Layer.run_back
 // (backward) do from Python: the per-step product against W_h laid out once per pass (packed_product.cuh; the
 // Python loop calls the same product through mxlite_packed_product_<T>, hence the same bits) and the cell
 // kernel over every row, launched through the runtime as from Python. One call per chunk of steps: no

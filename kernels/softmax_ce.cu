@@ -23,7 +23,7 @@
 // blockDim.x / 2, ..., 1. blockDim.x is a power of two, at most 256; 1 in the serial host build, where
 // the eight lanes are one vector register's worth that g++ keeps in a register and the exp inside the
 // loop vectorises with them. The max keeps NaN (a NaN entry makes the row's m NaN, as NumPy's max).
-// The twin, mxlite/autograd/_loss_kernels.py (forward_twin, backward_twin with lane_reduce), performs
+// The twin, mxlite/ops/_loss_kernels.py (forward_twin, backward_twin with lane_reduce), performs
 // the same operations in the same order; tests/test_softmax_ce.py holds the kernels to it bit for bit.
 //
 // Work split: block b handles rows b, b + gridDim.x, ...; the threads of a block share a row's entries.

@@ -12,7 +12,7 @@ objects under Gluon's spelling. See README.md and docs/design.md.
 
 import sys as _sys
 
-from . import amp, autograd, checkpoint, datasets, gluon, image, io, kvstore, optimizer, profiler, recordio
+from . import amp, autograd, checkpoint, datasets, gluon, image, io, kvstore, ops, optimizer, profiler, recordio
 from . import initializer as init
 from .arrays import (
     nd,  # MXNet's mx.nd
@@ -21,9 +21,6 @@ from .arrays import (
     util,
 )
 from .arrays.np import np_shape  # MXNet's mx.np_shape (a no-op scope: NumPy shapes always)
-from .autograd import nn_ops, ops, random, sparse
-from .autograd.creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
-from .autograd.ops import concat, stack
 from .autograd.tensor import Tensor
 from .device import Device, DeviceUnavailableError, context, cpu, current_device, gpu, gpu_devices, num_gpus
 from .device.context import Context, current_context
@@ -33,6 +30,9 @@ from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as m
 from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
 from .gluon.trainer import Trainer
 from .gluon.utils import DataParallelExecutor, split_and_load, split_data
+from .ops import nn_ops, random, sparse
+from .ops.core import concat, stack
+from .ops.creation import arange, array, empty, from_dlpack, from_numpy, full, ones, zeros
 from .optimizer import lr_scheduler
 
 NDArray = Tensor  # MXNet's name for the array type

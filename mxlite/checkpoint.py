@@ -64,10 +64,14 @@ from typing import Any
 
 import numpy as np
 
-from .autograd import random as _random
+from .comm.agree import check_same_across_ranks
+from .comm.factory import launched_by_mpi
+from .comm.mpi import MpiCommunicator
+from .device import cpu
 from .device.staging import abandoned
 from .formats import _messages
 from .formats.archive import atomic_write, file_sha256, fsync_dir
+from .ops import random as _random
 
 __all__ = ["save", "load", "latest_step"]
 
@@ -86,8 +90,6 @@ _UNMARKED_AGE = 3600.0  # a staging folder without a writer file (just created, 
 
 def _world() -> Any:
     """An MPI communicator over every process of the job (timed collectives), or None with one process."""
-    from .comm.factory import launched_by_mpi  # noqa: PLC0415
-
     if not launched_by_mpi():
         return None
     try:
@@ -96,9 +98,6 @@ def _world() -> Any:
         return None
     if MPI.COMM_WORLD.Get_size() == 1:
         return None
-    from .comm.mpi import MpiCommunicator  # noqa: PLC0415
-    from .device import cpu  # noqa: PLC0415
-
     return MpiCommunicator([cpu(0)], MPI.COMM_WORLD)  # installs the fault handling; honours the timeout
 
 
@@ -149,8 +148,6 @@ def _check_arguments(comm: Any, what: str, entries: list[tuple[str, Any]]) -> No
     """Every rank was given the same arguments (ValueError naming the odd rank on every rank)."""
     if comm is None:
         return
-    from .comm.agree import check_same_across_ranks  # noqa: PLC0415
-
     check_same_across_ranks(comm, f"the arguments of {what}", entries)
 
 

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from .autograd import random as _random
 from .autograd.tensor import NDTensor, Tensor
 from .device import cpu
 from .device.copy import as_host
+from .ops import random as _random
 
 __all__ = [
     "Augmenter", "BrightnessJitterAug", "CastAug", "CenterCropAug", "ColorJitterAug", "ColorNormalizeAug",

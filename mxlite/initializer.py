@@ -2,7 +2,7 @@
 
 An initializer fills a NumPy array on the host in place; :class:`~mxlite.gluon.Parameter` then
 copies the same values to every device mirror, so mirrors start identical. Randomness comes
-from :func:`mxlite.autograd.random.host_generator`, so ``mx.random.seed(s)`` makes it reproducible.
+from :func:`mxlite.ops.random.host_generator`, so ``mx.random.seed(s)`` makes it reproducible.
 
 When a whole Block is initialised with one initializer, the parameter's name picks the rule
 as in MXNet: names ending in ``bias``, ``beta``, ``running_mean``/``moving_mean`` get zeros,
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .autograd.random import host_generator
 from .device.copy import as_host
+from .ops.random import host_generator
 
 __all__ = ["Initializer", "Zero", "One", "Constant", "Uniform", "Normal", "Xavier", "MSRAPrelu", "Orthogonal",
            "Bilinear", "LSTMBias", "Mixed", "create", "register"]

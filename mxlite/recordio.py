@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .image import decode_bgr, encode_bgr
+
 __all__ = ["IRHeader", "MXIndexedRecordIO", "MXRecordIO", "pack", "pack_img", "record_offsets", "unpack",
            "unpack_img"]
 
@@ -389,8 +391,6 @@ def unpack_img(s: bytes, iscolor: int = -1) -> tuple[Any, np.ndarray]:
     Raises:
         ValueError: the payload is not an image that can be decoded. ImportError: neither OpenCV nor Pillow.
     """
-    from .image import decode_bgr  # the codecs live with the image functions
-
     header, payload = unpack(s)
     return header, decode_bgr(payload, iscolor)
 
@@ -403,6 +403,4 @@ def pack_img(header: Any, img: Any, quality: int = 95, img_fmt: str = ".jpg") ->
     Raises:
         ValueError: an unknown format or a quality out of range. ImportError: neither OpenCV nor Pillow.
     """
-    from .image import encode_bgr
-
     return pack(header, encode_bgr(img, quality, img_fmt))

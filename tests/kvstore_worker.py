@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import mxlite as mx
-from mxlite.autograd.sparse import row_sparse_array
+from mxlite.ops.sparse import row_sparse_array
 
 SHAPE = (2, 3)
 DEVICES = [mx.cpu(0), mx.cpu(1)]

@@ -1,4 +1,4 @@
-"""kernels/activation.cu (ReLU) against its NumPy twins in mxlite.autograd.activations, bit for bit, and the
+"""kernels/activation.cu (ReLU) against its NumPy twins in mxlite.ops.activations, bit for bit, and the
 kernel-backed relu against ops.relu.
 
 CPU devices run the serial host build (its thread pool takes the chunks); the GPU-marked test runs real
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import activations, ops
+from mxlite import ops
 from mxlite.device import kernels as _kernels
+from mxlite.ops import activations
 
 DTYPES = [np.float32, np.float64, np.float16]
 SIZES = [0, 1, 7, 1000, (1 << 16) + 3]

@@ -8,9 +8,13 @@ The rules, written once as data (:data:`LAYERS`):
   hands the reduced gradient to the update; the array faces and the arenas);
 * an import cycle stays inside one folder of the package (with its subfolders: the emulated CuPy mirrors
   CuPy's own ``cupy`` <-> ``cupy.cuda`` knot); a cycle through two top-level folders is an error;
+* outside the emulated CuPy there is no import cycle at all: a lower module that must reach a higher one
+  gets a registry the higher one fills at import;
+* an import inside a function is for an optional dependency or for a module loaded only when asked for
+  (:data:`LAZY_IMPORTS`), not a way around a cycle;
 * layers meet through public names: no ``from <another layer> import _private``, no attribute of
   another layer's that is private there (``arena._grad_buf``), and no Tensor internals (``x._data``)
-  outside the tensor floor.
+  outside the tensor floor (the autograd engine and the op library, whose ops read them on their hot path).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
     [("device", ("mxlite.device", "mxlite._emulation"))],
     [("formats", ("mxlite.formats",))],
     [("profiler", ("mxlite.profiler",))],
-    [("tensor", ("mxlite.autograd", "mxlite.initializer"))],
+    [("tensor", ("mxlite.autograd",))],
+    [("ops", ("mxlite.ops", "mxlite.initializer"))],
     [("faces", ("mxlite.arrays", "mxlite.io", "mxlite.image", "mxlite.recordio")), ("memory", ("mxlite.store",))],
     [("update", ("mxlite.optimizer",)), ("sync", ("mxlite.comm",))],
     [("store", ("mxlite.kvstore",))],
@@ -37,8 +42,11 @@ LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
     [("command", ("mxlite.cli", "mxlite.__main__", "mxlite"))],
 ]
 
-# Tensor's private slots: the tensor floor's alone (other layers use Tensor.array, .grad, .rebind, ...).
-TENSOR_INTERNALS = {"_data", "_device", "_grad", "_grad_req", "_node", "_fresh_grad", "_hooks"}
+# Tensor's private slots and its gradient test: the tensor floor's alone (other layers use Tensor.array, .grad,
+# .rebind, ...). The floor is the engine ("tensor") and the op library above it ("ops"), and "device", whose
+# emulated arrays have slots of these names.
+TENSOR_INTERNALS = {"_data", "_device", "_grad", "_grad_req", "_node", "_fresh_grad", "_hooks", "_requires_grad"}
+TENSOR_FLOOR = ("tensor", "ops", "device")
 
 
 def _layer_of(module: str) -> tuple[int, str]:
@@ -155,6 +163,55 @@ def _top_folder(module: str) -> str:
     return parts[0] if len(parts) > 1 else ""
 
 
+def _edges(modules: set[str] | None = None) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for importer, target, _, _ in IMPORTS:
+        if target in MODULES and target != importer and (modules is None or {importer, target} <= modules):
+            edges[importer].add(target)
+    return edges
+
+
+def test_no_import_cycle_outside_the_emulation():
+    """Module-level and function-level imports alike: docs/design.md, 'Layers as built'."""
+    outside = {m for m in MODULES if not m.startswith("mxlite._emulation")}
+    cycles = _strongly_connected(_edges(outside))
+    assert not cycles, "import cycles (each a group of modules importing one another):\n" + "\n".join(
+        ", ".join(c) for c in cycles)
+
+
+# What a function may import (a module or package, or a name's first part): optional dependencies, and the
+# modules loaded only when asked for (gradient compression; the emulated GPUs, installed on request).
+LAZY_IMPORTS = ("cupy", "cupyx", "cudnn", "mpi4py", "cv2", "PIL", "matplotlib", "ml_dtypes", "threadpoolctl",
+                "mxlite.comm.compression", "mxlite._emulation.install")
+
+
+def _imports_in_functions() -> list[tuple[str, int, str]]:
+    """(module, line, imported module) for every import statement inside a function, outside the emulation."""
+    found = []
+    for module, (path, tree) in MODULES.items():
+        if module.startswith("mxlite._emulation"):
+            continue
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    found.extend((module, node.lineno, a.name) for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    target = _resolve(module, path.name == "__init__.py", node)
+                    found.extend((module, node.lineno, f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES
+                                  else target) for a in node.names)
+    return found
+
+
+def test_imports_inside_functions_are_optional_or_on_demand():
+    wrong = sorted({f"{module}:{line} imports {target}" for module, line, target in _imports_in_functions()
+                    if not any(target == lazy or target.startswith(lazy + ".") for lazy in LAZY_IMPORTS)})
+    assert not wrong, ("imports inside functions that are neither an optional dependency nor loaded on demand "
+                       "(import at the top; a cycle is broken by a registry the higher module fills):\n"
+                       + "\n".join(wrong))
+
+
 def test_no_import_cycle_crosses_a_folder():
     edges: dict[str, set[str]] = defaultdict(set)
     for importer, target, _, _ in IMPORTS:
@@ -200,16 +257,18 @@ def test_layers_meet_through_public_names():
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                 continue
             owners = defined.get(node.attr, set())
-            if node.attr in TENSOR_INTERNALS and layer not in ("tensor", "device"):
-                wrong.append(f"{module}:{node.lineno} reads Tensor's internal {node.attr} (use the public accessors)")
+            if node.attr in TENSOR_INTERNALS:
+                if layer not in TENSOR_FLOOR:
+                    wrong.append(f"{module}:{node.lineno} reads Tensor's internal {node.attr} (use the public "
+                                 "accessors)")
             elif owners and layer not in owners:
                 wrong.append(f"{module}:{node.lineno} uses {node.attr}, private to the {'/'.join(sorted(owners))} "
                              "layer")
     assert not wrong, "layers meeting through private names:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("rule", ["update", "sync", "tensor", "memory", "store"])
+@pytest.mark.parametrize("rule", ["update", "sync", "tensor", "ops", "memory", "store"])
 def test_lower_layers_know_no_block(rule):
-    """Update, sync, tensor, memory and store never import Gluon (Blocks, Parameters, the Trainer)."""
+    """Update, sync, tensor, ops, memory and store never import Gluon (Blocks, Parameters, the Trainer)."""
     bad = [f"{i}:{line}" for i, t, _, line in IMPORTS if _layer_of(i)[1] == rule and _layer_of(t)[1] == "gluon"]
     assert not bad

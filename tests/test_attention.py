@@ -1,4 +1,4 @@
-"""``scaled_dot_product_attention`` (mxlite.autograd.attention, ``mx.npx``): against PyTorch's numbers, a composed
+"""``scaled_dot_product_attention`` (mxlite.ops.attention, ``mx.npx``): against PyTorch's numbers, a composed
 reference (batch_dot + mask + softmax), float64 finite differences; its masks, dropout and errors; on the emulated
 GPUs (or real ones), where it must give the CPU devices' bits and hold memory that grows with T, not T².
 
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _attention_kernels as ak
-from mxlite.autograd import attention as A
-from mxlite.autograd import nn_ops, ops
+from mxlite import ops
+from mxlite.ops import _attention_kernels as ak
+from mxlite.ops import attention as A
+from mxlite.ops import nn_ops
 from tests.gradcheck import check_grad
 
 sdpa = A.scaled_dot_product_attention

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import attention as A
+from mxlite.ops import attention as A
 from tests.gradcheck import check_grad
 
 SEQ, BATCH, HEADS, HEAD_DIM = 5, 2, 3, 4

@@ -1,4 +1,4 @@
-"""kernels/attention.cu against its NumPy twin (mxlite.autograd._attention_kernels), bit for bit, and the twin
+"""kernels/attention.cu against its NumPy twin (mxlite.ops._attention_kernels), bit for bit, and the twin
 against a float64 reference.
 
 On CPU devices the serial host build (one thread per block) must give the twin's bits; the GPU-marked tests run
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _attention_kernels as ak
-from mxlite.autograd import _philox
 from mxlite.device import kernels as _kernels
+from mxlite.ops import _attention_kernels as ak
+from mxlite.ops import _philox
 from tests.test_cpu_threads import _assert_same_bits, _per_thread_count, spread_always  # noqa: F401 - a fixture
 
 DTYPES = ["float32", "float16", "bfloat16"]

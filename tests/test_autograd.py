@@ -159,7 +159,7 @@ def test_set_recording_and_set_training_return_previous():
 
 
 def test_predict_mode_affects_dropout_but_still_records():
-    from mxlite.autograd import nn_ops
+    from mxlite.ops import nn_ops
 
     x = leaf(np.ones((4, 4)))
     with autograd.record():

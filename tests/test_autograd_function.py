@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import autograd
-from mxlite.autograd import ops
+from mxlite import autograd, ops
 
 
 def leaf(values, grad_req="write"):

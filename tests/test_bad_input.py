@@ -21,9 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mxlite as mx
-from mxlite.autograd import nn_ops, ops
+from mxlite import ops
 from mxlite.device import devices as mx_device
 from mxlite.gluon.parameter import DeferredInitializationError
+from mxlite.ops import nn_ops
 from mxlite.optimizer import lr_scheduler as lrs
 
 DEVICES = [mx.cpu(0), mx.cpu(1)]

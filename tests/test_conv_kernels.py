@@ -1,4 +1,4 @@
-"""kernels/conv.cu against its NumPy twins in mxlite.autograd.conv, bit for bit: im2col, col2im, the max-pool backward.
+"""kernels/conv.cu against its NumPy twins in mxlite.ops.conv, bit for bit: im2col, col2im, the max-pool backward.
 
 The twins are the NumPy code the conv module runs with ``MXLITE_CPU_KERNELS=numpy``: ``_ConvGeom.im2col``
 (a copy of the strided window view), ``_scatter_taps`` (one strided add per tap) and ``_max_pool``'s
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _conv_kernels as ck
-from mxlite.autograd import conv as nn_ops
 from mxlite.device import kernels as _kernels
 from mxlite.device.host_buffers import HostBuffers
+from mxlite.ops import _conv_kernels as ck
+from mxlite.ops import conv as nn_ops
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _conv_kernels as ck
-from mxlite.autograd import _conv_native
-from mxlite.autograd.conv import _ConvGeom
 from mxlite.device import blas
+from mxlite.ops import _conv_kernels as ck
+from mxlite.ops import _conv_native
+from mxlite.ops.conv import _ConvGeom
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import conv as F
+from mxlite.ops import conv as F
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(7)

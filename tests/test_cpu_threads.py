@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import rnn_ops
 from mxlite.device import _hostcuda, threads
 from mxlite.device import kernels as _kernels
 from mxlite.device._hostcuda import launch
+from mxlite.ops import rnn_ops
 from tests import test_cpu_kernels
 from tests.test_cpu_kernels import _run
 from tests.test_fused_rules import FUSED

@@ -34,7 +34,7 @@ def test_the_layer_table_places_every_module():
 
 
 def test_the_pages_name_only_source_files_that_exist():
-    """A path such as `mxlite/device/copy.py`, `autograd/conv.py` or `kernels/rnn.cu` in a page is a
+    """A path such as `mxlite/device/copy.py`, `ops/conv.py` or `kernels/rnn.cu` in a page is a
     file of the repository: a path that ends a repository path matches, a bare file name must exist."""
     files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
              if p.is_file() and not {".git", ".venv", "build", "out"} & set(p.relative_to(ROOT).parts)]

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import autograd
-from mxlite.autograd import ops
+from mxlite import autograd, ops
 from mxlite.formats.archive import load_arrays
 from mxlite.formats.mxnet_symbol import MXNetSymbolError
 from mxlite.gluon import SymbolBlock, nn

@@ -15,9 +15,9 @@ if mx.num_gpus() == 0:
 
 import cupy  # noqa: E402 - only importable where a GPU is
 
-from mxlite.autograd import nn_ops  # noqa: E402
 from mxlite.device.copy import as_host, copy_between  # noqa: E402
 from mxlite.gluon.data.dataloader import default_batchify_fn  # noqa: E402
+from mxlite.ops import nn_ops  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -2,7 +2,7 @@
 
 On a GPU the host's dispatch bounds a small network's step (benchmarks/roofline.py), so these counts
 are its speed. They must not grow with the batch: convolutions run one GEMM per direction over the
-whole batch with one im2col / col2im launch per layer (mxlite/autograd/conv.py, _GPU_COLS_BYTES),
+whole batch with one im2col / col2im launch per layer (mxlite/ops/conv.py, _GPU_COLS_BYTES),
 pooling one kernel per direction, batch normalisation one (kernels/norm.cu), and no kernel's geometry
 travels by a host-to-device copy. So for benchmarks/bench_train.py's ``cnn`` and ``cnn_bn`` models a
 training step at batch 16 and at batch 256 makes the same calls and launches, no host
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import conv as F
-from mxlite.autograd import nn_ops
+from mxlite.ops import conv as F
+from mxlite.ops import nn_ops
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 GEMMS = ("matmul", "__matmul__", "dot", "tensordot", "einsum", "inner", "vdot")

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import creation as _creation
 from mxlite.device import copy as _copy
 from mxlite.device import devices as device_module
 from mxlite.device import kernels as _kernels
 from mxlite.gluon.data.dataloader import default_batchify_fn
+from mxlite.ops import creation as _creation
 from mxlite.optimizer import adam, sgd
 from mxlite.optimizer._fused import HP, ArenaPlan, Segment, fused_rule, one_minus
 from tests.test_trainer_fused import FUSED
@@ -401,7 +401,7 @@ def test_default_batchify_reads_cupy_samples_to_the_host(fake_gpus):
 def test_split_and_load_slices_a_cupy_array_on_its_device(fake_gpus, monkeypatch):
     """A CuPy batch is not sent through np.asarray (a TypeError): each slice is copied from its GPU."""
     seen = []
-    monkeypatch.setattr("mxlite.autograd.creation.copy_between",
+    monkeypatch.setattr("mxlite.ops.creation.copy_between",
                         lambda data, src, dst, copy: seen.append((type(data).__name__, src, dst)) or np.asarray(
                             data.values if isinstance(data, FakeArray) else data))
 

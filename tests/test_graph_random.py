@@ -1,4 +1,4 @@
-"""Dropout on GPUs from Philox with its offset on the device (``kernels/random.cu``, ``mxlite.autograd._philox``).
+"""Dropout on GPUs from Philox with its offset on the device (``kernels/random.cu``, ``mxlite.ops._philox``).
 
 The kernels give their NumPy twins' bits (on the emulated GPUs and on CPU devices through the serial host
 build); Philox4x32-10 matches its published known-answer vectors; a draw advances the offset on the device
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _philox
 from mxlite.device.kernels import cpu_kernels_enabled
+from mxlite.ops import _philox
 
 
 @pytest.fixture

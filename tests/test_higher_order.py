@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite import autograd
-from mxlite.autograd import activations as A
-from mxlite.autograd import nn_ops as F
-from mxlite.autograd import ops
+from mxlite import autograd, ops
+from mxlite.ops import activations as A
+from mxlite.ops import nn_ops as F
 from tests.gradcheck import check_hvp
 
 RNG = np.random.default_rng(4321)

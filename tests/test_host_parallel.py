@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _conv_kernels as ck
 from mxlite.device import blas, parallel, threads
 from mxlite.device._hostcuda import launch
+from mxlite.ops import _conv_kernels as ck
 
 
 def test_parallel_for_runs_every_piece_once_on_several_threads(thread_count):
@@ -183,7 +183,7 @@ def test_convolutions_give_the_same_bits_on_one_thread_and_on_three(thread_count
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_grouped_and_transposed_convolutions_give_the_same_bits_on_one_thread_and_on_three(dtype, thread_count):
-    from mxlite.autograd import conv as nn_ops
+    from mxlite.ops import conv as nn_ops
 
     rng = np.random.default_rng(11)
     x_np = rng.standard_normal((24, 4, 10, 10)).astype(dtype)

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import conv, linalg, nn_ops, ops
+from mxlite import ops
 from mxlite.device import blas
 from mxlite.device import graphs as dgraphs
+from mxlite.ops import conv, linalg, nn_ops
 
 pytestmark = pytest.mark.gpu
 

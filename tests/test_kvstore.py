@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd.sparse import RowSparseTensor, row_sparse_array
+from mxlite.ops.sparse import RowSparseTensor, row_sparse_array
 from mxlite.optimizer.lr_scheduler import FactorScheduler
 from tests.mpi_helpers import ROOT, mpirun_ok, needs_mpi
 

@@ -1,4 +1,4 @@
-"""Linear algebra (``mxlite.autograd.linalg``): NumPy's ``np.linalg`` face and MXNet 1.x's ``nd.linalg`` face.
+"""Linear algebra (``mxlite.ops.linalg``): NumPy's ``np.linalg`` face and MXNet 1.x's ``nd.linalg`` face.
 
 Forward results are compared with NumPy (and with the examples of MXNet's operator docs), every gradient with
 central finite differences in float64 (``tests/gradcheck.py``: step 1e-6, ``rtol=1e-5, atol=1e-6``; the matrices
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import linalg as la
-from mxlite.autograd import ops
+from mxlite import ops
+from mxlite.ops import linalg as la
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(2024)

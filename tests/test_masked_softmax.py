@@ -1,4 +1,4 @@
-"""``npx.masked_softmax`` / ``npx.masked_log_softmax`` (mxlite.autograd.attention): MXNet 2.x's documented numbers,
+"""``npx.masked_softmax`` / ``npx.masked_log_softmax`` (mxlite.ops.attention): MXNet 2.x's documented numbers,
 its rules for masked entries and fully masked rows, float64 finite differences, and the errors."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd.attention import masked_log_softmax, masked_softmax
+from mxlite.ops.attention import masked_log_softmax, masked_softmax
 from tests.gradcheck import check_grad
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd.sparse import RowSparseTensor, row_sparse_array
 from mxlite.gluon import metric
+from mxlite.ops.sparse import RowSparseTensor, row_sparse_array
 
 
 def _same(a, b):

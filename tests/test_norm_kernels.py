@@ -1,4 +1,4 @@
-"""kernels/norm.cu against its NumPy twin in mxlite.autograd._norm_kernels, bit for bit, and batch_norm on GPUs.
+"""kernels/norm.cu against its NumPy twin in mxlite.ops._norm_kernels, bit for bit, and batch_norm on GPUs.
 
 The twin is ``_norm_kernels.forward``/``backward`` with ``blocked_sums(threads)``: the same arithmetic
 nn_ops.batch_norm composes on CPU devices, with the per-channel sums in the kernels' order. On CPU
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _norm_kernels as nk
-from mxlite.autograd import nn_ops
 from mxlite.device import kernels as _kernels
+from mxlite.ops import _norm_kernels as nk
+from mxlite.ops import nn_ops
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]

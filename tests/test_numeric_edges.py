@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import ops
+from mxlite import ops
 
 # -- var / std with ddof >= n -------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Finite-difference gradient checks (float64) and NumPy forward references for every primitive.
 
-Covers each op of ``mxlite.autograd.ops`` and ``mxlite.autograd.nn_ops``. Tolerances: central
+Covers each op of ``mxlite.ops.core`` and ``mxlite.ops.nn_ops``. Tolerances: central
 differences with step 1e-6 in float64 give about 1e-9 absolute error on these O(1) values,
 so ``rtol=1e-5, atol=1e-6`` (``check_grad``'s defaults) leave a wide margin.
 """
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import nn_ops as F
-from mxlite.autograd import ops, sparse
+from mxlite import ops
+from mxlite.ops import nn_ops as F
+from mxlite.ops import sparse
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(1234)
@@ -28,7 +29,7 @@ def distinct(*shape: int) -> np.ndarray:
     return (RNG.permutation(n) * 0.1 - n * 0.05).reshape(shape)
 
 
-# -- ops.py: arithmetic ----------------------------------------------------------------------------
+# -- core.py: arithmetic ----------------------------------------------------------------------------
 BINARY = [
     ("add", ops.add, np.add),
     ("subtract", ops.subtract, np.subtract),
@@ -89,7 +90,7 @@ def test_maximum_tie_goes_to_first():
     np.testing.assert_array_equal(y.grad.asnumpy(), [0.0, 0.0])
 
 
-# -- ops.py: linear algebra ------------------------------------------------------------------------
+# -- core.py: linear algebra ------------------------------------------------------------------------
 @pytest.mark.parametrize("shapes", [((3, 4), (4, 2)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 2)),
                                     ((3, 4), (2, 4, 3))], ids=str)
 def test_matmul(shapes):
@@ -103,7 +104,7 @@ def test_matmul_operator_and_errors():
         ops.matmul(mx.array(rand(4)), mx.array(rand(3, 2)))
 
 
-# -- ops.py: shape ---------------------------------------------------------------------------------
+# -- core.py: shape ---------------------------------------------------------------------------------
 def test_reshape():
     check_grad(lambda x: ops.reshape(x, (4, -1)), [rand(2, 3, 2)], reference=lambda x: x.reshape(4, -1))
     check_grad(lambda x: x.reshape(3, 4), [rand(2, 6)], reference=lambda x: x.reshape(3, 4))
@@ -201,7 +202,7 @@ def test_split(axis):
         ops.split(mx.array(rand(3, 4)), 2, axis=0)
 
 
-# -- ops.py: reductions ----------------------------------------------------------------------------
+# -- core.py: reductions ----------------------------------------------------------------------------
 AXES = [None, 0, 1, (0, 2), -1]
 
 
@@ -223,7 +224,7 @@ def test_max_ties_share_gradient():
     np.testing.assert_allclose(x.grad.asnumpy(), [[0, 0.5, 0.5], [1, 0, 0]])
 
 
-# -- ops.py: elementwise ---------------------------------------------------------------------------
+# -- core.py: elementwise ---------------------------------------------------------------------------
 UNARY = [
     ("negative", ops.negative, np.negative, (-1, 1)),
     ("exp", ops.exp, np.exp, (-1, 1)),
@@ -272,7 +273,7 @@ def test_where_scalar_branch():
     check_grad(lambda c, x: ops.where(c, x, 0.0), [cond, rand(3)], reference=lambda c, x: np.where(c, x, 0.0))
 
 
-# -- ops.py: copies and casts ----------------------------------------------------------------------
+# -- core.py: copies and casts ----------------------------------------------------------------------
 def test_to_device_between_virtual_cpus():
     def fn(x):
         y = ops.to_device(x * 2.0, mx.cpu(1))
@@ -789,10 +790,10 @@ def test_error_names_op_and_input_shapes():
 
 
 def test_check_grad_catches_a_wrong_backward_and_forward():
-    from mxlite.autograd.tensor import _result
+    from mxlite.autograd.tensor import op_result
 
     def bad_square(x):  # forward right, backward off by a factor 2
-        return _result("bad_square", x._data ** 2, x.device, (x,), lambda g: (g * x._data,))
+        return op_result("bad_square", x._data ** 2, x.device, (x,), lambda g: (g * x._data,))
 
     with pytest.raises(AssertionError, match="gradient of input 0"):
         check_grad(bad_square, [rand(3)])
@@ -803,8 +804,7 @@ def test_check_grad_catches_a_wrong_backward_and_forward():
 def test_take_along_axis_grad_with_broadcast_indices():
     # Indices of size 1 on a non-gathered axis broadcast against x (NumPy's rule); each row then
     # picks the same columns, and the gradient lands on every row.
-    from mxlite import autograd
-    from mxlite.autograd import ops
+    from mxlite import autograd, ops
 
     x = mx.nd.array(np.arange(12.0).reshape(3, 4))
     x.attach_grad()

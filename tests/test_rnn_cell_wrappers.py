@@ -12,8 +12,8 @@ import pytest
 
 import mxlite as mx
 from mxlite import autograd
-from mxlite.autograd import nn_ops
 from mxlite.gluon import rnn
+from mxlite.ops import nn_ops
 from tests.gradcheck import check_grad
 
 RNG = np.random.default_rng(11)

@@ -3,7 +3,7 @@
 Three levels:
 
 - each cell kernel (LSTM, GRU, RNN tanh/relu; forward and backward) against its twin in
-  ``mxlite/autograd/rnn_ops.py``, bit for bit (NaNs compared as NaNs), on CPU devices (the serial host
+  ``mxlite/ops/rnn_ops.py``, bit for bit (NaNs compared as NaNs), on CPU devices (the serial host
   build) and on GPUs (emulated where there is none) with several block sizes; float32, float64 and
   float16 storage, with and without sequence lengths, clip, saved gates, and special values (+-0,
   subnormals, +-inf, NaN, values past exp's clamp);
@@ -25,9 +25,10 @@ import pytest
 from gradcheck import check_grad
 
 import mxlite as mx
-from mxlite.autograd import ops, rnn_ops
+from mxlite import ops
 from mxlite.device import kernels as _kernels
 from mxlite.gluon.rnn import _steps
+from mxlite.ops import rnn_ops
 
 DTYPES = [np.float32, np.float64, np.float16]
 DTYPE_IDS = ["f32", "f64", "f16"]
@@ -407,7 +408,7 @@ def test_valid_length_equals_each_sample_run_alone(mode, reverse):
             else:
                 xb = ops.getitem(x2, (slice(0, n), slice(b, b + 1)))
                 steps = [ops.reshape(s, (1, -1)) for s in
-                         ops.split(mx.autograd.nn_ops.fully_connected(xb, weights2[0], weights2[2], flatten=False),
+                         ops.split(mx.nn_ops.fully_connected(xb, weights2[0], weights2[2], flatten=False),
                                    int(n), axis=0)]
                 seq, last = _steps._run_direction(mode, steps, begin, weights2[1], weights2[3], reverse,
                                                   None)

@@ -1,6 +1,6 @@
 """gluon.rnn layers on the fused recurrence: the composed reference's numbers, sequence lengths, dropout, states.
 
-The layers run each layer and direction as one :func:`mxlite.autograd.rnn_ops.recurrence`; the
+The layers run each layer and direction as one :func:`mxlite.ops.rnn_ops.recurrence`; the
 step-by-step composition (``_steps.rnn_sequence(fused=False)``) is the reference: equal to 1e-12 in
 float64, outputs, final states and every gradient. ``use_sequence_length``: each sample gives what it
 gives alone on its first L steps (zeros after), final states after its last valid step, in every
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import rnn_ops, rnn_stack
 from mxlite.gluon import rnn
 from mxlite.gluon.rnn import _steps
+from mxlite.ops import rnn_ops, rnn_stack
 
 CLASSES = [(rnn.LSTM, "lstm"), (rnn.GRU, "gru"), (rnn.RNN, "rnn_relu")]
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import rnn_ops
 from mxlite.device import blas
 from mxlite.device import kernels as _kernels
+from mxlite.ops import rnn_ops
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import rnn_ops
 from mxlite.device import kernels as _kernels
+from mxlite.ops import rnn_ops
 
 pytestmark = pytest.mark.skipif(not _kernels.cpu_kernels_enabled(rnn_ops.KERNEL_FILE, rnn_ops._ALL_NAMES),
                                 reason="needs the host build of kernels/rnn.cu")

@@ -1,4 +1,4 @@
-"""A stack of unidirectional recurrent layers as one op (mxlite.autograd.rnn_stack), its layers on host threads.
+"""A stack of unidirectional recurrent layers as one op (mxlite.ops.rnn_stack), its layers on host threads.
 
 The stack must give the same bits on one thread and on several, and equal :func:`rnn_ops.recurrence` called
 layer by layer up to rounding (outputs, final states and every gradient), for every mode, with and without
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import nn_ops, ops, rnn_ops, rnn_stack
+from mxlite import ops
 from mxlite.gluon.rnn import _steps
+from mxlite.ops import nn_ops, rnn_ops, rnn_stack
 from tests.test_rnn_kernels import MODES, _layer_weights, _leaves, _loss, _same_bits
 
 gpu = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""kernels/softmax_ce.cu against its NumPy twin (mxlite.autograd._loss_kernels), bit for bit, and the fused
+"""kernels/softmax_ce.cu against its NumPy twin (mxlite.ops._loss_kernels), bit for bit, and the fused
 softmax cross-entropy in gluon.loss.SoftmaxCrossEntropyLoss against the composed ops it replaces.
 
 On CPU devices the serial host build (one thread per block) must give the twin's bits; the GPU-marked
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.autograd import _loss_kernels as lk
-from mxlite.autograd import nn_ops, ops
+from mxlite import ops
 from mxlite.device import kernels as _kernels
+from mxlite.ops import _loss_kernels as lk
+from mxlite.ops import nn_ops
 
 DTYPES = [np.float32, np.float64]
 DTYPE_IDS = ["f32", "f64"]

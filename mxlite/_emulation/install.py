@@ -58,7 +58,7 @@ def install(num_gpus: int) -> None:
         sys.modules[public] = importlib.import_module(f"{__package__}.{private}")
     sys.modules["nvmath.bindings.cublas"]._reset()
     # cuBLAS handles, graphs and dropout generator states of a previous install
-    for cache in ("mxlite.device.blas", "mxlite.device.graphs", "mxlite.autograd._philox"):
+    for cache in ("mxlite.device.blas", "mxlite.device.graphs", "mxlite.ops._philox"):
         module = sys.modules.get(cache)
         if module is not None:
             module._forget()

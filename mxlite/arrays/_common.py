@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from ..autograd.tensor import Tensor
-from ..autograd.tensor import nd_reshape_shape as reshape_nd  # noqa: F401 - the faces' name for it
 from ..device import Device, as_device, current_device, num_gpus
+from ..device.context import pick_device
 from ..formats._messages import quote
 from ..formats.archive import load_arrays, save_arrays
+from ..ops.core import nd_reshape_shape as reshape_nd  # noqa: F401 - the faces' name for it
+from ..ops.creation import array
 
 _LIST_PREFIX, _DICT_PREFIX = "list:", "dict:"
 
@@ -23,8 +25,6 @@ def tensor(x: Any, like: Tensor | None = None, dtype: Any = None) -> Tensor:
     (else the current device). Python lists and numbers become float32 (MXNet's default)."""
     if isinstance(x, Tensor):
         return x
-    from ..autograd.creation import array  # noqa: PLC0415 - _creation imports the tensor module
-
     dev = like.device if like is not None else current_device()
     if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__cuda_array_interface__"):
         return array(x, dev, dtype)
@@ -39,8 +39,6 @@ def tensors(*xs: Any) -> list[Tensor]:
 
 def device_arg(device: Any, ctx: Any, where: str) -> Device:
     """The device from ``device=``/``ctx=`` (the current device when neither)."""
-    from ..device.context import pick_device  # noqa: PLC0415
-
     return as_device(pick_device(device, ctx, where=where))
 
 
@@ -133,8 +131,6 @@ def load(fname: str | os.PathLike, device: Any = None) -> list[Tensor] | dict[st
         FileNotFoundError: no such file. ValueError: not an mxlite/NumPy ``.npz`` archive, or a saved list
             whose positions are not exactly ``list:0 .. list:n-1`` (names the file and the entries).
     """
-    from ..autograd.creation import array  # noqa: PLC0415
-
     dev = as_device(device) if device is not None else Device("cpu", 0)
     raw = load_arrays(fname)
     if raw and _b.any(k.startswith(_LIST_PREFIX) for k in raw):

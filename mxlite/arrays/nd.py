@@ -23,22 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import activations as _act
-from ..autograd import attention as _attention
-from ..autograd import linalg as _linalg
-from ..autograd import nn_ops as _nn
-from ..autograd import ops as _ops
-from ..autograd import random as _random
-from ..autograd.creation import arange as _arange
-from ..autograd.creation import array as _array
-from ..autograd.creation import as_dtype
-from ..autograd.creation import full as _full
+from .. import autograd
+from .. import ops as _ops
 from ..autograd.tensor import NDTensor, Tensor
 from ..device import Device as _Device
 from ..device import as_device as _as_device
 from ..formats.archive import is_mxnet_file as _is_mxnet_file
 from ..formats.archive import load_mxnet_arrays as _load_mxnet_arrays
 from ..formats.archive import save_mxnet_arrays as _save_mxnet_arrays
+from ..ops import activations as _act
+from ..ops import attention as _attention
+from ..ops import linalg as _linalg
+from ..ops import nn_ops as _nn
+from ..ops import random as _random
+from ..ops.creation import arange as _arange
+from ..ops.creation import array as _array
+from ..ops.creation import as_dtype
+from ..ops.creation import full as _full
 from ._common import device_arg, reshape_nd, shape_arg, tensor, tensors, waitall
 from ._common import entry_names as _entry_names
 from ._common import load as _npz_load
@@ -135,7 +136,7 @@ def _arrays_among(*params: Any) -> bool:
 
 
 def _sample(dist: str, params: tuple[Any, ...], shape: Any, size: Any, dtype: Any, ctx: Any, device: Any) -> Tensor:
-    """Draws of ``dist`` (``mxlite.autograd.random.sample``): numbers give ``shape`` draws on ``ctx``; arrays
+    """Draws of ``dist`` (``mxlite.ops.random.sample``): numbers give ``shape`` draws on ``ctx``; arrays
     (NumPy arrays and lists become arrays) of one shape give ``shape`` draws per entry, on their device."""
     shp, dev = _draw_args(shape, size, ctx, device, f"random.{dist}")
     params = tuple(tensor(p) if isinstance(p, (np.ndarray, list)) else p for p in params)
@@ -839,8 +840,6 @@ def FullyConnected(data: Any, weight: Any, bias: Any = None, num_hidden: int = 0
 
 def Dropout(data: Any, p: float = 0.5, axes: Any = (), mode: str = "training", **kwargs: Any) -> Tensor:  # noqa: N802
     """Inverted dropout with probability ``p`` while training (``mode='always'``: also at prediction)."""
-    from .. import autograd  # noqa: PLC0415
-
     training = True if mode == "always" else autograd.is_training()
     if p >= 1:
         return _ops.multiply(tensor(data), 0.0) if training else tensor(data)
@@ -1569,22 +1568,22 @@ def BilinearResize2D(data: Any, like: Any = None, height: int = 1, width: int = 
 
 
 def _interleaved_matmul_selfatt_qk(queries_keys_values: Any, heads: int, **kwargs: Any) -> Tensor:
-    """MXNet's ``contrib.interleaved_matmul_selfatt_qk``: see :mod:`mxlite.autograd.attention`."""
+    """MXNet's ``contrib.interleaved_matmul_selfatt_qk``: see :mod:`mxlite.ops.attention`."""
     return _attention.interleaved_matmul_selfatt_qk(tensor(queries_keys_values), heads)
 
 
 def _interleaved_matmul_selfatt_valatt(queries_keys_values: Any, attention: Any, heads: int, **kwargs: Any) -> Tensor:
-    """MXNet's ``contrib.interleaved_matmul_selfatt_valatt``: see :mod:`mxlite.autograd.attention`."""
+    """MXNet's ``contrib.interleaved_matmul_selfatt_valatt``: see :mod:`mxlite.ops.attention`."""
     return _attention.interleaved_matmul_selfatt_valatt(*tensors(queries_keys_values, attention), heads)
 
 
 def _interleaved_matmul_encdec_qk(queries: Any, keys_values: Any, heads: int, **kwargs: Any) -> Tensor:
-    """MXNet's ``contrib.interleaved_matmul_encdec_qk``: see :mod:`mxlite.autograd.attention`."""
+    """MXNet's ``contrib.interleaved_matmul_encdec_qk``: see :mod:`mxlite.ops.attention`."""
     return _attention.interleaved_matmul_encdec_qk(*tensors(queries, keys_values), heads)
 
 
 def _interleaved_matmul_encdec_valatt(keys_values: Any, attention: Any, heads: int, **kwargs: Any) -> Tensor:
-    """MXNet's ``contrib.interleaved_matmul_encdec_valatt``: see :mod:`mxlite.autograd.attention`."""
+    """MXNet's ``contrib.interleaved_matmul_encdec_valatt``: see :mod:`mxlite.ops.attention`."""
     return _attention.interleaved_matmul_encdec_valatt(*tensors(keys_values, attention), heads)
 
 

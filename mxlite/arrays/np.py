@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as _onp
 
-from ..autograd import linalg as _linalg
-from ..autograd import ops as _ops
-from ..autograd import random as _random
-from ..autograd.creation import arange as _arange
-from ..autograd.creation import array as _array
-from ..autograd.creation import full as _full
+from .. import ops as _ops
 from ..autograd.tensor import Tensor
+from ..ops import linalg as _linalg
+from ..ops import random as _random
+from ..ops.creation import arange as _arange
+from ..ops.creation import array as _array
+from ..ops.creation import full as _full
 from . import nd as _nd
 from ._common import device_arg, shape_arg, tensor, tensors
 from .nd import _impl as _ndi
@@ -486,7 +486,7 @@ def outer(a: Any, b: Any) -> Tensor:
     return _ops.multiply(_ops.reshape(a, (-1, 1)), _ops.reshape(b, (1, -1)))
 
 
-# mx.np.linalg: NumPy's linear algebra, differentiable where MXNet's is (mxlite.autograd.linalg)
+# mx.np.linalg: NumPy's linear algebra, differentiable where MXNet's is (mxlite.ops.linalg)
 linalg = SimpleNamespace(**{name: getattr(_linalg, name) for name in _linalg.NP_LINALG})
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as _onp
 
-from ..autograd import attention as _attention
-from ..autograd import nn_ops as _nn
-from ..autograd import ops as _ops
+from .. import ops as _ops
 from ..autograd.tensor import Tensor
 from ..device import cpu, current_device, gpu, num_gpus
 from ..device.context import current_context
+from ..ops import attention as _attention
+from ..ops import nn_ops as _nn
+from ..ops.creation import array
 from . import nd as _nd
 from ._common import reshape_npx, shape_arg, tensor, tensors, waitall
 from .nd import _impl as _ndi
@@ -142,7 +144,7 @@ def sequence_mask(data: Any, sequence_length: Any = None, use_sequence_length: b
 def masked_softmax(data: Any, mask: Any, axis: int = -1, temperature: float = 1.0, normalize: bool = True) -> Tensor:
     """Softmax along ``axis`` over the entries ``mask`` keeps; masked entries (and rows with none kept) are 0.
 
-    See :func:`mxlite.autograd.attention.masked_softmax` for the arguments and errors.
+    See :func:`mxlite.ops.attention.masked_softmax` for the arguments and errors.
     """
     data = tensor(data)
     return _attention.masked_softmax(data, tensor(mask, data), axis, temperature, normalize)
@@ -157,7 +159,7 @@ def masked_log_softmax(data: Any, mask: Any, axis: int = -1, temperature: float 
 
 def interleaved_matmul_selfatt_qk(queries_keys_values: Any, heads: int) -> Tensor:
     """Scaled self-attention scores from (seq, batch, heads * 3 * head_dim) interleaved projections:
-    (batch * heads, seq, seq). See :mod:`mxlite.autograd.attention`."""
+    (batch * heads, seq, seq). See :mod:`mxlite.ops.attention`."""
     return _attention.interleaved_matmul_selfatt_qk(tensor(queries_keys_values), heads)
 
 
@@ -183,7 +185,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, mask: Any = N
                                  training: bool | None = None) -> Tensor:
     """``softmax(query · keyᵀ · scale) · value`` over (batch, heads, T, head_dim) arrays, with masks and dropout on
     the weights, never holding the (batch, heads, Tq, Tk) scores. See
-    :func:`mxlite.autograd.attention.scaled_dot_product_attention` for the arguments and errors."""
+    :func:`mxlite.ops.attention.scaled_dot_product_attention` for the arguments and errors."""
     query, key, value = tensors(query, key, value)
     return _attention.scaled_dot_product_attention(query, key, value, mask=mask, causal=causal,
                                                    valid_length=valid_length, dropout=dropout, scale=scale,
@@ -197,12 +199,8 @@ def stop_gradient(data: Any) -> Tensor:
 
 def gamma(data: Any) -> Tensor:
     """Elementwise Gamma function (no gradient), computed on the host."""
-    import math  # noqa: PLC0415
-
     data = tensor(data)
     host = _onp.frompyfunc(math.gamma, 1, 1)(data.asnumpy()).astype(data.dtype)
-    from ..autograd.creation import array  # noqa: PLC0415
-
     return array(host, data.device)
 
 

@@ -11,6 +11,9 @@ Usage::
         y = (x ** 3).sum()
     dx, = mx.autograd.grad(y, [x], create_graph=True)   # 3 x^2, itself differentiable
     dx.sum().backward()     # x.grad == 6 x
+
+This package is the engine (Tensor, the recording flags, ``backward``, ``grad``, ``Function``); the ops it
+records are the op library's (:mod:`mxlite.ops`), which stands above it and completes Tensor at import.
 """
 
 from ._state import (

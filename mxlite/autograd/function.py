@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _state
-from .tensor import _GRAD_REQS, Tensor, _describe, _Node
+from .tensor import _GRAD_REQS, Tensor, _Node, describe
 
 __all__ = ["Function", "get_symbol", "mark_variables"]
 
@@ -50,7 +50,7 @@ def mark_variables(variables: Tensor | Sequence[Tensor], gradients: Tensor | Seq
         if req not in _GRAD_REQS:
             raise ValueError(f"mark_variables: grad_req must be one of {_GRAD_REQS}, got {req!r} for variable {i}")
         if req != "null" and not np.issubdtype(v.dtype, np.floating):
-            raise TypeError(f"mark_variables: variable {i} ({_describe(v)}) is not floating point and cannot "
+            raise TypeError(f"mark_variables: variable {i} ({describe(v)}) is not floating point and cannot "
                             "have a gradient")
         if g.shape != v.shape:
             raise ValueError(f"mark_variables: gradient {i} has shape {g.shape}, its variable {v.shape}")
@@ -65,8 +65,8 @@ def _check_buffer(i: int, variable: Tensor, buffer: Tensor) -> None:
     (an int32 buffer would truncate the gradient, a float16 one round it; MXNet requires the variable's dtype) or
     another device."""
     if buffer.dtype != variable.dtype:
-        raise TypeError(f"mark_variables: gradient {i} ({_describe(buffer)}) has dtype {buffer.dtype}, its variable "
-                        f"({_describe(variable)}) {variable.dtype}; a gradient buffer must have its variable's dtype "
+        raise TypeError(f"mark_variables: gradient {i} ({describe(buffer)}) has dtype {buffer.dtype}, its variable "
+                        f"({describe(variable)}) {variable.dtype}; a gradient buffer must have its variable's dtype "
                         f"(make it with zeros_like(variable))")
     if buffer.device != variable.device:
         raise ValueError(f"mark_variables: gradient {i} lives on {buffer.device}, its variable on {variable.device}; "
@@ -182,7 +182,7 @@ class Function:
             for i, (g, x) in enumerate(zip(returned, inputs)):
                 if g is not None and (not isinstance(g, Tensor) or g.shape != x.shape):
                     raise ValueError(f"{op}.backward: gradient {i} must be a Tensor of its input's shape {x.shape}, "
-                                     f"got {_describe(g) if isinstance(g, Tensor) else type(g).__name__}")
+                                     f"got {describe(g) if isinstance(g, Tensor) else type(g).__name__}")
                 arrays.append(None if g is None else g._data)
             return arrays
 

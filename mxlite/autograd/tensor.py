@@ -1,10 +1,16 @@
 """Tensor: an array on one device, with define-by-run autograd.
 
 A :class:`Tensor` wraps one NumPy (CPU device) or CuPy (GPU device) array. Inside
-``autograd.record()`` every primitive op (see ``ops.py``) that consumes a tensor needing a
-gradient attaches a :class:`_Node` to its result: the parents and a closure computing the
-parents' gradients from the result's gradient (micrograd's shape, with the backward beside
-the forward in each op).
+``autograd.record()`` every primitive op (the op library, :mod:`mxlite.ops`) that consumes a tensor
+needing a gradient attaches a :class:`_Node` to its result (:func:`op_result`): the parents and a
+closure computing the parents' gradients from the result's gradient (micrograd's shape, with the
+backward beside the forward in each op).
+
+This module is the engine: Tensor's data, device, gradient buffer, faces and ``backward``. The op
+library stands above it and completes the class at import: Tensor's operators and op methods
+(``x + y``, ``x.sum()``, ``x.reshape(...)``, ``x.to(device)``) are attached by ``mxlite/ops/_methods.py``,
+and row-sparse gradients are handled through the functions ``mxlite/ops/sparse.py`` registers here
+(:func:`register_row_sparse`). So nothing here imports an op.
 
 ``backward`` walks the graph in dependency order (Kahn's algorithm): a tensor is processed
 once every consumer has sent its gradient. A leaf's gradient is written (``grad_req='write'``)
@@ -22,7 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,7 +68,8 @@ def recorded_op(t: Tensor) -> tuple[str, tuple[Tensor, ...], tuple[Callable, tup
     return None if node is None else (node.op, node.parents, node.call)
 
 
-def _describe(x: object) -> str:
+def describe(x: object) -> str:
+    """A short description of ``x`` for error messages: ``float32[2, 3]@cpu(0)`` for a Tensor, else its type's name."""
     if isinstance(x, Tensor):
         return f"{x.dtype}{list(x.shape)}@{x.device}"
     return type(x).__name__
@@ -245,12 +252,6 @@ class Tensor:
             with self._device.use():
                 self._device.xp.cuda.get_current_stream().synchronize()
 
-    def tostype(self, stype: str) -> Any:
-        """Convert storage: ``'default'`` returns self, ``'row_sparse'`` keeps non-zero rows."""
-        from . import sparse  # noqa: PLC0415 - sparse imports this module
-
-        return sparse.cast_storage(self, stype)
-
     # -- DLPack ---------------------------------------------------------------------------
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         if stream is None:
@@ -287,9 +288,7 @@ class Tensor:
             with self._device.use():  # on this tensor's GPU, not the current one
                 self._grad = _face(self)(self._device.xp.zeros_like(self._data), self._device)
         elif stype == "row_sparse":
-            from . import sparse  # noqa: PLC0415
-
-            self._grad = sparse.zeros_row_sparse(self.shape, self.dtype, self._device)
+            self._grad = _row_sparse_gradients().zeros(self.shape, self.dtype, self._device)
         else:
             raise ValueError(f"stype must be 'default' or 'row_sparse', got {stype!r}")
         self._grad_req = grad_req
@@ -328,16 +327,6 @@ class Tensor:
         backward([self], None if out_grad is None else [out_grad], retain_graph, train_mode)
 
     # -- copies between devices -----------------------------------------------------------
-    def to(self, device: _device.Device) -> Tensor:
-        """This tensor on ``device`` (itself if already there); differentiable."""
-        from . import ops  # noqa: PLC0415 - ops builds on this module
-
-        return ops.to_device(self, _device.as_device(device))
-
-    as_in_context = to
-    as_in_ctx = to
-    to_device = to
-
     @property
     def context(self) -> _device.Device:
         """MXNet 1.x's name of :attr:`device`."""
@@ -364,19 +353,6 @@ class Tensor:
         """The data as nested Python lists."""
         return self.asnumpy().tolist()
 
-    def take(self, indices: Any, axis: int | None = None, mode: str = "raise") -> Tensor:
-        """Entries at ``indices`` along ``axis`` (of the flattened array when None): MXNet 2.x's
-        ``ndarray.take``, the fluent form of ``mx.np.take`` (differentiable in this tensor).
-
-        ``mode`` 'raise' (default, as MXNet 2.x) refuses out-of-range ids with IndexError; 'clip'
-        clips them, 'wrap' wraps them around.
-        """
-        from . import nn_ops, ops  # noqa: PLC0415 - the ops build on this module
-
-        a = self if axis is not None else ops.reshape(self, (-1,))
-        idx = indices._data if isinstance(indices, Tensor) else indices
-        return nn_ops.take(a, idx, axis=0 if axis is None else axis, mode=mode)
-
     def copyto(self, other: Tensor | _device.Device) -> Tensor:
         """Copy into ``other``'s buffer (a Tensor of the same shape, or a RowSparseTensor, which takes the
         non-zero rows) or onto a device.
@@ -390,9 +366,7 @@ class Tensor:
             other[...] = self
             return other
         if getattr(other, "stype", None) == "row_sparse":  # a RowSparseTensor destination takes our non-zero rows
-            from . import sparse  # noqa: PLC0415 - sparse imports this module
-
-            return sparse.cast_storage(self, "row_sparse").copyto(other)
+            return _row_sparse_gradients().from_dense(self._data, self._device).copyto(other)
         dev = _device.as_device(other)
         return _face(self)(copy_between(self._data, self._device, dev, copy=True), dev)
 
@@ -414,10 +388,10 @@ class Tensor:
         elif isinstance(value, np.ndarray) and self._device.is_gpu:
             value = copy_between(value, _device.cpu(0), self._device, copy=False)
         with self._device.use():
-            self._data[_index_key(key, self._device)] = value
+            self._data[index_key(key, self._device)] = value
 
 
-def _index_key(key: Any, device: _device.Device) -> Any:
+def index_key(key: Any, device: _device.Device) -> Any:
     """An index into an array on ``device``: Tensors replaced by their arrays, index arrays (Tensors of another
     device, NumPy arrays for a GPU) copied onto ``device``, float index arrays (``mx.nd.array([0, 2])``) made int64.
 
@@ -439,10 +413,11 @@ def _index_key(key: Any, device: _device.Device) -> Any:
 # -- the mx.nd face ----------------------------------------------------------------------------
 # An array made by ``mx.nd`` is an NDTensor: a Tensor whose methods follow MXNet 1.x's NDArray where
 # they differ from 2.x's ``mx.np`` ndarray (``reshape`` takes MXNet's codes; fluent methods). The face
-# is the class, so it costs nothing per element and one class check per op: ``_result`` gives an op's
+# is the class, so it costs nothing per element and one class check per op: ``op_result`` gives an op's
 # output the face of its inputs, so it survives arithmetic, layers and autograd (a gradient buffer has its
 # array's face). A thin subclass rather than a flag: the methods that differ are simply overridden, where
-# a flag would need each of them to test it, and the ops (which install Tensor's methods) need no change.
+# a flag would need each of them to test it. The op library attaches the methods that differ (``reshape``,
+# ``argmax``, the comparisons, ...), as it attaches Tensor's (mxlite/ops/_methods.py).
 class NDTensor(Tensor):
     """A :class:`Tensor` with ``mx.nd``'s face (MXNet 1.x ``NDArray``), as the ``mx.nd`` functions make.
 
@@ -460,38 +435,6 @@ class NDTensor(Tensor):
     # mx.nd's functions by name, for fluent methods (filled by mxlite.arrays.nd, which stands above this floor)
     fluent: dict[str, Callable[..., Any]] = {}
 
-    def reshape(self, *shape: Any, reverse: bool = False, **kwargs: Any) -> Tensor:
-        """A view with a new shape, with MXNet 1.x's codes: 0 copies an input dim, -1 infers one, -2
-        copies the rest, -3 merges two input dims, -4 splits one into the next two entries;
-        ``reverse=True`` matches the codes from the right. ``x.reshape((2, -1))``, ``x.reshape(2, -1)``
-        and ``x.reshape(shape=(2, -1))`` are the same.
-
-        Raises:
-            TypeError: an unknown keyword argument.
-            ValueError: codes that do not fit the array's shape (names both).
-        """
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-            shape = tuple(shape[0])
-        elif not shape:
-            shape = kwargs.pop("shape", None)
-            if shape is None:
-                raise TypeError("reshape: give the new shape (positionally or as shape=)")
-            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        if kwargs:
-            raise TypeError(f"reshape: unknown keyword arguments {sorted(kwargs)}; it takes shape= and reverse=")
-        from . import ops  # noqa: PLC0415 - ops builds on this module
-
-        return ops.reshape(self, nd_reshape_shape(self.shape, [int(n) for n in shape], reverse))
-
-    def argmax(self, axis: int | None = None, keepdims: bool = False, out: Any = None) -> Tensor:
-        """Index of the maximum along ``axis`` (int64, as the Tensor method; ``mx.nd.argmax`` gives float32).
-        ``out=`` (MXNet's) receives the result; NumPy's ``np.argmax(x, axis=1)`` calls this method."""
-        return _into_out(_keep_nd_face("argmax")(self, axis, keepdims), out)
-
-    def argmin(self, axis: int | None = None, keepdims: bool = False, out: Any = None) -> Tensor:
-        """Index of the minimum along ``axis`` (int64; ``mx.nd.argmin`` gives float32); ``out=`` as :meth:`argmax`."""
-        return _into_out(_keep_nd_face("argmin")(self, axis, keepdims), out)
-
     def __getattr__(self, name: str) -> Any:
         # Only reached for names a Tensor lacks: MXNet 1.x's fluent methods (x.softmax(), x.split(2), ...).
         fn = NDTensor.fluent.get(name)
@@ -500,32 +443,6 @@ class NDTensor(Tensor):
         return functools.partial(fn, self)
 
 
-def _into_out(value: Tensor, out: Any) -> Tensor:
-    """``value``, or written into ``out`` (MXNet's ``out=``) and ``out`` returned."""
-    if out is None:
-        return value
-    out[...] = value
-    return out
-
-
-def _keep_nd_face(name: str) -> Callable[..., Any]:
-    """A method of NDTensor that calls Tensor's and gives the result the nd face and MXNet 1.x's shape (for
-    ops that make their result without ``_result``: rounding, ``one_hot``, ``zeros_like``, ``argmax``).
-    The comparison and logic operators are the ops' own (1/0 in the operands' dtype, not bool)."""
-    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-        out = getattr(Tensor, name)(self, *args, **kwargs)
-        if out.__class__ is Tensor and out is not self:
-            from . import ops  # noqa: PLC0415 - ops builds on this module
-
-            out = ops.nd_shape(out)
-        return out
-
-    method.__name__ = name
-    return method
-
-
-for _name in ("argsort", "sign", "round", "floor", "ceil", "trunc", "one_hot", "zeros_like", "ones_like"):
-    setattr(NDTensor, _name, _keep_nd_face(_name))
 NDTensor.__hash__ = object.__hash__  # type: ignore[assignment]
 
 
@@ -541,8 +458,8 @@ def _face_view(t: Tensor, cls: type[Tensor]) -> Tensor:
     buffer and ``grad_req``, so a gradient reaching it reaches ``t``'s gradient buffer.
     """
     if _state.is_recording() and t._requires_grad():
-        out = _result("as_" + ("nd" if cls is NDTensor else "np") + "_ndarray", t._data, t._device, (t,),
-                      lambda g: (g,))
+        out = op_result("as_" + ("nd" if cls is NDTensor else "np") + "_ndarray", t._data, t._device, (t,),
+                        lambda g: (g,))
         out.__class__ = cls
         return out
     out = cls(t._data, t._device)
@@ -550,70 +467,12 @@ def _face_view(t: Tensor, cls: type[Tensor]) -> Tensor:
     return out
 
 
-def nd_reshape_shape(in_shape: tuple[int, ...], spec: Sequence[int], reverse: bool = False) -> tuple[int, ...]:
-    """The target shape of MXNet 1.x's ``reshape`` codes: 0 copy this dim, -1 infer, -2 copy all remaining,
-    -3 merge the next two input dims, -4 split one input dim into the next two entries (one may be -1).
-
-    Raises:
-        ValueError: a spec that does not fit ``in_shape`` (names both).
-    """
-    spec = list(spec)
-    if reverse:
-        if -4 in spec:
-            raise ValueError(f"reshape: reverse=True with the split code -4 is not supported, got {tuple(spec)}")
-        return tuple(reversed(nd_reshape_shape(tuple(reversed(in_shape)), list(reversed(spec)))))
-    out: list[int] = []
-    i = 0
-    k = 0
-    infer = -1
-    try:
-        while k < len(spec):
-            code = spec[k]
-            if code > 0:
-                out.append(code)
-                i += 1
-            elif code == 0:
-                out.append(in_shape[i])
-                i += 1
-            elif code == -1:
-                infer = len(out)
-                out.append(-1)
-                i += 1
-            elif code == -2:
-                out.extend(in_shape[i:])
-                i = len(in_shape)
-            elif code == -3:
-                out.append(in_shape[i] * in_shape[i + 1])
-                i += 2
-            elif code == -4:
-                a, b = spec[k + 1], spec[k + 2]
-                n = in_shape[i]
-                a = n // b if a == -1 else a
-                b = n // a if b == -1 else b
-                if a * b != n:
-                    raise ValueError(f"-4 splits {n} into {spec[k + 1]} x {spec[k + 2]}")
-                out.extend([a, b])
-                i += 1
-                k += 2
-            else:
-                raise ValueError(f"unknown code {code}")
-            k += 1
-    except IndexError:
-        raise ValueError(f"reshape: shape codes {tuple(spec)} need more axes than the input's {in_shape}") from None
-    total = int(np.prod(in_shape))
-    if infer >= 0:
-        known = int(np.prod([n for j, n in enumerate(out) if j != infer]))
-        out[infer] = total // known if known else 0
-    if int(np.prod(out)) != total:
-        raise ValueError(f"reshape: cannot reshape {in_shape} ({total} elements) with codes {tuple(spec)} "
-                         f"(gives {tuple(out)})")
-    return tuple(out)
-
-
 # -- graph construction -----------------------------------------------------------------------
-def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...],
-            backward_fn: BackwardFn) -> Tensor:
-    """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient.
+def op_result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor, ...],
+              backward_fn: BackwardFn) -> Tensor:
+    """Wrap ``data`` as an op's output, recording a node when some parent needs a gradient: how every op of
+    the op library makes its result (``backward_fn`` maps the output's raw gradient to one raw gradient, or
+    None, per parent).
 
     The output has the ``mx.nd`` face (:class:`NDTensor`) when any parent has it, else it is a plain Tensor.
     """
@@ -631,7 +490,7 @@ def _result(op: str, data: Array, device: _device.Device, parents: tuple[Tensor,
     return out
 
 
-def _unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
+def unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
     """Sum ``grad`` down to ``shape``, undoing NumPy broadcasting."""
     if grad.shape == shape:
         return grad
@@ -714,7 +573,7 @@ def _check_heads(where: str, heads: Tensor | Sequence[Tensor], head_grads: Any) 
             raise TypeError(f"{where}: head {i} is a {type(h).__name__}, not a Tensor")
         if not h._requires_grad():
             raise ValueError(
-                f"{where}: head {i} ({_describe(h)}) is not part of a recorded graph; "
+                f"{where}: head {i} ({describe(h)}) is not part of a recorded graph; "
                 "compute it inside `with autograd.record():` from tensors with attach_grad() "
                 "(to differentiate a graph twice, pass retain_graph=True the first time)"
             )
@@ -800,9 +659,7 @@ def _accumulate(grads: dict[int, Array], t: Tensor, g: Any) -> None:
     if key in grads:
         prev = grads[key]
         if _is_sparse(prev) or _is_sparse(g):
-            from . import sparse  # noqa: PLC0415
-
-            grads[key] = sparse.add_any(prev, g, t.shape)
+            grads[key] = _row_sparse_gradients().add(prev, g, t.shape)
         else:
             grads[key] = prev + g
     else:
@@ -813,17 +670,49 @@ def _is_sparse(g: Any) -> bool:
     return hasattr(g, "indices") and hasattr(g, "stype")
 
 
+# -- row-sparse gradients ------------------------------------------------------------------------
+class RowSparseGradients(NamedTuple):
+    """What the engine does with row-sparse gradients (``Embedding(sparse_grad=True)``, ``attach_grad(stype=
+    'row_sparse')``), whose type, ``RowSparseTensor``, is the op library's (:mod:`mxlite.ops.sparse`): that
+    module stands above this one and registers these functions at import (:func:`register_row_sparse`).
+
+    Attributes:
+        zeros: ``zeros(shape, dtype, device)``, an empty row-sparse buffer.
+        from_dense: ``from_dense(array, device)``, the rows of a raw dense array holding any non-zero.
+        add: ``add(a, b, shape)``, the sum of two gradients, each a raw dense array or row-sparse
+            (row-sparse when both are, else a raw dense array).
+    """
+
+    zeros: Callable[[tuple[int, ...], Any, _device.Device], Any]
+    from_dense: Callable[[Array, _device.Device], Any]
+    add: Callable[[Any, Any, tuple[int, ...]], Any]
+
+
+_row_sparse: list[RowSparseGradients] = []  # the registered functions (one entry)
+
+
+def register_row_sparse(functions: RowSparseGradients) -> None:
+    """Give the engine the row-sparse gradient functions (``mxlite.ops.sparse`` calls this once, at import)."""
+    _row_sparse[:] = [functions]
+
+
+def _row_sparse_gradients() -> RowSparseGradients:
+    if not _row_sparse:
+        raise RuntimeError("row-sparse gradients need mxlite.ops.sparse, which registers them at import "
+                           "(import mxlite, not mxlite.autograd alone)")
+    return _row_sparse[0]
+
+
 def _write_leaf_grad(t: Tensor, g: Any) -> None:
     """Store a leaf's final gradient of this pass according to its grad_req, in place."""
     req = t._grad_req
     if req == "null" or g is None:
         return
-    from . import sparse  # noqa: PLC0415
-
     buf = t._grad
-    if isinstance(buf, sparse.RowSparseTensor):
-        rs = g if _is_sparse(g) else sparse.dense_to_row_sparse(g, t._device)
-        t._grad = rs if req == "write" else sparse.add_any(buf, rs, t.shape)
+    if getattr(buf, "stype", None) == "row_sparse":
+        row_sparse = _row_sparse_gradients()
+        rs = g if _is_sparse(g) else row_sparse.from_dense(g, t._device)
+        t._grad = rs if req == "write" else row_sparse.add(buf, rs, t.shape)
     else:
         if _is_sparse(g):
             g = g.dense_array()

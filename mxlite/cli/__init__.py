@@ -8,6 +8,18 @@ import argparse
 import importlib
 import platform
 import sys
+import threading
+import time
+
+import mxlite
+
+from .. import __version__
+from ..device import DeviceUnavailableError, _hostcuda, blas, cuda_status, graphs, kernels, threads
+from ..device.kernels import cpu_kernels_status
+from ..device.mkl import status as mkl_status
+from ..device.threads import threads_status
+from . import compile_kernels, im2rec, launch, train_job
+from .compile_kernels import registered_kernels
 
 
 def _version(module: str) -> str:
@@ -20,9 +32,6 @@ def _version(module: str) -> str:
 
 def info() -> None:
     """Print versions and what this machine offers: devices, CUDA, NCCL, MPI."""
-    import mxlite  # noqa: PLC0415
-    from mxlite.device import cuda_status  # noqa: PLC0415
-
     print(f"mxlite {mxlite.__version__}  (python {platform.python_version()}, {platform.platform()})")
     print(f"numpy  {_version('numpy')}")
     cupy, count, reason = cuda_status()
@@ -40,8 +49,6 @@ def info() -> None:
             print(f"NCCL   {nccl.get_version()}")
         except Exception as exc:
             print(f"NCCL   not available ({type(exc).__name__}: {exc})")
-        from mxlite.device import blas, graphs  # noqa: PLC0415
-
         library, why = blas.backend()
         if library == "nvmath":
             print(f"GEMMs  cuBLAS through nvmath-python {_version('nvmath')}: CUDA graphs can capture them "
@@ -53,21 +60,13 @@ def info() -> None:
     else:
         print(f"GPUs   none: {reason}")
     print(f"mpi4py {_version('mpi4py')}")
-    from mxlite.device.kernels import cpu_kernels_status  # noqa: PLC0415
-
     print(f"CPU optimizer update: {cpu_kernels_status()}")
-    from mxlite.device.threads import threads_status  # noqa: PLC0415
-
     print(f"CPU threads: {threads_status()}")
-    from mxlite.device.mkl import status as mkl_status  # noqa: PLC0415
-
     print(f"CPU large products: {mkl_status()}")
     print(f"devices for the main job: {mxlite.gpu_devices() or [mxlite.cpu(0), mxlite.cpu(1)]}")
 
 
 def _mxlite_version() -> str:
-    from .. import __version__  # noqa: PLC0415 - the package's own version
-
     return __version__
 
 
@@ -75,13 +74,6 @@ def build_kernels(jobs: int | None = None) -> int:
     """``mxlite build-kernels``: build every kernel file's host build for CPU devices, ``jobs`` g++ processes at a
     time, printing one line per file and the total. Returns the exit status: 0, or 1 when a file did not build
     (its NumPy twins then run) or no build is possible (no g++ or CUDA headers, ``MXLITE_CPU_KERNELS=numpy``)."""
-    import threading  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    from mxlite.device import _hostcuda, kernels, threads  # noqa: PLC0415
-
-    from .compile_kernels import registered_kernels  # noqa: PLC0415 - every driver imported, names registered
-
     status = kernels.cpu_kernels_status()
     if not status.startswith("compiled kernels"):
         print(f"mxlite build-kernels: nothing to build: CPU devices run {status}", file=sys.stderr)
@@ -122,9 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="mxlite", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mxlite {_mxlite_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from ..device import DeviceUnavailableError  # noqa: PLC0415
-    from . import train_job  # noqa: PLC0415
-
     train_parser = sub.add_parser("train", help="train on the embedded digits dataset (the main job)",
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     train_job.add_arguments(train_parser)
@@ -138,8 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     launch_parser.add_argument("--ppn", type=int, help="processes per node (one per GPU)")
     launch_parser.add_argument("script", help="the training script (its Trainer uses kvstore='dist_sync')")
     launch_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
-    from . import compile_kernels  # noqa: PLC0415
-
     compile_parser = sub.add_parser("compile-kernels", help="compile every GPU kernel variant into CuPy's kernel cache "
                                     "now, in parallel, instead of at each variant's first launch",
                                     description="Compile every GPU kernel variant mxlite may launch (one module "
@@ -152,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
                                   "one g++ process per file, in parallel, into mxlite's build cache. GPUs compile "
                                   "their kernels with NVRTC: see mxlite compile-kernels.")
     build_parser.add_argument("--jobs", type=int, default=None, help="g++ processes at a time (default: the cores)")
-    from . import im2rec  # noqa: PLC0415
-
     im2rec_parser = sub.add_parser("im2rec", help="make image lists (--list) and pack them into RecordIO files, "
                                    "as MXNet's tools/im2rec.py", description=im2rec.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,13 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "info":
         info()
     elif args.command == "launch":
-        from .launch import launch  # noqa: PLC0415
-
         try:
             if args.processes is None and not (args.hosts and args.ppn):
                 parser.error("launch: -n is required unless --hosts and --ppn are given")
-            return launch(args.processes, args.script, args.script_args, hosts=args.hosts, hostfile=args.hostfile,
-                          ppn=args.ppn)
+            return launch.launch(args.processes, args.script, args.script_args, hosts=args.hosts,
+                                 hostfile=args.hostfile, ppn=args.ppn)
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
     elif args.command == "build-kernels":

@@ -31,6 +31,9 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
+from ..device import EMULATE_GPUS_ENV, _hostcuda, cuda_status, env, gpu
+from ..device.kernels import get_kernel, kernel_names, kernel_source
+
 __all__ = ["CompileResult", "NoGPUError", "add_arguments", "compile_kernels", "default_jobs", "registered_kernels",
            "run"]
 
@@ -61,9 +64,7 @@ class CompileResult:
 def registered_kernels() -> dict[str, tuple[str, ...]]:
     """Every kernel variant mxlite may launch, per kernel file: every driver is imported first (``import mxlite``
     imports all but compression's)."""
-    import mxlite  # noqa: F401, PLC0415 - the drivers register their names at import
-    import mxlite.comm.compression  # noqa: F401, PLC0415 - compression.cu's names
-    from mxlite.device.kernels import kernel_names  # noqa: PLC0415
+    import mxlite.comm.compression  # noqa: F401, PLC0415 - compression.cu's names: imported only when asked for
 
     return kernel_names()
 
@@ -79,8 +80,6 @@ def default_jobs() -> int:
 def _init_worker() -> None:
     """Set a worker up as a training process would be: GPUs probed (the double installed on the emulated GPUs;
     its notice is the parent's to print), and every kernel name registered."""
-    from mxlite.device import cuda_status  # noqa: PLC0415
-
     # Ctrl-C (or `timeout -s INT`) reaches the whole process group: a worker stops at once, whatever it compiles
     # (CuPy writes a cache entry whole or not at all), instead of finishing the calls already queued to it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -91,9 +90,6 @@ def _init_worker() -> None:
 
 def _compile_one(device: int, filename: str, name: str) -> CompileResult:
     """Compile (or load from the cache) ``name`` of ``filename`` on ``gpu(device)``, through ``get_kernel``."""
-    from mxlite.device import gpu  # noqa: PLC0415
-    from mxlite.device.kernels import get_kernel, kernel_names  # noqa: PLC0415
-
     start = time.perf_counter()
     try:
         get_kernel(filename, name, gpu(device), kernel_names()[filename])
@@ -112,18 +108,12 @@ def _device_name(cupy: Any, device: int) -> str:
 
 
 def _device_names(results: list[CompileResult]) -> dict[str, str]:
-    from mxlite.device import cuda_status  # noqa: PLC0415
-
     cupy = cuda_status()[0]
     return {f"gpu({d})": _device_name(cupy, d) for d in sorted({r.device for r in results})}
 
 
 def _cache_description() -> str:
-    from mxlite.device import EMULATE_GPUS_ENV, env  # noqa: PLC0415
-
     if env.integer(EMULATE_GPUS_ENV, 0, 16, 0):  # checked already by cuda_status()
-        from mxlite.device import _hostcuda  # noqa: PLC0415
-
         return f"the emulated GPUs' host-build cache {_hostcuda.cache_dir()}"
     folder = os.environ.get("CUPY_CACHE_DIR", os.path.join("~", ".cupy", "kernel_cache"))
     note = ("; CUPY_CACHE_IN_MEMORY is set, so CuPy writes no cache to disk and later processes compile again"
@@ -148,9 +138,6 @@ def compile_kernels(devices: list[int] | None = None, jobs: int | None = None, o
         ValueError: ``only`` names a file that has no registered kernels, ``devices`` a GPU that is not visible,
             or ``jobs`` < 1.
     """
-    from mxlite.device import cuda_status  # noqa: PLC0415
-    from mxlite.device.kernels import kernel_source  # noqa: PLC0415
-
     out = sys.stdout if out is None else out
     cupy, count, reason = cuda_status()
     if count == 0:

@@ -17,17 +17,18 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import autograd, datasets
 from .. import initializer as init
-from ..autograd import random
-from ..device import Device, cpu, gpu, gpu_devices
+from ..device import Device, _hostcuda, cpu, gpu, gpu_devices, kernels, threads
 from ..gluon import loss, metric, nn
 from ..gluon.data import ArrayDataset, DataLoader
 from ..gluon.progress import accuracy_limits  # noqa: F401 - part of the job's API
 from ..gluon.progress import plot_history as _plot
 from ..gluon.trainer import Trainer
 from ..gluon.utils import split_and_load
+from ..ops import random
 from ..optimizer import registered as _registered_optimizers
 
 DEFAULT_LR = {"adam": 3e-3, "sgd": 0.1}  # tuned on this dataset: >= 95% held-out in 20 epochs
@@ -115,8 +116,6 @@ def run(args: argparse.Namespace, *, progress_file: IO[str] | None = None) -> Hi
 
     ``progress_file``: where the progress bar goes (default: standard error).
     """
-    from tqdm import tqdm  # noqa: PLC0415 - only the job needs it
-
     random.seed(args.seed)
     devices = parse_devices(args.devices)
     x_train, y_train, x_test, y_test = datasets.train_test_split_digits(test_fraction=0.2, seed=args.seed)
@@ -184,10 +183,6 @@ def build_cpu_kernels_first(quiet: bool = False, progress_file: IO[str] | None =
     line, a progress bar over the files, the time it took): otherwise the first batch would wait for g++ in
     silence and the progress bar's rate would include it. Nothing to do once built (the cache is per machine),
     with ``MXLITE_CPU_KERNELS=numpy``, or without g++ (the first step then warns and runs the NumPy twins)."""
-    from tqdm import tqdm  # noqa: PLC0415
-
-    from ..device import _hostcuda, kernels, threads  # noqa: PLC0415
-
     todo = kernels.cpu_kernels_to_build()
     if not todo:
         return

@@ -36,13 +36,23 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .base import Communicator
+from ..device.topology import mpi_module
 
-__all__ = ["AgreementChannel", "check_same_across_ranks", "settings_of"]
+__all__ = ["AgreementChannel", "Gathering", "check_same_across_ranks", "settings_of"]
+
+
+class Gathering(Protocol):
+    """What :func:`check_same_across_ranks` uses of a communicator (any :class:`mxlite.comm.base.Communicator`,
+    whose collectives' debug checks call it): its number of processes and an all-gather of host arrays."""
+
+    size: int
+
+    def allgather(self, array: Any) -> list[np.ndarray]:
+        """Every process's ``array`` (equal shapes), in rank order."""
 
 _DIGEST_BYTES = 32  # SHA-256
 _MISSING = object()
@@ -51,7 +61,7 @@ _SKIP = object()  # a value settings_of leaves out
 _TAGS = range(0x4D00, 0x4D00 + 4096)  # point-to-point tags of AgreementChannels (below 32767, MPI's least MPI_TAG_UB)
 
 
-def check_same_across_ranks(comm: Communicator, what: str, entries: Sequence[tuple[str, Any]]) -> None:
+def check_same_across_ranks(comm: Gathering, what: str, entries: Sequence[tuple[str, Any]]) -> None:
     """Raise the same ValueError on every rank unless all ranks passed equal ``entries``.
 
     Args:
@@ -170,8 +180,6 @@ class AgreementChannel:
     _created = 0  # channels made in this process (their tags follow)
 
     def __init__(self, mpi_comm: Any) -> None:
-        from .mpi import mpi_module  # noqa: PLC0415 - MPI only where several processes run
-
         self._mpi = mpi_module()
         self._comm = mpi_comm
         self._tag = _TAGS[AgreementChannel._created % len(_TAGS)]

@@ -97,6 +97,8 @@ import numpy as np
 from ..device import Device
 from ..device.copy import copy_between
 from ..store import ALIGN
+from . import debug
+from .agree import check_same_across_ranks
 
 __all__ = ["Communicator", "Work", "shard_bounds"]
 
@@ -265,12 +267,8 @@ class Communicator:
         """In debug mode (``MXLITE_DEBUG_COLLECTIVES=1``), check every rank makes the same call first."""
         if self.size == 1 or self._checking:
             return
-        from . import debug  # noqa: PLC0415
-
         if not debug.enabled():
             return
-        from .agree import check_same_across_ranks  # noqa: PLC0415
-
         self._calls += 1
         self._checking = True
         try:

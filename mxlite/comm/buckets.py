@@ -71,8 +71,9 @@ import numpy as np
 from ..device.copy import as_host
 from ..device.graphs import capturing
 from ..store import ALIGN
-from . import narrow
+from . import debug, narrow
 from .base import DONE, Communicator, Work, shard_bounds
+from .nccl import NcclCommunicator
 
 __all__ = ["Bucket", "GradientSync", "ShardLayout", "plan_buckets", "reductions_in_flight", "wait_for_reductions",
            "DEFAULT_BUCKET_BYTES"]
@@ -247,8 +248,6 @@ class GradientSync:
         # id(arena) -> (residual buffer, {id(param): grad offset}) for error-feedback codecs
         self._residuals: dict[int, tuple[Any, dict[int, int]]] = {}
         # Codecs on NCCL run on the devices (no host copy); see the module docstring.
-        from .nccl import NcclCommunicator  # noqa: PLC0415 - CuPy is imported only when NCCL is used
-
         on_nccl = codec is not None and isinstance(comm, NcclCommunicator)
         self._narrow = on_nccl and codec.narrow_wire  # fp16/bf16: the update reads the half-precision sum
         self._on_device = on_nccl and not codec.narrow_wire
@@ -341,8 +340,6 @@ class GradientSync:
     def capturable(self) -> bool:
         """Whether the collectives can be recorded into a CUDA graph of the step: plain all-reduces (no codec, no
         sharding) over NCCL with one GPU per process, not checked on the host (``MXLITE_DEBUG_COLLECTIVES``)."""
-        from . import debug  # noqa: PLC0415
-
         return (self.codec is None and not self.layouts and self.comm.captures_collectives
                 and not (self.comm.size > 1 and debug.enabled()))
 

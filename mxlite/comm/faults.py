@@ -54,6 +54,7 @@ from types import TracebackType
 from typing import Any
 
 from ..device import env
+from ..device.topology import mpi_module
 
 __all__ = ["install", "is_installed", "failure_message", "collective_timeout", "wait", "watch", "attach",
            "watch_communicator", "TIMEOUT_ENV"]
@@ -269,8 +270,6 @@ def install() -> None:
     global _installed, _previous_hook, _original_exit
     if _installed:
         return
-    from .mpi import mpi_module  # noqa: PLC0415 - mpi.py imports this module
-
     mpi_module()  # RuntimeError (how to install mpi4py) when it is missing
     _previous_hook, _original_exit = sys.excepthook, sys.exit
     sys.excepthook = _excepthook

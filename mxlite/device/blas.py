@@ -34,14 +34,17 @@ mxlite's tensors hold no bfloat16 (NumPy has none), so that cuBLAS type is not o
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import itertools
 import math
+import os
 import threading
 import warnings
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 from . import mkl as _mkl
 from . import threads as _threads
@@ -194,11 +197,6 @@ def host_gemm(dtype: Any) -> tuple[int, bool] | None:
 
 
 def _find_host_gemm(letter: str | None) -> tuple[int, bool] | None:
-    import ctypes  # noqa: PLC0415
-    import os  # noqa: PLC0415
-
-    from threadpoolctl import threadpool_info  # noqa: PLC0415 - a dependency; imported when first asked
-
     if letter is None:
         return None
     numpy_dir = os.path.dirname(os.path.dirname(np.__file__))

@@ -31,7 +31,7 @@ tensors). Pooling is not offered by the frontend's Python API (no ``resample`` b
 it always runs mxlite's kernels. Training batch norm is declared with running statistics and a momentum,
 which the 1.32 frontend's binding requires; cuDNN's updated running statistics go to scratch buffers and
 mxlite updates the layer's own from the batch statistics, with MXNet's formula (the biased variance;
-:mod:`mxlite.autograd._cudnn_ops`). Every graph declared here is built and validated against NVIDIA's
+:mod:`mxlite.ops._cudnn_ops`). Every graph declared here is built and validated against NVIDIA's
 frontend and libcudnn without a GPU in ``tests/test_real_cudnn.py`` (``make test-real-libs``), and
 :mod:`mxlite._emulation.fakecudnn` refuses what the real frontend refuses.
 """

@@ -28,16 +28,19 @@ The host build never contracts either (``-ffp-contract=off``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import importlib.resources
 import os
 import re
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import env, threads
+from . import _hostcuda, env, threads
+from ._hostcuda import HostCudaLaunchError, launch
 from .devices import Device
 
 __all__ = ["CPU_KERNELS_ENV", "NVRTC_OPTIONS", "HostEntry", "build_cpu_kernels", "cpu_kernels_enabled",
@@ -112,8 +115,6 @@ def _function(filename: str, name_expression: str, device_id: int) -> Any:
 
 @functools.cache
 def _host_module(filename: str, name_expressions: tuple[str, ...]) -> Any:
-    from . import _hostcuda  # noqa: PLC0415 - needs g++ only when a CPU device runs a kernel
-
     threads._apply_to_host_kernels()  # launches spread over mx.get_num_threads() threads
     return _hostcuda.HostModule(kernel_source(filename), NVRTC_OPTIONS, name_expressions, name=filename,
                                 serial=True)
@@ -162,8 +163,6 @@ class HostEntry:
         Raises:
             mxlite.device._hostcuda.HostCudaLaunchError: it returned an error (a kernel it launched failed).
         """
-        from ._hostcuda import HostCudaLaunchError  # noqa: PLC0415
-
         rc = self.function(*args, self._err, self._ERR_LEN)
         if rc != 0:
             raise HostCudaLaunchError(self._err.value.decode(errors="replace"), rc)
@@ -171,8 +170,6 @@ class HostEntry:
     @staticmethod
     def launch_budget() -> int:
         """The threads a serial launch made now by this thread may use (1 inside a :mod:`.parallel` piece)."""
-        from ._hostcuda import launch  # noqa: PLC0415
-
         return launch.launch_budget()
 
 
@@ -204,8 +201,6 @@ def cpu_kernels_to_build(filenames: Sequence[str] | None = None) -> list[str]:
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
     """
-    from . import _hostcuda  # noqa: PLC0415
-
     if _cpu_mode() == "numpy":
         return []
     try:
@@ -227,9 +222,6 @@ def build_cpu_kernels(filenames: Sequence[str] | None = None, jobs: int | None =
     Returns ``{file: None, or the exception that stopped its build}``; a file that fails runs the NumPy twins
     (:func:`cpu_kernels_enabled`).
     """
-    import concurrent.futures  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
     names = kernel_names()
     files = list(names if filenames is None else filenames)
 
@@ -252,8 +244,6 @@ def _cpu_mode() -> str:
 @functools.cache
 def _host_build_failure(filename: str, all_names: tuple[str, ...]) -> Exception | None:
     """None when the serial host build of ``filename`` is ready (built now or found in the cache), else why not."""
-    from . import _hostcuda  # noqa: PLC0415
-
     try:
         _host_module(filename, all_names).compile()
     except (_hostcuda.HostCudaError, OSError) as exc:
@@ -287,8 +277,6 @@ def cpu_kernels_enabled(filename: str, all_names: tuple[str, ...]) -> bool:
 
 def _why(failure: Exception) -> tuple[str, str]:
     """(reason, advice) for the fallback warning: the failure's first line, and g++'s first error under it."""
-    from . import _hostcuda  # noqa: PLC0415
-
     lines = [line.strip() for line in str(failure).splitlines() if line.strip()]
     reason = lines[0].rstrip(":") if lines else type(failure).__name__
     error = next((line for line in lines[1:] if "error:" in line), None)  # g++'s diagnostics follow a build error
@@ -307,8 +295,6 @@ def cpu_kernels_status() -> str:
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
     """
-    from . import _hostcuda  # noqa: PLC0415
-
     mode = _cpu_mode()
     if mode == "numpy":
         return f"NumPy twins ({CPU_KERNELS_ENV}=numpy)"

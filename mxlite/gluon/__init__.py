@@ -9,7 +9,21 @@ place that ties a model's parameters to an optimizer and to gradient synchronisa
 ``mx.loss``, ``mx.Trainer`` ... are the same objects.
 """
 
-from . import block, contrib, data, loss, metric, model_zoo, nn, parameter, rnn, symbol_block, trainer, utils
+from . import (
+    _export,  # noqa: F401 - registers Block.export's tracer
+    block,
+    contrib,
+    data,
+    loss,
+    metric,
+    model_zoo,
+    nn,
+    parameter,
+    rnn,
+    symbol_block,
+    trainer,
+    utils,
+)
 from .block import Block, HybridBlock
 from .parameter import Constant, Parameter, ParameterDict
 from .symbol_block import SymbolBlock

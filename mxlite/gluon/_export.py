@@ -2,8 +2,9 @@
 
 mxlite runs eagerly and keeps no symbol graph, so export runs the forward once more, in inference mode under
 ``autograd.record()``, and writes down what ran, in MXNet's operator names and attributes. It runs on the example
-inputs given, else on arrays of ones shaped as the block's last call since ``hybridize()`` (:func:`watch_inputs`
-keeps them: MXNet's order is ``hybridize()``, a call, ``export``).
+inputs given, else on arrays of ones shaped as the block's last call since ``hybridize()`` (the block keeps
+them: MXNet's order is ``hybridize()``, a call, ``export``). This module registers :func:`export_block` with
+``block.py`` at import (``register_exporter``): it reads every layer, and the layers import ``block.py``.
 
 * **Layers** of :data:`_LAYERS` (Dense, the convolutions, pooling, BatchNorm, Activation, Dropout, Flatten,
   Embedding, the leaky ReLUs, LayerNorm, InstanceNorm) describe themselves from their own settings, as MXNet
@@ -36,18 +37,18 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..autograd.creation import array
 from ..autograd.tensor import Tensor, recorded_op
 from ..device import current_device
 from ..formats.archive import save_mxnet_arrays
 from ..formats.mxnet_symbol import Symbol, SymbolNode, aux_inputs, dtype_flag, format_attr
+from ..ops.creation import array
 from . import nn
-from .block import Block
+from .block import Block, register_exporter
 from .nn import basic_layers
 from .parameter import Parameter
 from .symbol_block import UNARY, SymbolBlock
 
-__all__ = ["export_block", "trace_symbol", "watch_inputs"]
+__all__ = ["export_block", "trace_symbol"]
 
 Entry = tuple[SymbolNode, int]  # one output of a node
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
@@ -107,23 +108,6 @@ def trace_symbol(block: Block, inputs: Any) -> tuple[Symbol, dict[str, tuple[Par
         warnings.warn(f"export: parameters {unused} are not used by the forward pass; they are not written",
                       stacklevel=3)
     return symbol, {n: (tracer.variables[n], tracer.variables[n].data(device).asnumpy()) for n in used}
-
-
-def watch_inputs(block: Block, active: bool) -> None:
-    """Keep (``active``) or stop keeping the shapes, dtypes and devices of ``block``'s calls, for :func:`trace_symbol`
-    without inputs; ``block``'s descendants stop keeping theirs."""
-    for _, b in block._iter_blocks(""):
-        handle = vars(b).pop("_export_watch", None)
-        if handle is not None:
-            handle.detach()
-        vars(b).pop("_export_signature", None)
-    if active:
-        object.__setattr__(block, "_export_watch", block.register_forward_pre_hook(_remember_signature))
-
-
-def _remember_signature(block: Block, args: tuple) -> None:
-    if args and all(isinstance(a, Tensor) for a in args):
-        object.__setattr__(block, "_export_signature", [(a.shape, a.dtype, a.device) for a in args])
 
 
 def _example_list(block: Block, inputs: Any) -> list[Any]:
@@ -754,3 +738,6 @@ _OPS: dict[str, Callable[..., Entry]] = {
     "batch_norm": _batch_norm_op, "layer_norm": _layer_norm_op, "embedding": _embedding_op,
     "broadcast_to": _broadcast_to, "getitem": _getitem,
 }
+
+
+register_exporter(export_block)  # Block.export calls it

@@ -47,6 +47,7 @@ import numpy as np
 from ..autograd._graphed import GraphedFunction, capture, signature
 from ..autograd.tensor import Tensor
 from ..device import graphs as _device_graphs
+from ._hooks import HookHandle
 
 __all__ = ["MAX_GRAPHS", "BlockGraphs", "StepGraphs", "graphed_params"]
 
@@ -167,12 +168,10 @@ class BlockGraphs:
     def _hooked_child(self) -> str | None:
         """The path of a child block with forward hooks (None if none): such a block runs eagerly.
 
-        The children are walked again when a hook was registered somewhere since the last walk (``_HookHandle``
+        The children are walked again when a hook was registered somewhere since the last walk (``HookHandle``
         numbers every registration), and while hooks were found (until they are detached).
         """
-        from .block import _HookHandle  # noqa: PLC0415 - block.py imports this module
-
-        stamp = _HookHandle._next_id
+        stamp = HookHandle.registered
         if stamp != self._hook_stamp or self._hooked is not None:
             self._hook_stamp = stamp
             block = self._block

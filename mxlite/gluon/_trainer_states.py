@@ -11,6 +11,7 @@ and cannot fail.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -433,8 +434,6 @@ class TrainerStates:
 
     def _template_state(self, index: int, param: Parameter, shape: tuple[int, ...]) -> Any:
         """A fresh state of parameter ``index`` on the host (its structure is what a loaded one must have)."""
-        import warnings  # noqa: PLC0415
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return self._optimizer.create_state(index, np.zeros(shape, dtype=param.dtype))

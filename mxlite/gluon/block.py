@@ -22,12 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import nd
 from ..autograd.tensor import NDTensor, Tensor
 from ..device import current_device
 from ..formats.archive import describe_arrays, load_arrays, save_arrays, save_mxnet_arrays
 from ..formats.mxnet_params import strip_arg_aux_prefixes
+from ..ops.creation import array
 from ..profiler import hooks as _profiling
 from ._graphs import BlockGraphs
+from ._hooks import HookHandle
 from .parameter import (
     DeferredInitializationError,
     Parameter,
@@ -177,13 +180,13 @@ class Block:
         """Set attribute ``name`` (``grad_req``, ``lr_mult`` ...) of every parameter of this block and its children."""
         self.collect_params().setattr(name, value)
 
-    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> _HookHandle:
+    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> HookHandle:
         """Call ``hook(block, inputs)`` before each forward; returns a handle whose ``detach()`` removes it."""
-        return _HookHandle(self._forward_pre_hooks, hook)
+        return HookHandle(self._forward_pre_hooks, hook)
 
-    def register_forward_hook(self, hook: Callable[..., Any]) -> _HookHandle:
+    def register_forward_hook(self, hook: Callable[..., Any]) -> HookHandle:
         """Call ``hook(block, inputs, output)`` after each forward; returns a handle whose ``detach()`` removes it."""
-        return _HookHandle(self._forward_hooks, hook)
+        return HookHandle(self._forward_hooks, hook)
 
     def summary(self, *inputs: Any) -> None:
         """Print each layer's output shape and parameter count for one forward pass on ``inputs``, as MXNet does.
@@ -450,16 +453,21 @@ class Block:
             TypeError: inputs that are not arrays.
             NotImplementedError: an operation or constant array MXNet's symbol file cannot hold (named).
         """
-        from ._export import export_block  # noqa: PLC0415 - the exporter imports the layers, which import this
-
-        return export_block(self, path, epoch, inputs)
+        if not _EXPORTERS:
+            raise RuntimeError("export: the exporter (mxlite.gluon._export) is not loaded; import mxlite.gluon")
+        return _EXPORTERS[0](self, path, epoch, inputs)
 
     def _watch_export_inputs(self, active: bool) -> None:
-        """While hybridized, keep the shapes of this block's last call for :meth:`export` (its children stop:
-        this block's calls cover them, as its CUDA graphs do)."""
-        from ._export import watch_inputs  # noqa: PLC0415 - as in export
-
-        watch_inputs(self, active)
+        """While hybridized (``active``), keep the shapes, dtypes and devices of this block's last call for
+        :meth:`export`, as ``_export_signature``; its descendants stop keeping theirs (this block's calls cover
+        them, as its CUDA graphs do)."""
+        for _, block in self._iter_blocks(""):
+            handle = vars(block).pop("_export_watch", None)
+            if handle is not None:
+                handle.detach()
+            vars(block).pop("_export_signature", None)
+        if active:
+            object.__setattr__(self, "_export_watch", self.register_forward_pre_hook(_remember_export_signature))
 
     # -- checkpoints ----------------------------------------------------------------------
     def save_parameters(self, filename: str | os.PathLike, deduplicate: bool = False, *, format: str = "npz") -> None:
@@ -616,8 +624,6 @@ class Block:
         hybrid = getattr(self, "hybrid_forward", None)
         if hybrid is None:
             raise NotImplementedError(f"{type(self).__name__} must implement forward() (or hybrid_forward())")
-        from ..arrays import nd  # noqa: PLC0415 - mx.nd imports the nn layer lazily
-
         first = next((a for a in args if hasattr(a, "device")), None)
         params = {}
         for name, param in self._reg_params.items():
@@ -642,27 +648,20 @@ _BLOCK_INTERNALS = frozenset({"_children", "_reg_params", "_forward_hooks", "_fo
 
 HybridBlock = Block  # mxlite has no symbolic mode: every block is imperative
 
+# HybridBlock.export's tracer (_export.py) reads every layer, and the layers import this module: the tracer
+# registers itself here when mxlite.gluon is imported, so this module never imports it.
+_EXPORTERS: list[Callable[[Block, Any, int, Any], tuple[str, str]]] = []
 
-class _HookHandle:
-    """Returned by ``register_forward_hook``/``register_forward_pre_hook``: ``detach()`` removes the hook."""
 
-    _next_id = 0
+def register_exporter(export: Callable[[Block, Any, int, Any], tuple[str, str]]) -> None:
+    """Make ``export(block, path, epoch, inputs)`` what :meth:`Block.export` calls (``mxlite.gluon._export``
+    registers its tracer at import; a later registration replaces the earlier one)."""
+    _EXPORTERS[:] = [export]
 
-    def __init__(self, hooks: OrderedDict, hook: Callable[..., Any]) -> None:
-        self._hooks = hooks
-        self._id = _HookHandle._next_id
-        _HookHandle._next_id += 1
-        hooks[self._id] = hook
 
-    def detach(self) -> None:
-        """Remove the hook (idempotent)."""
-        self._hooks.pop(self._id, None)
-
-    def __enter__(self) -> _HookHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.detach()
+def _remember_export_signature(block: Block, args: tuple) -> None:
+    if args and all(isinstance(a, Tensor) for a in args):
+        object.__setattr__(block, "_export_signature", [(a.shape, a.dtype, a.device) for a in args])
 
 
 def _nd_face(value: Any) -> Any:
@@ -676,8 +675,6 @@ def _nd_face(value: Any) -> Any:
 
 def _tensor_args(args: tuple) -> tuple:
     """NumPy arrays among ``args`` as Tensors on the device of the first Tensor argument (else the current one)."""
-    from ..autograd.creation import array  # noqa: PLC0415
-
     like = next((a for a in args if isinstance(a, Tensor)), None)
     dev = like.device if like is not None else current_device()
     # A float NumPy operand (a label) takes the dtype of a float Tensor operand, so float64 data does not upcast.

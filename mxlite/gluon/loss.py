@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import nn_ops, ops
+from .. import ops
 from ..autograd.tensor import Tensor
+from ..ops import nn_ops
 from .block import Block
 
 __all__ = [

@@ -17,6 +17,7 @@ stream wait for them (:func:`mxlite.comm.buckets.wait_for_reductions`; nothing t
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +27,11 @@ import numpy as np
 from .. import initializer as _init
 from ..autograd.tensor import Tensor
 from ..comm.buckets import wait_for_reductions
-from ..device import Device, as_device, current_device
+from ..device import Device, as_device, cpu, current_device
 from ..formats import _messages
+from ..formats.archive import describe_arrays, load_arrays, save_arrays
+from ..formats.mxnet_params import strip_arg_aux_prefixes
+from ..ops import sparse
 from ..store import Arena, ParameterStore, Slot
 
 __all__ = ["Parameter", "ParameterDict", "Constant", "DeferredInitializationError"]
@@ -410,8 +414,6 @@ class Parameter:
 
     def _reduce(self) -> Tensor:
         """The value as one Tensor on cpu(0) (MXNet's helper for saving; every mirror holds the same value)."""
-        from ..device import cpu  # noqa: PLC0415
-
         return Tensor(self._first_mirror().asnumpy().copy(), cpu(0))
 
     def _load_init(self, data: Any, device: Any = None, cast_dtype: bool = False,
@@ -442,8 +444,6 @@ class Parameter:
         if self._grad_req == "null":
             return
         wait_for_reductions(reading=False)
-        from ..autograd import sparse  # noqa: PLC0415
-
         for _, slot in self._slots.values():
             g = slot.data.grad
             if isinstance(g, sparse.RowSparseTensor):
@@ -633,8 +633,6 @@ class ParameterDict(dict):
 
     def select(self, pattern: str) -> ParameterDict:
         """The parameters whose names match the regular expression ``pattern`` (``re.match``)."""
-        import re  # noqa: PLC0415
-
         regex = re.compile(pattern)
         return ParameterDict({k: v for k, v in self.items() if regex.match(k)}, prefix=self._prefix)
 
@@ -645,8 +643,6 @@ class ParameterDict(dict):
         Raises:
             ValueError: a name that does not start with ``strip_prefix``.
         """
-        from ..formats.archive import save_arrays  # noqa: PLC0415
-
         arrays = {}
         for name, param in self.items():
             if strip_prefix and not name.startswith(strip_prefix):
@@ -708,9 +704,6 @@ def plan_load(filename: Any, params: dict[str, Parameter], *, data: bytes | None
             a zero-size dimension offered for a dimension still unknown (deferred initialisation), dtypes
             (unless ``cast_dtype``).
     """
-    from ..formats.archive import describe_arrays, load_arrays  # noqa: PLC0415
-    from ..formats.mxnet_params import strip_arg_aux_prefixes  # noqa: PLC0415
-
     if dtype_source not in ("current", "saved"):
         raise ValueError(f"dtype_source must be 'current' or 'saved', got {dtype_source!r}")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
+from tqdm import tqdm
 
 __all__ = ["CurvePanel", "accuracy_limits", "plot_curves", "plot_history", "progress_bar"]
 
@@ -32,8 +33,6 @@ def progress_bar(total: int | None, desc: str, *, unit: str = "batch", file: IO[
         file: where the bar is drawn (default: standard error).
         disable: True draws nothing; None draws only when ``file`` is a terminal (tqdm's rule).
     """
-    from tqdm import tqdm  # noqa: PLC0415 - keeps `import mxlite` light
-
     return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=disable, dynamic_ncols=True, file=file)
 
 

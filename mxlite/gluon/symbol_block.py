@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd
-from ..autograd import activations, nn_ops, ops
-from ..autograd.tensor import Tensor, nd_reshape_shape
+from .. import autograd, ops
+from ..autograd.tensor import Tensor
 from ..formats.mxnet_symbol import (
     Symbol,
     SymbolNode,
@@ -35,6 +34,8 @@ from ..formats.mxnet_symbol import (
     parse_ints,
     var,
 )
+from ..ops import activations, nn_ops
+from ..ops.core import nd_reshape_shape
 from .block import Block
 from .nn import basic_layers
 from .nn.norm_layers import instance_norm

@@ -61,13 +61,18 @@ from typing import Any
 import numpy as np
 
 from .. import comm as _comm
+from .. import kvstore as _kvs
 from .. import optimizer as _opt
 from ..amp import all_gradients_finite, gradients_finite
-from ..autograd import sparse
+from ..comm import debug
+from ..comm.agree import AgreementChannel, check_same_across_ranks, settings_of
 from ..comm.base import Communicator
 from ..comm.buckets import DEFAULT_BUCKET_BYTES, GradientSync
+from ..comm.debug import parameter_digests
+from ..comm.mpi import mpi_module
 from ..comm.narrow import narrow_gradient
 from ..formats.archive import as_host
+from ..ops import sparse
 from ..optimizer._arena import ArenaUpdater, fused_rule
 from ..optimizer._fused import from_structure
 from ._graphs import StepGraphs
@@ -270,8 +275,6 @@ class Trainer(TrainerStates):
             return int(kv.num_workers) if "dist" in kv.type else 1
         if "dist" not in kv:
             return 1
-        from ..comm.mpi import mpi_module  # noqa: PLC0415 - only the 'dist_*' types need MPI
-
         return int(mpi_module().COMM_WORLD.Get_size())
 
     def _workers_divisor(self) -> int:
@@ -302,8 +305,6 @@ class Trainer(TrainerStates):
         devices = self._devices()
         if not devices:  # nothing initialised (nor deferred on known devices) yet
             return
-        from .. import kvstore as _kvs  # noqa: PLC0415 - kvstore imports the Trainer's building blocks
-
         arg = self._kvstore_arg
         if arg is None:
             kv = None
@@ -546,8 +547,6 @@ class Trainer(TrainerStates):
         same settings (optimizer, hyper-parameters, sharding, buckets, ...), then starts from rank 0's values."""
         if comm.size == 1 or not params:
             return
-        from ..comm.agree import AgreementChannel, check_same_across_ranks  # noqa: PLC0415 - needs only the MPI path
-
         check_same_across_ranks(comm, "the Trainer's parameters", [(p.label, _description(p)) for p in params])
         check_same_across_ranks(comm, "the Trainer's settings", self._settings())
         if self._channel is None:  # the hyper-parameters, as they change (set_learning_rate...), and sharded saves
@@ -565,8 +564,6 @@ class Trainer(TrainerStates):
         """
         if all(comm.size == 1 for comm, _ in self._syncs.values()):
             return
-        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415
-
         for devices, _, dense in self._plans_to_rebuild():
             comm = self._syncs.get(devices, (None, None))[0]
             plan = tuple(id(p) for p in dense)
@@ -580,8 +577,6 @@ class Trainer(TrainerStates):
     def _settings(self) -> list[tuple[str, Any]]:
         """What must be equal on every rank besides the parameters, as (name, JSON-able value): the optimizer, its
         hyper-parameters and scheduler, and the Trainer's arguments that shape its collectives or its update."""
-        from ..comm.agree import settings_of  # noqa: PLC0415
-
         codec = self._codec.params if self._codec is not None else {}
         return [*self._hyperparameters(), ("rescale_grad", self._scale),
                 *settings_of(self._optimizer.lr_scheduler, prefix="lr_scheduler."),
@@ -595,8 +590,6 @@ class Trainer(TrainerStates):
     def _hyperparameters(self) -> list[tuple[str, Any]]:
         """The optimizer's rule and hyper-parameters as (name, JSON-able value), without what each rank sets alone
         (``rescale_grad`` follows its batch size) or what advances by itself (the update count, the schedule)."""
-        from ..comm.agree import settings_of  # noqa: PLC0415
-
         opt = self._optimizer
         scheduler = opt.lr_scheduler
         return [("optimizer", type(opt).__name__), *settings_of(opt, _PER_RANK, "optimizer."),
@@ -612,15 +605,10 @@ class Trainer(TrainerStates):
     @staticmethod
     def _check_identical(comm: Communicator, params: list[Parameter], when: str) -> None:
         """Every mirror of every rank holds the same values (ValueError naming the parameter and ranks)."""
-        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415
-        from ..comm.debug import parameter_digests  # noqa: PLC0415
-
         check_same_across_ranks(comm, f"the parameter values {when}", parameter_digests(params))
 
     def _debug_check_after_step(self) -> None:
         """Debug mode (``MXLITE_DEBUG_COLLECTIVES=1``): parameters identical on every mirror and rank."""
-        from ..comm import debug  # noqa: PLC0415
-
         if not debug.enabled() or self._partial_sync:
             return
         for comm, _ in self._syncs.values():

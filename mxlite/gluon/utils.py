@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..autograd.creation import array
 from ..autograd.tensor import Tensor
 from ..comm.buckets import wait_for_reductions
 from ..device import Device, as_device
 from ..device.context import pick_devices
 from ..device.copy import as_host
+from ..ops.creation import array
 from .data.download import check_sha1, download
 from .rnn.rnn_layer import fused_layout, split_fused
 

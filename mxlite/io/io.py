@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd.creation import array as _array
 from ..autograd.tensor import Tensor
 from ..device import cpu
+from ..ops.creation import array as _array
 
 __all__ = ["DataDesc", "DataBatch", "DataIter", "NDArrayIter", "ResizeIter", "PrefetchingIter"]
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import sparse
 from ..autograd.tensor import Tensor
 from ..comm.base import Communicator
 from ..device import Device
 from ..device.copy import as_host, copy_between
+from ..ops import sparse
 
 __all__ = ["dense_sum", "row_sparse_sum", "allgather_row_sparse", "host"]
 

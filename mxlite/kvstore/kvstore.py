@@ -35,7 +35,7 @@ Behaviour:
 * ``push`` of a list of values sums them in list order on the stored value's device, then (dist)
   over processes; the order is fixed, so repeated runs and every rank get the same bits.
   Without an updater the stored value becomes the sum; with one, the updater changes the stored
-  value in place. Row-sparse values (:class:`~mxlite.autograd.sparse.RowSparseTensor`) are summed as
+  value in place. Row-sparse values (:class:`~mxlite.ops.sparse.RowSparseTensor`) are summed as
   row-sparse and exchanged across processes by gathering their rows.
 * ``init`` with a ``dist_*`` type keeps rank 0's value on every rank (MXNet's rule), and every
   rank applies the same update to its own copy of each value: with identical sums the copies
@@ -66,13 +66,14 @@ from typing import Any
 import numpy as np
 
 from .. import comm as _comm
-from ..autograd import sparse
 from ..autograd.tensor import Tensor
+from ..comm.agree import check_same_across_ranks
 from ..comm.base import Communicator
-from ..comm.mpi import mpi_module
+from ..comm.mpi import local_rank_and_size, mpi_module, timed_barrier
 from ..device import Device, cpu
 from ..device.copy import copy_between
 from ..formats.archive import atomic_write
+from ..ops import sparse
 from ..optimizer import states_archive
 from ..optimizer.optimizer import Optimizer
 from ..optimizer.updater import Updater, get_updater
@@ -181,8 +182,6 @@ class KVStore:
         self._rank, self._size = 0, 1
         self._local_rank = 0
         if self._dist:
-            from ..comm.mpi import local_rank_and_size  # noqa: PLC0415
-
             self._world = mpi_module().COMM_WORLD
             self._rank, self._size = self._world.Get_rank(), self._world.Get_size()
             self._local_rank = local_rank_and_size()[0]  # every rank creates its store: a safe collective
@@ -223,8 +222,6 @@ class KVStore:
     def barrier(self) -> None:
         """Return when every process has called ``barrier`` (at once for the single-process types)."""
         if self._world is not None:
-            from ..comm.mpi import timed_barrier  # noqa: PLC0415
-
             timed_barrier(self._world, "KVStore.barrier")  # honours MXLITE_COLLECTIVE_TIMEOUT
 
     _barrier = barrier  # MXNet's name
@@ -368,8 +365,6 @@ class KVStore:
 
     def _check_ranks_agree(self, pairs: list[tuple[Key, list[Any]]]) -> None:
         """Every rank must init the same keys with the same shapes and dtypes (ValueError naming the ranks)."""
-        from ..comm.agree import check_same_across_ranks  # noqa: PLC0415
-
         by_device: dict[Device, list[tuple[str, Any]]] = {}
         for k, (v,) in pairs:
             by_device.setdefault(self._home(v), []).append(

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .adam import _check_betas_epsilon, _zero_moments
 from .optimizer import Optimizer, _check_real, _xp, register
 
@@ -104,7 +106,6 @@ class _quiet:
     """Silence NumPy's divide/invalid warnings for a ratio whose 0/0 is handled after."""
 
     def __init__(self, xp: Any) -> None:
-        import numpy as np
         self._ctx = np.errstate(divide="ignore", invalid="ignore") if xp is np else None
 
     def __enter__(self) -> None:

@@ -40,6 +40,7 @@ error at construction, or makes a resumed query agree with the uninterrupted run
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import numbers
@@ -169,8 +170,6 @@ class _Schedule:
         if "base_lr" in state and not state["base_lr"] >= 0:
             raise ValueError(f"state_dict entry 'base_lr' of {type(self).__name__} must be >= 0, "
                              f"got {state['base_lr']}")
-        import inspect  # noqa: PLC0415
-
         params = inspect.signature(type(self).__init__).parameters
         aliases = {"pwr": "power", "init_value": "base_lr", "base_lr": "warmup_final_lr"}
         kwargs = {}

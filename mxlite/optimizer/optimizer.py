@@ -54,6 +54,7 @@ Everything else comes from the base class and must not be overridden by a rule:
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import numbers
 import warnings
@@ -61,8 +62,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..autograd.sparse import RowSparseTensor
 from ..autograd.tensor import Tensor
+from ..ops.sparse import RowSparseTensor
 
 __all__ = ["Optimizer", "MultiPrecisionState", "register", "create", "registered"]
 
@@ -407,7 +408,7 @@ class Optimizer:
         (MXNet's NDArrays, e.g. from :meth:`create_state` of a Tensor), in any mix. Each index's
         count is incremented before its learning rate is read. A
         :class:`MultiPrecisionState` routes the step through the float32 master; a
-        :class:`~mxlite.autograd.sparse.RowSparseTensor` gradient updates only its rows when the rule
+        :class:`~mxlite.ops.sparse.RowSparseTensor` gradient updates only its rows when the rule
         has ``lazy_update=True`` and is densified otherwise.
 
         Raises:
@@ -589,8 +590,6 @@ class Optimizer:
 
     def _constructor_arguments(self, hyper: dict[str, Any]) -> dict[str, Any] | None:
         """``hyper`` as keyword arguments of this class's constructor; None when it cannot be built from them."""
-        import inspect  # noqa: PLC0415
-
         accepted: dict[str, inspect.Parameter] = {}
         for klass in type(self).__mro__:
             init = klass.__dict__.get("__init__")

@@ -32,7 +32,7 @@ Where mxlite differs:
   rates while SINGA's buffer is rescaled by the new one.
 
 Lazy update: with ``lazy_update=True`` and a row-sparse gradient
-(:class:`~mxlite.autograd.sparse.RowSparseTensor`), only the gradient's rows of ``w`` and of the
+(:class:`~mxlite.ops.sparse.RowSparseTensor`), only the gradient's rows of ``w`` and of the
 state are read and written (weight decay too applies to those rows only), as MXNet's
 ``sgd_mom_update`` on a row_sparse gradient; otherwise the gradient is densified.
 

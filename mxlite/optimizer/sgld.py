@@ -7,7 +7,7 @@
 Symbols: ``lr`` and ``wd`` with their multipliers. No state.
 
 The noise of update ``t`` of parameter ``index`` comes from a generator seeded with
-(the :mod:`mxlite.autograd.random` seed, ``index``, ``t``): every mirror of a parameter (one per device,
+(the :mod:`mxlite.ops.random` seed, ``index``, ``t``): every mirror of a parameter (one per device,
 or one per process under ``dist_sync``) draws the *same* noise, so the mirrors stay identical,
 and ``mx.random.seed(n)`` makes a run reproducible. (NumPy's PCG64 on CPU devices, CuPy's
 generator on GPUs: a CPU and a GPU mirror of one parameter would draw different noise.)
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import random as _random
+from ..ops import random as _random
 from .optimizer import Optimizer, _xp, register
 
 __all__ = ["SGLD"]

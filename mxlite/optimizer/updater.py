@@ -53,7 +53,7 @@ class Updater:
     """Callable ``updater(index, grad, weight)`` (single items or equal-length lists).
 
     ``weight`` and ``grad`` are Tensors or raw NumPy/CuPy arrays (a gradient may also be a
-    :class:`~mxlite.autograd.sparse.RowSparseTensor`). States are created on first use of each index
+    :class:`~mxlite.ops.sparse.RowSparseTensor`). States are created on first use of each index
     with ``optimizer.create_state_multi_precision`` and kept in ``states``; updates go
     through ``optimizer.update_multi_precision``. The optimizer's update counts are those of
     the weight's device id (MXNet's ``_set_current_context``).

@@ -1,6 +1,6 @@
 """Where operator and layer calls meet the profiler: one test of :data:`recording` per call while it is off.
 
-The operator dispatch (``autograd/ops.py``: the ``_op`` decorator and the binary ops) tests ``recording``
+The operator dispatch (``ops/core.py``: the ``_op`` decorator and the binary ops) tests ``recording``
 and, when set, runs the call through :func:`record_op`; ``Block.__call__`` does the same with
 :func:`layer_scope`. Everything else here runs only while the profiler records.
 

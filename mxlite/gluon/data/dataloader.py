@@ -20,8 +20,8 @@ Behaviour:
 * ``shuffle=True`` draws a new permutation every epoch. With ``seed`` (an mxlite extension)
   the loader owns ``numpy.random.Generator(PCG64(seed))``, so the sequence of epoch orders
   is the same on every run and independent of any other random draws; without ``seed`` the
-  permutations come from :func:`mxlite.autograd.random.host_generator`, reproducible under
-  :func:`mxlite.autograd.random.seed`.
+  permutations come from :func:`mxlite.ops.random.host_generator`, reproducible under
+  :func:`mxlite.ops.random.seed`.
 
 Workers (``num_workers > 0``):
 
@@ -29,7 +29,7 @@ Workers (``num_workers > 0``):
   this one (POSIX; elsewhere spawned, which needs a picklable dataset), each reading whole
   batches and running ``batchify_fn``; the batches come back in order. Up to ``prefetch``
   batches (default ``2 * num_workers``) are in flight at once. Each worker reseeds NumPy's,
-  Python's and :mod:`mxlite.autograd.random`'s streams with its own seed, so random transforms differ
+  Python's and :mod:`mxlite.ops.random`'s streams with its own seed, so random transforms differ
   between workers.
 * ``thread_pool=True``: the same with threads, which run in parallel only where the work
   releases the GIL (NumPy, Pillow decoding); no pickling, and batches are built in this process.
@@ -70,10 +70,10 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import random as _mxrandom
 from ...autograd.tensor import Tensor
 from ...device import Device, as_device, cpu
 from ...device.copy import as_host
+from ...ops import random as _mxrandom
 from . import _workers
 from . import sampler as _sampler
 from .dataset import Dataset

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...autograd.tensor import Tensor
 from ...device.copy import as_host
+from .sampler import FilterSampler, SequentialSampler
 
 __all__ = ["ArrayDataset", "Dataset", "SimpleDataset"]
 
@@ -51,7 +52,6 @@ class Dataset:
 
         ``fn`` is called once per sample, here; the result reads the kept samples lazily.
         """
-        from .sampler import FilterSampler
         return _SampledDataset(self, FilterSampler(fn, self))
 
     def shard(self, num_shards: int, index: int) -> Dataset:
@@ -67,7 +67,6 @@ class Dataset:
             raise ValueError(f"num_shards must be an integer >= 1, got {num_shards!r}")
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < num_shards:
             raise ValueError(f"index must be an integer in [0, {num_shards - 1}], got {index!r}")
-        from .sampler import SequentialSampler
         length = len(self)
         shard_len, rest = divmod(length, int(num_shards))
         start = shard_len * index + min(index, rest)
@@ -82,7 +81,6 @@ class Dataset:
         """
         if count is not None and (isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0):
             raise ValueError(f"count must be a non-negative integer or None, got {count!r}")
-        from .sampler import SequentialSampler
         if count is None or count > len(self):
             count = len(self)
         return _SampledDataset(self, SequentialSampler(int(count)))

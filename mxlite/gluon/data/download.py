@@ -11,11 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import ssl
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from tqdm import tqdm
 
 from ...formats.archive import current_umask
 
@@ -84,7 +87,6 @@ def download(url: str, path: str | None = None, overwrite: bool = False, sha1_ha
     os.makedirs(dirname, exist_ok=True)
     context: Any = None
     if not verify_ssl:
-        import ssl
         context = ssl._create_unverified_context()  # noqa: S323 - the caller asked for it
     last: Exception | None = None
     for attempt in range(retries + 1):
@@ -105,8 +107,6 @@ class _HashMismatch(OSError):
 
 
 def _fetch(url: str, fname: str, dirname: str, sha1_hash: str | None, context: Any, progress: bool) -> None:
-    from tqdm import tqdm
-
     fd, tmp = tempfile.mkstemp(prefix=".download-", dir=dirname)
     os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; the file should be as a plain open() makes it
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import random as _random
+from ...ops import random as _random
 
 __all__ = ["LAST_BATCH_MODES", "BatchSampler", "FilterSampler", "IntervalSampler", "RandomSampler", "Sampler",
            "SequentialSampler"]
@@ -60,7 +60,7 @@ class RandomSampler(Sampler):
     Args:
         length: number of indices.
         generator: the NumPy generator drawing the permutations. ``None`` draws from
-            :func:`mxlite.autograd.random.host_generator` each epoch, so ``mx.random.seed`` makes
+            :func:`mxlite.ops.random.host_generator` each epoch, so ``mx.random.seed`` makes
             the order reproducible (that stream is shared with parameter initialisers).
 
     Raises:

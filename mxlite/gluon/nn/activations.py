@@ -1,6 +1,6 @@
 """Activation layers (Gluon's ``nn.LeakyReLU``, ``PReLU``, ``ELU``, ``SELU``, ``GELU``, ``Swish``/``SiLU``).
 
-The differentiable functions they apply live on the tensor floor, :mod:`mxlite.autograd.activations`
+The differentiable functions they apply live on the tensor floor, :mod:`mxlite.ops.activations`
 (``mx.nd.LeakyReLU`` and the layers share them); they are re-exported here under their old names."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import initializer as _init
-from ...autograd.activations import elu, gelu, leaky_relu, prelu, selu, swish
 from ...autograd.tensor import Tensor
+from ...ops.activations import elu, gelu, leaky_relu, prelu, selu, swish
 from ..block import Block
 from ..parameter import Parameter
 

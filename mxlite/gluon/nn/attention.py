@@ -3,7 +3,7 @@ decoder layers.
 
 Names and defaults follow GluonNLP (``gluonnlp.attention_cell``, ``gluonnlp.layers.PositionwiseFFN``,
 ``gluonnlp.models.transformer``), the Gluon home of these layers; MXNet 2.x's ``gluon.nn`` has none. Attention
-runs as one op, :func:`mxlite.autograd.attention.scaled_dot_product_attention` (a fused kernel that never
+runs as one op, :func:`mxlite.ops.attention.scaled_dot_product_attention` (a fused kernel that never
 holds the (batch, heads, Tq, Tk) weights), so the layers return their output alone, not GluonNLP's attention
 weights as well.
 
@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import activations, ops
-from ...autograd.attention import scaled_dot_product_attention
+from ... import ops
 from ...autograd.tensor import Tensor
+from ...ops import activations
+from ...ops.attention import scaled_dot_product_attention
 from ..block import Block
 from .basic_layers import Dense, Dropout, LayerNorm, _int_arg, _real_arg
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ... import autograd
-from ...autograd import activations, nn_ops, ops
+from ... import autograd, ops
+from ...arrays import nd
 from ...autograd.tensor import Tensor
+from ...ops import activations, nn_ops
 from ..block import Block, Sequential
 from ..parameter import Parameter
 
@@ -203,8 +204,6 @@ class Lambda(Block):
     def __init__(self, function: Callable[..., Any] | str, prefix: str | None = None, params: Any = None) -> None:
         super().__init__(prefix, params)
         if isinstance(function, str):
-            from ...arrays import nd  # noqa: PLC0415
-
             if not callable(getattr(nd, function, None)):
                 raise ValueError(f"{type(self).__name__}: function {function!r} is not a function of mx.nd")
             function = getattr(nd, function)
@@ -231,8 +230,6 @@ class HybridLambda(Lambda):
     def forward(self, *args: Any) -> Any:
         if not self._takes_f:
             return self._fn(*args)
-        from ...arrays import nd  # noqa: PLC0415
-
         return self._fn(nd, *args)
 
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import activations, nn_ops, ops
-from ...autograd.conv import conv_relu
+from ... import ops
 from ...autograd.tensor import Tensor
+from ...ops import activations, nn_ops
+from ...ops.conv import conv_relu
 from ..block import Block
 from ..parameter import Parameter
 from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready

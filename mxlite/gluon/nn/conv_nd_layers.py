@@ -3,8 +3,8 @@
 Layouts are channels-first (``NCW``, ``NCHW``, ``NCDHW``), the ones MXNet Gluon defaults to, or
 channels-last (``NWC``, ``NHWC``, ``NDHWC``): a channels-last layer transposes its input to
 channels-first, computes, and transposes the result back (no channels-last kernels). The
-layers run :func:`mxlite.autograd.nn_ops.conv`, :func:`~mxlite.autograd.nn_ops.conv_transpose`,
-:func:`~mxlite.autograd.nn_ops.max_pool`, :func:`~mxlite.autograd.nn_ops.avg_pool` and the global
+layers run :func:`mxlite.ops.nn_ops.conv`, :func:`~mxlite.ops.nn_ops.conv_transpose`,
+:func:`~mxlite.ops.nn_ops.max_pool`, :func:`~mxlite.ops.nn_ops.avg_pool` and the global
 pools. ``Conv2D``, ``MaxPool2D``, ``AvgPool2D`` and ``GlobalAvgPool2D``/``GlobalMaxPool2D`` live in
 ``conv_layers.py``.
 
@@ -20,8 +20,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ...autograd import nn_ops, ops
+from ... import ops
 from ...autograd.tensor import Tensor
+from ...ops import nn_ops
 from ..block import Block
 from ..parameter import Parameter
 from .basic_layers import _activation, _check_input_dtype, _int_arg, _ready

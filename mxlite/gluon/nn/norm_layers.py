@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import ops
+from ... import ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..parameter import Parameter

@@ -1,7 +1,7 @@
 """One time step of each recurrence, and a whole (multi-layer, bidirectional) sequence, as functions.
 
 A whole sequence (:func:`rnn_sequence`, what ``gluon.rnn``'s layers run) goes through
-:func:`mxlite.autograd.rnn_ops.recurrence`, one fused autograd node per layer and direction: the
+:func:`mxlite.ops.rnn_ops.recurrence`, one fused autograd node per layer and direction: the
 input projection of every step in one GEMM, then one GEMM and one cell kernel (``kernels/rnn.cu``)
 per step. The one-step functions below (what the cells run) are composed from mxlite's
 differentiable ops, so gradients come from the ops' own and the same code runs on every device;
@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...autograd import nn_ops, ops, rnn_ops, rnn_stack
+from ... import ops
 from ...autograd.tensor import Tensor
+from ...ops import nn_ops, rnn_ops, rnn_stack
 
 Act = Callable[[Tensor], Tensor]
 
@@ -113,10 +114,10 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
             its last valid step back), its outputs past them are 0 and its final states are those
             after its last valid step. Fused only.
         fused: True (the default) runs each layer and direction as one
-            :func:`~mxlite.autograd.rnn_ops.recurrence` (on CPU devices, a stack of unidirectional
-            layers as one :func:`~mxlite.autograd.rnn_stack.stack_recurrence`, and a bidirectional
+            :func:`~mxlite.ops.rnn_ops.recurrence` (on CPU devices, a stack of unidirectional
+            layers as one :func:`~mxlite.ops.rnn_stack.stack_recurrence`, and a bidirectional
             layer's two directions as one
-            :func:`~mxlite.autograd.rnn_stack.bidirectional_recurrence`); False
+            :func:`~mxlite.ops.rnn_stack.bidirectional_recurrence`); False
             composes them step by step from the one-step functions above (the reference, many
             recorded ops per step).
 
@@ -126,7 +127,7 @@ def rnn_sequence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Sequen
 
     Raises:
         NotImplementedError: ``valid_length`` with ``fused=False``.
-        ValueError: from :func:`~mxlite.autograd.rnn_ops.recurrence`: shapes, dtypes or lengths that
+        ValueError: from :func:`~mxlite.ops.rnn_ops.recurrence`: shapes, dtypes or lengths that
             do not fit.
     """
     if valid_length is not None and not fused:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ...autograd import nn_ops, ops
+from ... import ops
 from ...autograd.tensor import Tensor
+from ...ops import nn_ops
 from ..nn.basic_layers import _int_arg, _ready
 from ..nn.conv_nd_layers import _channels_last, _to_channels_first, _to_channels_last
 from ..parameter import Parameter

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from ... import ops
 from ...arrays import nd as _nd
-from ...autograd import nn_ops, ops
 from ...autograd.tensor import Tensor
+from ...ops import nn_ops
 from ..block import Block
 from ..nn.basic_layers import _activation, _int_arg, _ready, _real_arg
 from ..parameter import Parameter

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import autograd
+from ... import autograd, ops
 from ...arrays import nd as _nd
-from ...autograd import ops
 from ...autograd.tensor import Tensor
 from ..block import Block
 from ..nn.basic_layers import _int_arg, _ready, _real_arg
@@ -364,7 +363,7 @@ class RNN(_RNNLayer):
     ``(num_layers * D, N, H)`` array). Outputs: ``(T, N, D * H)`` (in ``layout``), and the new
     states when ``states`` was given.
 
-    Each layer and direction runs as one fused op (:func:`mxlite.autograd.rnn_ops.recurrence`: the
+    Each layer and direction runs as one fused op (:func:`mxlite.ops.rnn_ops.recurrence`: the
     cell kernels of ``kernels/rnn.cu`` and one GEMM per step).
 
     Raises:

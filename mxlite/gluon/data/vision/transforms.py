@@ -10,7 +10,7 @@ the same kind (a Tensor comes back on its device). :class:`ToTensor` turns it in
         transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
     dataset = dataset.transform_first(transform)
 
-Random transforms draw from :func:`mxlite.autograd.random.host_generator`, so ``mx.random.seed(n)``
+Random transforms draw from :func:`mxlite.ops.random.host_generator`, so ``mx.random.seed(n)``
 makes them reproducible (DataLoader worker processes reseed it per worker).
 
 Resizing (``Resize``, ``CenterCrop``, ``RandomResizedCrop``) takes OpenCV's interpolation codes, as
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ....autograd import random as _random
 from ....autograd.tensor import Tensor
 from ....device import cpu
 from ....device.copy import as_host
 from ....image import INTERPOLATIONS, resize_array
+from ....ops import random as _random
 
 __all__ = ["CenterCrop", "Cast", "Compose", "HybridCompose", "Normalize", "RandomBrightness", "RandomContrast",
            "RandomFlipLeftRight", "RandomFlipTopBottom", "RandomResizedCrop", "Resize", "ToTensor", "imresize"]

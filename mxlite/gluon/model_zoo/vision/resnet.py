@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....autograd import ops
+from .... import ops
 from ....autograd.tensor import Tensor
 from ... import nn
 from ._common import with_pretrained

@@ -5,7 +5,7 @@ Each device draws from its own stream, derived from the seed and the device's id
 NumPy's PCG64, on GPUs CuPy's generator. Initializers draw from a separate host stream so that
 every mirror of a parameter gets the same values. Without a call to :func:`seed` the streams
 start from fresh OS entropy (as MXNet's do). Dropout on GPUs draws from a counter-based generator
-whose position lives on the device (:mod:`mxlite.autograd._philox`), seeded here as well.
+whose position lives on the device (:mod:`mxlite.ops._philox`), seeded here as well.
 
 The distribution samplers (:func:`sample`: MXNet 1.x's ``sample_*`` operators and the ``random.*``
 samplers with array parameters; :func:`multinomial` with its log-probability gradient; :func:`choice`,
@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..autograd.tensor import Tensor
 from ..device import Device, as_device, cpu
 from ..device.copy import copy_between
-from .tensor import Tensor
+from . import core
 
 __all__ = ["DISTRIBUTIONS", "Distribution", "choice", "entropy", "get_state", "host_generator", "multinomial", "normal",
            "multinomial_counts", "parse_state", "randint", "sample", "seed", "set_state", "shuffle", "uniform"]
@@ -34,6 +35,7 @@ _seed_entropy: int | None = None
 _generators: dict[Any, Any] = {}
 # Per GPU: the NumPy generator the distribution samplers (sample, multinomial, choice) draw from on the host
 _host_draws: dict[Device, np.random.Generator] = {}
+_gpu_reseeds: list[Callable[[Device | None, int], None]] = []  # see on_gpu_seed
 
 
 def seed(seed_state: int, device: Device | str = "all", ctx: Device | str | None = None) -> None:
@@ -55,19 +57,29 @@ def seed(seed_state: int, device: Device | str = "all", ctx: Device | str | None
         device = ctx
     if not isinstance(seed_state, (int, np.integer)) or seed_state < 0:
         raise ValueError(f"seed_state must be a non-negative integer, got {seed_state!r}")
-    from . import _philox  # noqa: PLC0415 - _philox reads the entropy from this module
-
     if device == "all":
         _seed_entropy = int(seed_state)
         _generators.clear()
         _host_draws.clear()
-        _philox.reseed(None, int(seed_state))
+        _tell_gpu_streams(None, int(seed_state))
     else:
         dev = as_device(device)
         _generators[dev] = _make_generator(dev, int(seed_state))
         if dev.is_gpu:
             _host_draws[dev] = _make_host_draws(dev, int(seed_state))
-            _philox.reseed(dev, int(seed_state))
+            _tell_gpu_streams(dev, int(seed_state))
+
+
+def on_gpu_seed(reseed: Callable[[Device | None, int], None]) -> None:
+    """Have ``reseed(device, seed)`` called whenever the GPUs' streams restart from a seed: ``(None, seed)`` for
+    every GPU (:func:`seed` for all devices, :func:`set_state`), ``(gpu, seed)`` for one. The GPU dropout
+    generator (:mod:`mxlite.ops._philox`, which keeps its state on the device) registers here at import."""
+    _gpu_reseeds.append(reseed)
+
+
+def _tell_gpu_streams(device: Device | None, seed_state: int) -> None:
+    for reseed in _gpu_reseeds:
+        reseed(device, seed_state)
 
 
 def entropy() -> int:
@@ -119,15 +131,13 @@ def set_state(state: dict[str, Any]) -> None:
         ValueError: a malformed state (nothing is changed then).
     """
     global _seed_entropy
-    from . import _philox  # noqa: PLC0415
-
     entropy, restored = parse_state(state)
     _seed_entropy = entropy
     _generators.clear()
     _generators.update(restored)
     _host_draws.clear()  # restart from the seed, as the GPUs' own generators do
     if entropy is not None:
-        _philox.reseed(None, entropy)  # GPU dropout streams restart from the seed too
+        _tell_gpu_streams(None, entropy)  # GPU dropout streams restart from the seed too
 
 
 def parse_state(state: dict[str, Any]) -> tuple[int | None, dict[Any, Any]]:
@@ -437,10 +447,8 @@ def multinomial(data: Tensor, shape: Any = (), get_prob: bool = False, dtype: An
     samples = Tensor(copy_between(idx.reshape(out_shape).astype(out_dtype), cpu(0), dev, copy=False), dev)
     if not get_prob:
         return samples
-    from . import ops  # noqa: PLC0415 - ops builds on the tensor module, as this one
-
-    picked = ops.take_along_axis(ops.reshape(data, (rows, k)), idx, axis=1)
-    return [samples, ops.reshape(ops.log(picked), out_shape)]
+    picked = core.take_along_axis(core.reshape(data, (rows, k)), idx, axis=1)
+    return [samples, core.reshape(core.log(picked), out_shape)]
 
 
 def _categorical(gen: np.random.Generator, probs: np.ndarray, count: int) -> np.ndarray:
@@ -478,9 +486,7 @@ def choice(a: Any, size: Any = None, replace: bool = True, p: Any = None, device
     picked = Tensor(copy_between(np.asarray(idx, dtype=np.int64), cpu(0), dev, copy=False), dev)
     if not isinstance(a, Tensor):
         return picked
-    from . import nn_ops  # noqa: PLC0415
-
-    return nn_ops.take(a, picked.array, axis=0)
+    return core.getitem(a, picked)
 
 
 def _choice_probabilities(p: Any, n: int) -> np.ndarray:

@@ -6,7 +6,7 @@ grow with T². The kernels keep per query row a running maximum and sum (flash a
 store only its log-sum-exp, and the backward recomputes the scores block by block: memory grows with T.
 On GPUs they run through CuPy; on CPU devices through the serial host build when
 :func:`mxlite.device.kernels.cpu_kernels_enabled` allows (:func:`compiled`), else the caller takes its
-blockwise path (:mod:`mxlite.autograd.attention`).
+blockwise path (:mod:`mxlite.ops.attention`).
 
 Twin: :func:`forward_twin` and :func:`backward_twin` perform the kernels' float32 operations in the kernels'
 order (dot products in eight lanes, keys in blocks of :data:`KEY_BLOCK` for the online softmax, sums over
@@ -349,7 +349,7 @@ def _random_names() -> tuple[str, ...]:
 
 def dropout_state(device: Device, rng: Any, geometry: Geometry) -> Any:
     """The (key, offset) state a dropout of ``geometry``'s weights reads on ``device``, taken from mxlite's random
-    stream: on a GPU a copy of its Philox state (``mxlite.autograd._philox``), whose offset is then moved past
+    stream: on a GPU a copy of its Philox state (``mxlite.ops._philox``), whose offset is then moved past
     the counters used, with no host synchronisation; on a CPU device a fresh key drawn from the device's
     generator ``rng`` and offset 0."""
     g = geometry

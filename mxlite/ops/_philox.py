@@ -9,7 +9,7 @@ graph replays run the same two launches on the same state, so a replayed block d
 every step, the ones an eager run would have drawn (Philox4x32-10, as PyTorch and JAX use for this).
 
 ``mx.random.seed`` rewrites the state in place (new key, offset 0), so graphs keep reading it. CPU
-devices keep drawing dropout from NumPy's generator (:mod:`mxlite.autograd.random`): nothing is
+devices keep drawing dropout from NumPy's generator (:mod:`mxlite.ops.random`): nothing is
 captured there.
 
 Twin: :func:`philox4x32`, :func:`uniforms` and :func:`dropout_mask_twin` do the kernels' integer
@@ -25,6 +25,7 @@ import numpy as np
 
 from ..device import Device
 from ..device.kernels import get_kernel, register_kernel_names
+from . import random as _random
 
 __all__ = ["KERNEL_FILE", "counters", "dropout_mask", "dropout_mask_twin", "philox4x32", "reseed", "state", "uniforms"]
 
@@ -56,8 +57,6 @@ def state(device: Device) -> Any:
     """
     current = _states.get(device)
     if current is None:
-        from . import random as _random  # noqa: PLC0415 - random imports this module to reseed
-
         seed = _seeds.get(device, _random.entropy())
         with device.use():
             current = _states[device] = device.xp.asarray(np.array([_key(seed, device), 0], np.uint64))
@@ -74,6 +73,9 @@ def reseed(device: Device | None, seed: int) -> None:
         if device is None or dev == device:
             with dev.use():
                 current[...] = dev.xp.asarray(np.array([_key(seed, dev), 0], np.uint64))
+
+
+_random.on_gpu_seed(reseed)
 
 
 def _forget() -> None:

@@ -3,7 +3,7 @@
 Softmax, dropout, embedding/take/pick, batch and layer normalisation and the fully connected
 product; convolution and pooling live in :mod:`.conv` and are re-exported here.
 
-Like ``ops.py`` every function takes and returns
+Like ``core.py`` every function takes and returns
 :class:`Tensor` objects, computes through the device's ``xp`` (NumPy on CPU devices, CuPy on
 GPUs), and inside ``autograd.record()`` records one closure returning its inputs' gradients
 as raw arrays. Each op validates its shapes up front and says what it expected and what it
@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd import is_training
+from ..autograd.tensor import Tensor, grad_out, op_result
 from ..device import Device, blas, device_of
 from ..device.copy import copy_between
 from . import _loss_kernels as _lk
 from . import _norm_kernels as _nk
-from . import _philox, _state
+from . import _philox
 from . import random as _random
 from . import sparse as _sparse
 from .conv import (  # noqa: F401 - re-exported: mx.nn_ops holds every layer primitive
@@ -42,8 +44,7 @@ from .conv import (  # noqa: F401 - re-exported: mx.nn_ops holds every layer pri
     max_pool,
     max_pool2d,
 )
-from .ops import _check_float, _op, _scatter_add
-from .tensor import Tensor, _result, grad_out
+from .core import _check_float, _op, _scatter_add
 
 __all__ = [
     "softmax", "log_softmax", "softmax_cross_entropy", "conv", "conv2d", "conv_transpose", "max_pool", "avg_pool",
@@ -78,7 +79,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         TypeError: ``x`` is not floating point. ValueError: ``axis`` out of range.
     """
     _check_float("softmax", x)
-    xp = x._device.xp
+    xp = x.device.xp
     axis = _axis(axis, x.ndim)
     d = x._data
     e = xp.exp(d - d.max(axis=axis, keepdims=True))
@@ -88,7 +89,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         # d softmax: y * (g - sum(g * y))
         return (out * (g - (g * out).sum(axis=axis, keepdims=True)),)
 
-    return _result("softmax", out, x._device, (x,), backward)
+    return op_result("softmax", out, x.device, (x,), backward)
 
 
 @_op("log_softmax")
@@ -106,7 +107,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
         TypeError: ``x`` is not floating point. ValueError: ``axis`` out of range.
     """
     _check_float("log_softmax", x)
-    xp = x._device.xp
+    xp = x.device.xp
     axis = _axis(axis, x.ndim)
     d = x._data
     shifted = d - d.max(axis=axis, keepdims=True)
@@ -116,7 +117,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
         # d log_softmax: g - softmax * sum(g)
         return (g - xp.exp(out) * g.sum(axis=axis, keepdims=True),)
 
-    return _result("log_softmax", out, x._device, (x,), backward)
+    return op_result("log_softmax", out, x.device, (x,), backward)
 
 
 @_op("softmax_cross_entropy")
@@ -140,7 +141,7 @@ def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool 
     Raises:
         TypeError: ``pred`` is not float32 or float64. ValueError: ``label`` has the wrong size.
     """
-    xp = pred._device.xp
+    xp = pred.device.xp
     if not _lk.supported(pred.dtype):
         raise TypeError(f"softmax_cross_entropy takes float32 or float64 logits, got {pred.dtype}; "
                         "use -pick(log_softmax(pred), label) for other dtypes")
@@ -156,10 +157,10 @@ def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool 
         if int(np.prod(np.shape(label))) != rows:
             raise ValueError(f"label must have one class id per row of pred {pred.shape}: {rows} ids, "
                              f"got shape {np.shape(label)}")
-        ids = xp.ascontiguousarray(_clip_indices(xp, label, classes, "clip", pred._device).reshape(rows))
+        ids = xp.ascontiguousarray(_clip_indices(xp, label, classes, "clip", pred.device).reshape(rows))
         dense = None
     else:
-        label = label if isinstance(label, Tensor) else Tensor(_device_array(label, pred._device), pred._device)
+        label = label if isinstance(label, Tensor) else Tensor(_device_array(label, pred.device), pred.device)
         if label.size != pred.size or label.dtype != pred.dtype:
             raise ValueError(f"a dense label must have pred's {pred.size} elements ({pred.shape}) and dtype "
                              f"{pred.dtype}, got shape {label.shape} and dtype {label.dtype}")
@@ -177,7 +178,7 @@ def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool 
         return gx, glabel
 
     parents = (pred,) if sparse_label else (pred, label)
-    return _result("softmax_cross_entropy", loss.reshape(out_shape), pred._device, parents, backward)
+    return op_result("softmax_cross_entropy", loss.reshape(out_shape), pred.device, parents, backward)
 
 
 # -- dropout -------------------------------------------------------------------------------------
@@ -185,8 +186,8 @@ def softmax_cross_entropy(pred: Tensor, label: Tensor | Any, sparse_label: bool 
 def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bool | None = None) -> Tensor:
     """Inverted dropout: zero each element with probability ``rate``, scale survivors by ``1/(1-rate)``.
 
-    The mask is drawn from the device's stream (:mod:`mxlite.autograd.random` on CPU devices; on GPUs
-    a counter-based generator with its position on the device, :mod:`mxlite.autograd._philox`, which
+    The mask is drawn from the device's stream (:mod:`mxlite.ops.random` on CPU devices; on GPUs
+    a counter-based generator with its position on the device, :mod:`mxlite.ops._philox`, which
     CUDA graphs can replay), so ``mx.random.seed`` makes it reproducible. Outside training, or with
     ``rate == 0``, ``x`` itself is returned.
 
@@ -208,15 +209,15 @@ def dropout(x: Tensor, rate: float = 0.5, axes: Sequence[int] = (), training: bo
         raise ValueError(f"rate must lie in [0, 1], got {rate}")
     _check_float("dropout", x)
     if training is None:
-        training = _state.is_training()
+        training = is_training()
     if not training or rate == 0.0:
         return x
     shared = {_axis(a, x.ndim) for a in axes}
     shape = tuple(1 if i in shared else n for i, n in enumerate(x.shape))
-    mask = _dropout_mask(x._device, shape, rate, x.dtype)
+    mask = _dropout_mask(x.device, shape, rate, x.dtype)
     out = x._data * mask
     # The mask rides along as a constant parent, so the differentiable backward (higher_order) finds it.
-    return _result("dropout", out, x._device, (x, Tensor(mask, x._device)), lambda g: (g * mask, None))
+    return op_result("dropout", out, x.device, (x, Tensor(mask, x.device)), lambda g: (g * mask, None))
 
 
 def _dropout_mask(device: Any, shape: tuple[int, ...], rate: float, dtype: Any) -> Any:
@@ -230,7 +231,7 @@ def _dropout_mask(device: Any, shape: tuple[int, ...], rate: float, dtype: Any) 
         u = _random._generator(device).random(shape, dtype=np.float32)
         scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
         return ((u >= rate) * scale).astype(dtype)
-    # GPUs: Philox with its offset on the device, which a CUDA graph can replay (autograd/_philox.py)
+    # GPUs: Philox with its offset on the device, which a CUDA graph can replay (ops/_philox.py)
     return _philox.dropout_mask(device, shape, rate, dtype)
 
 
@@ -239,7 +240,7 @@ def _device_array(values: Any, device: Device) -> Any:
     """``values`` (a Tensor, a NumPy or CuPy array of any device, a list) as an array on ``device``, no copy when
     already there: index arrays given raw (``mx.nd.take(a, ids.array)``) may live anywhere."""
     if isinstance(values, Tensor):
-        return copy_between(values._data, values._device, device, copy=False)
+        return copy_between(values._data, values.device, device, copy=False)
     if hasattr(values, "__cuda_array_interface__"):
         return copy_between(values, device_of(values), device, copy=False)
     return copy_between(np.asarray(values), Device("cpu", 0), device, copy=False)
@@ -277,7 +278,7 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
             NumPy array).
         weight: ``(input_dim, output_dim)`` table (any trailing shape is allowed).
         sparse_grad: return the weight gradient as a
-            :class:`~mxlite.autograd.sparse.RowSparseTensor` holding only the looked-up rows (when
+            :class:`~mxlite.ops.sparse.RowSparseTensor` holding only the looked-up rows (when
             ``weight`` is a leaf), instead of a dense ``weight``-shaped array.
 
     Returns:
@@ -286,10 +287,10 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
     Raises:
         ValueError: ``weight`` is 0-D or empty along its first axis.
     """
-    xp = weight._device.xp
+    xp = weight.device.xp
     if weight.ndim < 1 or weight.shape[0] == 0:
         raise ValueError(f"weight must have at least one row, got shape {weight.shape}")
-    idx = _clip_indices(xp, indices, weight.shape[0], "clip", weight._device)
+    idx = _clip_indices(xp, indices, weight.shape[0], "clip", weight.device)
     out = weight._data[idx]
     row_shape = weight.shape[1:]
 
@@ -297,7 +298,7 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
         rows = g.reshape((-1,) + row_shape)
         # A RowSparseTensor can only go to a leaf: the engine hands raw arrays to inner nodes.
         if sparse_grad and weight._node is None:
-            return (_sparse.from_rows(rows, idx.reshape(-1), weight.shape, weight._device),)
+            return (_sparse.from_rows(rows, idx.reshape(-1), weight.shape, weight.device),)
         gw = grad_out(weight, g.dtype)  # the arena's gradient view when the engine allows
         if gw is None:
             gw = xp.zeros(weight.shape, dtype=g.dtype)
@@ -306,7 +307,7 @@ def embedding(indices: Tensor | Any, weight: Tensor, sparse_grad: bool = False) 
         _scatter_add(xp, gw, idx.reshape(-1), rows)
         return (gw,)
 
-    return _result("embedding", out, weight._device, (weight,), backward)
+    return op_result("embedding", out, weight.device, (weight,), backward)
 
 
 @_op("take")
@@ -328,11 +329,11 @@ def take(a: Tensor, indices: Tensor | Any, axis: int = 0, mode: str = "clip") ->
         ValueError: ``axis`` out of range, ``a`` empty along it, or an unknown ``mode``.
         IndexError: ``mode='raise'`` and an id is out of range.
     """
-    xp = a._device.xp
+    xp = a.device.xp
     axis = _axis(axis, a.ndim)
     if a.shape[axis] == 0:
         raise ValueError(f"cannot take from an empty axis {axis} of shape {a.shape}")
-    idx = _clip_indices(xp, indices, a.shape[axis], mode, a._device)
+    idx = _clip_indices(xp, indices, a.shape[axis], mode, a.device)
     out = xp.take(a._data, idx, axis=axis)
     key = (slice(None),) * axis + (idx,)
 
@@ -341,7 +342,7 @@ def take(a: Tensor, indices: Tensor | Any, axis: int = 0, mode: str = "clip") ->
         _scatter_add(xp, ga, key, g)
         return (ga,)
 
-    return _result("take", out, a._device, (a,), backward)
+    return op_result("take", out, a.device, (a,), backward)
 
 
 @_op("pick")
@@ -364,7 +365,7 @@ def pick(data: Tensor, index: Tensor | Any, axis: int = -1, keepdims: bool = Fal
     Raises:
         ValueError: ``index`` has the wrong number of elements.
     """
-    xp = data._device.xp
+    xp = data.device.xp
     axis = _axis(axis, data.ndim)
     kept = data.shape[:axis] + (1,) + data.shape[axis + 1:]
     index_shape = np.shape(index)
@@ -372,7 +373,7 @@ def pick(data: Tensor, index: Tensor | Any, axis: int = -1, keepdims: bool = Fal
         expected = data.shape[:axis] + data.shape[axis + 1:]
         raise ValueError(f"index must have shape {expected} (data's without axis {axis}), got {index_shape}")
     n = data.shape[axis]
-    idx = _clip_indices(xp, index, n, "clip", data._device).reshape(kept)
+    idx = _clip_indices(xp, index, n, "clip", data.device).reshape(kept)
     picked = xp.take_along_axis(data._data, idx, axis=axis)
     out = picked if keepdims else picked.reshape(data.shape[:axis] + data.shape[axis + 1:])
 
@@ -381,7 +382,7 @@ def pick(data: Tensor, index: Tensor | Any, axis: int = -1, keepdims: bool = Fal
         hit = idx == positions  # one-hot along axis, broadcast to data's shape
         return (xp.where(hit, g.reshape(kept), xp.zeros((), dtype=g.dtype)),)
 
-    return _result("pick", out, data._device, (data,), backward)
+    return op_result("pick", out, data.device, (data,), backward)
 
 
 # -- normalisation -------------------------------------------------------------------------------
@@ -423,14 +424,14 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
         ValueError: a parameter's shape is not ``(C,)``. TypeError: integer input.
     """
     _check_float("batch_norm", x)
-    xp = x._device.xp
+    xp = x.device.xp
     axis = _axis(axis, x.ndim)
     c = x.shape[axis]
     for name, t in (("gamma", gamma), ("beta", beta), ("running_mean", running_mean), ("running_var", running_var)):
         if t.shape != (c,):
             raise ValueError(f"{name} must have shape ({c},) for {c} channels on axis {axis}, got {t.shape}")
     if training is None:
-        training = _state.is_training()
+        training = is_training()
     acc = np.promote_types(x.dtype, np.float32)
     # Work on an (A, C, B) view, channels in the middle: per-channel sums are a reduction over the
     # contiguous last axis, then over the first (two fast NumPy reductions, not one over scattered axes).
@@ -452,7 +453,7 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
                                                     grad_out(beta, acc))
             return gx, ggamma, gbeta, None, None
 
-        return _result("batch_norm", out, x._device, (x, gamma, beta, running_mean, running_var), backward)
+        return op_result("batch_norm", out, x.device, (x, gamma, beta, running_mean, running_var), backward)
 
     data = xp.ascontiguousarray(x._data).reshape(shape3).astype(acc, copy=False)
     out3, diff, inv_std, k = _nk.forward(xp, data, *params, eps, momentum, batch_stats, fix_gamma,
@@ -465,7 +466,7 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, running_mean: Tensor, run
         return (gx.reshape(x.shape).astype(x.dtype, copy=False), ggamma.astype(gamma.dtype, copy=False),
                 gbeta.astype(beta.dtype, copy=False), None, None)
 
-    return _result("batch_norm", out, x._device, (x, gamma, beta, running_mean, running_var), backward)
+    return op_result("batch_norm", out, x.device, (x, gamma, beta, running_mean, running_var), backward)
 
 
 @_op("layer_norm")
@@ -488,7 +489,7 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, axis: int = -1, eps: floa
         ValueError: ``gamma``/``beta`` have the wrong shape. TypeError: integer input.
     """
     _check_float("layer_norm", x)
-    xp = x._device.xp
+    xp = x.device.xp
     axis = _axis(axis, x.ndim)
     c = x.shape[axis]
     for name, t in (("gamma", gamma), ("beta", beta)):
@@ -510,7 +511,7 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, axis: int = -1, eps: floa
         return (gx.astype(x.dtype, copy=False), (g * xhat).sum(axis=others).astype(gamma.dtype, copy=False),
                 g.sum(axis=others).astype(beta.dtype, copy=False))
 
-    return _result("layer_norm", out, x._device, (x, gamma, beta), backward)
+    return op_result("layer_norm", out, x.device, (x, gamma, beta), backward)
 
 
 # -- dense ---------------------------------------------------------------------------------------
@@ -550,7 +551,7 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
                          f"(x shape {x.shape})")
     if bias is not None and bias.shape != (units,):
         raise ValueError(f"bias must have shape ({units},), got {bias.shape}")
-    xp = x._device.xp
+    xp = x.device.xp
     x2 = x._data.reshape(-1, in_units)
     wdata = weight._data
     out2 = blas.matmul(x2, wdata.T)
@@ -576,4 +577,4 @@ def fully_connected(x: Tensor, weight: Tensor, bias: Tensor | None = None, flatt
         return gx, gw, gb
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return _result("fully_connected", out, x._device, parents, backward)
+    return op_result("fully_connected", out, x.device, parents, backward)

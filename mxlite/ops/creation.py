@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import Tensor
 from ..device import Device, as_device, cpu, device_of
 from ..device.copy import copy_between
-from .tensor import Tensor
 
 __all__ = ["as_dtype", "array", "zeros", "ones", "full", "empty", "arange", "from_dlpack", "from_numpy"]
 
@@ -40,7 +41,7 @@ def array(data: Any, device: Device | str | None = None, dtype: Any = None) -> T
     """
     dev = as_device(device)
     if isinstance(data, Tensor):
-        src, src_dev = data._data, data._device
+        src, src_dev = data._data, data.device
     elif isinstance(data, np.ndarray):
         src, src_dev = data, cpu(0)
     elif hasattr(data, "__cuda_array_interface__"):
@@ -133,8 +134,6 @@ def _capsule_device_type(capsule: Any) -> int:
     Raises:
         ValueError: a capsule that is not a DLPack tensor, or was already consumed.
     """
-    import ctypes  # noqa: PLC0415 - only for raw capsules
-
     # Private prototypes: setting argtypes on ctypes.pythonapi's functions would change them for everyone.
     get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(

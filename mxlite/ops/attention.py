@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from ..device import Device, blas
+from ..autograd import is_training
+from ..autograd.tensor import Tensor, op_result
+from ..device import Device, blas, device_of
 from ..device.copy import copy_between
 from . import _attention_kernels as _ak
-from . import _philox, _state, ops
+from . import _philox, core
 from . import random as _random
-from .ops import _check_float, _op
-from .tensor import Tensor, _result
+from .core import _check_float, _op
 
 __all__ = ["interleaved_matmul_encdec_qk", "interleaved_matmul_encdec_valatt", "interleaved_matmul_selfatt_qk",
            "interleaved_matmul_selfatt_valatt", "masked_log_softmax", "masked_softmax",
@@ -48,13 +49,11 @@ def _on_device(values: Any, device: Device, what: str = "mask") -> Any:
         ValueError: a Tensor on another device (names ``what`` and both devices), as for any op's operands.
     """
     if isinstance(values, Tensor):
-        if values._device != device:
-            raise ValueError(f"{what} lives on {values._device} but the data on {device}; move it with "
+        if values.device != device:
+            raise ValueError(f"{what} lives on {values.device} but the data on {device}; move it with "
                              ".to(device) first (inputs on different devices)")
         return values._data
     if hasattr(values, "__cuda_array_interface__"):
-        from ..device import device_of  # noqa: PLC0415
-
         return copy_between(values, device_of(values), device, copy=False)
     return copy_between(np.asarray(values), Device("cpu", 0), device, copy=False)
 
@@ -130,9 +129,9 @@ def _masked_softmax(name: str, data: Tensor, mask: Any, axis: int, temperature: 
     temperature = float(temperature)
     if temperature == 0 or not math.isfinite(temperature):
         raise ValueError(f"temperature must be a nonzero finite number, got {temperature}")
-    xp = data._device.xp
+    xp = data.device.xp
     axis = _axis(axis, data.ndim)
-    keep = _broadcast_mask(mask, data.shape, data._device, "data's shape")
+    keep = _broadcast_mask(mask, data.shape, data.device, "data's shape")
     acc = np.promote_types(data.dtype, np.float32)
     x = data._data.astype(acc, copy=False)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -157,7 +156,7 @@ def _masked_softmax(name: str, data: Tensor, mask: Any, axis: int, temperature: 
             gx = gx / temperature
         return (xp.where(keep, gx, 0).astype(data.dtype, copy=False),)
 
-    return _result(name, out.astype(data.dtype, copy=False), data._device, (data,), backward)
+    return op_result(name, out.astype(data.dtype, copy=False), data.device, (data,), backward)
 
 
 # -- MXNet's interleaved attention products ---------------------------------------------------------------------
@@ -183,20 +182,20 @@ def _split_interleaved(name: str, x: Tensor, heads: int, parts: int, what: str) 
         raise ValueError(f"{name}: the last axis of {what} ({width}) must be a positive multiple of "
                          f"heads * {parts} = {heads * parts} (shape {x.shape})")
     head_dim = width // (heads * parts)
-    return ops.reshape(x, (seq, batch, heads, parts, head_dim)), head_dim
+    return core.reshape(x, (seq, batch, heads, parts, head_dim)), head_dim
 
 
 def _heads_first(part: Tensor) -> Tensor:
     """(seq, batch, heads, head_dim) -> (batch * heads, seq, head_dim)."""
     seq, batch, heads, head_dim = part.shape
-    return ops.reshape(ops.transpose(part, (1, 2, 0, 3)), (batch * heads, seq, head_dim))
+    return core.reshape(core.transpose(part, (1, 2, 0, 3)), (batch * heads, seq, head_dim))
 
 
 def _seq_first(x: Tensor, batch: int, heads: int) -> Tensor:
     """(batch * heads, seq, head_dim) -> (seq, batch, heads * head_dim)."""
     _, seq, head_dim = x.shape
-    return ops.reshape(ops.transpose(ops.reshape(x, (batch, heads, seq, head_dim)), (2, 0, 1, 3)),
-                       (seq, batch, heads * head_dim))
+    return core.reshape(core.transpose(core.reshape(x, (batch, heads, seq, head_dim)), (2, 0, 1, 3)),
+                        (seq, batch, heads * head_dim))
 
 
 def _check_attention(name: str, attention: Tensor, expected: tuple[int, int, int]) -> None:
@@ -220,8 +219,8 @@ def interleaved_matmul_selfatt_qk(queries_keys_values: Tensor, heads: int) -> Te
     heads = _heads_arg(name, heads)
     _check_3d(name, "queries_keys_values", queries_keys_values, "(seq, batch, heads * 3 * head_dim)")
     qkv, head_dim = _split_interleaved(name, queries_keys_values, heads, 3, "queries_keys_values")
-    q, k = (_heads_first(ops.getitem(qkv, (slice(None), slice(None), slice(None), i))) for i in (0, 1))
-    return ops.multiply(ops.matmul(q, ops.swapaxes(k, 1, 2)), 1.0 / math.sqrt(head_dim))
+    q, k = (_heads_first(core.getitem(qkv, (slice(None), slice(None), slice(None), i))) for i in (0, 1))
+    return core.multiply(core.matmul(q, core.swapaxes(k, 1, 2)), 1.0 / math.sqrt(head_dim))
 
 
 def interleaved_matmul_selfatt_valatt(queries_keys_values: Tensor, attention: Tensor, heads: int) -> Tensor:
@@ -240,8 +239,8 @@ def interleaved_matmul_selfatt_valatt(queries_keys_values: Tensor, attention: Te
     qkv, _ = _split_interleaved(name, queries_keys_values, heads, 3, "queries_keys_values")
     seq, batch = queries_keys_values.shape[:2]
     _check_attention(name, attention, (batch * heads, seq, seq))
-    v = _heads_first(ops.getitem(qkv, (slice(None), slice(None), slice(None), 2)))
-    return _seq_first(ops.matmul(attention, v), batch, heads)
+    v = _heads_first(core.getitem(qkv, (slice(None), slice(None), slice(None), 2)))
+    return _seq_first(core.matmul(attention, v), batch, heads)
 
 
 def interleaved_matmul_encdec_qk(queries: Tensor, keys_values: Tensor, heads: int) -> Tensor:
@@ -267,9 +266,9 @@ def interleaved_matmul_encdec_qk(queries: Tensor, keys_values: Tensor, heads: in
         raise ValueError(f"{name}: the last axis of queries ({width}) must be a positive multiple of heads = {heads}")
     head_dim = width // heads
     kv, _ = _split_interleaved(name, keys_values, heads, 2, "keys_values")
-    q = _heads_first(ops.reshape(queries, (q_seq, batch, heads, head_dim)))
-    k = _heads_first(ops.getitem(kv, (slice(None), slice(None), slice(None), 0)))
-    return ops.multiply(ops.matmul(q, ops.swapaxes(k, 1, 2)), 1.0 / math.sqrt(head_dim))
+    q = _heads_first(core.reshape(queries, (q_seq, batch, heads, head_dim)))
+    k = _heads_first(core.getitem(kv, (slice(None), slice(None), slice(None), 0)))
+    return core.multiply(core.matmul(q, core.swapaxes(k, 1, 2)), 1.0 / math.sqrt(head_dim))
 
 
 def interleaved_matmul_encdec_valatt(keys_values: Tensor, attention: Tensor, heads: int) -> Tensor:
@@ -290,8 +289,8 @@ def interleaved_matmul_encdec_valatt(keys_values: Tensor, attention: Tensor, hea
     if attention.ndim != 3 or attention.shape[0] != batch * heads or attention.shape[2] != kv_seq:
         raise ValueError(f"{name}: attention must have shape (batch * heads, q_seq, kv_seq) = "
                          f"({batch * heads}, q_seq, {kv_seq}), got {attention.shape}")
-    v = _heads_first(ops.getitem(kv, (slice(None), slice(None), slice(None), 1)))
-    return _seq_first(ops.matmul(attention, v), batch, heads)
+    v = _heads_first(core.getitem(kv, (slice(None), slice(None), slice(None), 1)))
+    return _seq_first(core.matmul(attention, v), batch, heads)
 
 
 # -- scaled dot-product attention -------------------------------------------------------------------------------
@@ -329,10 +328,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
     geometry = _check_inputs(query, key, value)
     if not 0.0 <= dropout <= 1.0:
         raise ValueError(f"dropout must lie in [0, 1], got {dropout}")
-    device = query._device
+    device = query.device
     masking = _masking(mask, causal, valid_length, geometry, device)
     if training is None:
-        training = _state.is_training()
+        training = is_training()
     scale = 1.0 / math.sqrt(geometry.dk) if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be a finite number, got {scale}")
@@ -398,7 +397,7 @@ def _flat(xp: Any, x: Any, rows: int, cols: int) -> Any:
 
 def _kernel_attention(query: Tensor, key: Tensor, value: Tensor, g: _ak.Geometry, masking: _ak.Masking,
                       drop: _ak.Dropout, scale: float) -> Tensor:
-    xp = query._device.xp
+    xp = query.device.xp
     q, k, v = (_flat(xp, t._data, n, d) for t, n, d in ((query, g.tq, g.dk), (key, g.tk, g.dk), (value, g.tk, g.dv)))
     out, lse = _ak.forward(xp, q, k, v, g, masking, drop, scale)
 
@@ -407,8 +406,8 @@ def _kernel_attention(query: Tensor, key: Tensor, value: Tensor, g: _ak.Geometry
         dq, dk, dv = _ak.backward(xp, q, k, v, out, dout, lse, g, masking, drop, scale)
         return dq.reshape(query.shape), dk.reshape(key.shape), dv.reshape(value.shape)
 
-    return _result("scaled_dot_product_attention", out.reshape(g.batch, g.heads, g.tq, g.dv), query._device,
-                   (query, key, value), backward)
+    return op_result("scaled_dot_product_attention", out.reshape(g.batch, g.heads, g.tq, g.dv), query.device,
+                     (query, key, value), backward)
 
 
 # -- the blockwise path: array operations, one block of keys' scores at a time ------------------------------------
@@ -445,7 +444,7 @@ def _key_blocks(masking: _ak.Masking, g: _ak.Geometry) -> range:
 
 def _blockwise_attention(query: Tensor, key: Tensor, value: Tensor, g: _ak.Geometry, masking: _ak.Masking,
                          drop: _ak.Dropout, scale: float) -> Tensor:
-    xp = query._device.xp
+    xp = query.device.xp
     acc = np.promote_types(query.dtype, np.float32)
     q, k, v = (_flat(xp, t._data, n, d).astype(acc, copy=False)
                for t, n, d in ((query, g.tq, g.dk), (key, g.tk, g.dk), (value, g.tk, g.dv)))
@@ -482,8 +481,8 @@ def _blockwise_attention(query: Tensor, key: Tensor, value: Tensor, g: _ak.Geome
                 dk.reshape(key.shape).astype(query.dtype, copy=False),
                 dv.reshape(value.shape).astype(query.dtype, copy=False))
 
-    return _result("scaled_dot_product_attention", stored.reshape(g.batch, g.heads, g.tq, g.dv), query._device,
-                   (query, key, value), backward)
+    return op_result("scaled_dot_product_attention", stored.reshape(g.batch, g.heads, g.tq, g.dv), query.device,
+                     (query, key, value), backward)
 
 
 def _blockwise_backward(xp: Any, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, g: _ak.Geometry,

@@ -19,7 +19,7 @@ dimension of 1 to another BLAS routine). Elsewhere the Python pieces run, as the
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,10 +28,22 @@ from ..device import threads as _threads
 from ..device.kernels import HostEntry, array_address, host_entry
 from . import _conv_kernels as _ck
 
-if TYPE_CHECKING:
-    from .conv import _ConvGeom
-
 __all__: list[str] = []
+
+
+class _ConvGeom(Protocol):
+    """What the pieces read of a convolution's geometry (``conv.py``'s ``_ConvGeom``, which calls this module)."""
+
+    n: int
+    c_out: int
+    groups: int
+    kg: int
+    l: int  # noqa: E741 - conv.py's name: output positions per sample
+    merged: bool
+    nd: int
+    pointwise: bool
+
+    def kernel_geometry(self, n: int) -> tuple[int, ...]: ...
 
 # Whether CPU devices run the pieces natively where they apply (tests turn it off to compare with Python's).
 NATIVE = True

@@ -2,7 +2,9 @@
 
 A :class:`RowSparseTensor` of logical shape ``(N, ...)`` stores ``data`` of shape
 ``(k, ...)`` and sorted, unique ``indices`` (int64, length ``k``); every other row is zero.
-``Embedding(sparse_grad=True)`` produces its weight gradient in this form.
+``Embedding(sparse_grad=True)`` produces its weight gradient in this form. The autograd engine
+accumulates such gradients through the functions this module registers with it at import
+(:func:`~mxlite.autograd.tensor.register_row_sparse`): it stands below the op library and does not import it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import RowSparseGradients, Tensor, register_row_sparse
 from ..device import Device, as_device
-from .tensor import Tensor
+from .creation import array
 
 __all__ = ["RowSparseTensor", "row_sparse_array", "zeros", "cast_storage"]
 
@@ -192,8 +195,6 @@ def row_sparse_array(arg1: Any, shape: Any = None, device: Device | str | None =
     uniq, inverse = np.unique(ids, return_inverse=True)
     merged = np.zeros((uniq.size,) + vals.shape[1:], dtype=vals.dtype)
     np.add.at(merged, inverse, vals)
-    from .creation import array  # noqa: PLC0415 - _creation imports autograd only
-
     return RowSparseTensor(array(merged, dev, merged.dtype), array(uniq, dev, np.int64), shape)
 
 
@@ -206,11 +207,6 @@ def zeros(shape: Any, dtype: Any = np.float32, device: Device | str | None = Non
         data = Tensor(xp.zeros((0,) + shape[1:], dtype=dtype), dev)
         idx = Tensor(xp.zeros((0,), dtype=np.int64), dev)
     return RowSparseTensor(data, idx, shape)
-
-
-def zeros_row_sparse(shape: Any, dtype: Any, device: Device) -> RowSparseTensor:
-    """Alias of :func:`zeros` used by ``Tensor.attach_grad(stype='row_sparse')``."""
-    return zeros(shape, dtype, device)
 
 
 def dense_to_row_sparse(data: Any, device: Device) -> RowSparseTensor:
@@ -265,3 +261,6 @@ def add_any(a: Any, b: Any, shape: tuple[int, ...]) -> Any:
     da = a.dense_array() if isinstance(a, RowSparseTensor) else a
     db = b.dense_array() if isinstance(b, RowSparseTensor) else b
     return da + db
+
+
+register_row_sparse(RowSparseGradients(zeros=zeros, from_dense=dense_to_row_sparse, add=add_any))

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import Tensor, grad_out, op_result
 from ..device import blas
 from ..device.host_buffers import host_empty
 from ..device.parallel import parallel_for
@@ -26,9 +27,8 @@ from ..device.threads import usable_threads
 from . import _conv_kernels as _ck
 from . import _conv_native, _cudnn_ops
 from . import activations as _activations
-from .ops import _check_float, _named_error, _op, mean
-from .ops import max as _max
-from .tensor import Tensor, _result, grad_out
+from .core import _check_float, _named_error, _op, mean
+from .core import max as _max
 
 __all__ = ["avg_pool", "avg_pool2d", "conv", "conv2d", "conv_relu", "conv_transpose", "global_avg_pool",
            "global_avg_pool2d", "global_max_pool", "global_max_pool2d", "max_pool", "max_pool2d"]
@@ -71,7 +71,7 @@ def _as_strided(xp: Any) -> Any:
 #   times the input's size) is made and scattered a few samples at a time, so col2im reads it from
 #   cache (17% off the backward of the CNN layer above).
 # * The data movement (im2col, col2im, and max pooling's window copy and backward scatter) runs the
-#   kernels of kernels/conv.cu where they apply (mxlite/autograd/_conv_kernels.py: up to 3 spatial
+#   kernels of kernels/conv.cu where they apply (mxlite/ops/_conv_kernels.py: up to 3 spatial
 #   axes, float16/32/64): on GPUs always, on CPU devices as the serial host build unless
 #   MXLITE_CPU_KERNELS=numpy or it cannot be built. The NumPy code here is their twin and gives the
 #   same bits (tests/test_conv_kernels.py). On one CPU thread, the kernels walk one (sample, channel)
@@ -526,7 +526,7 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
              dilation: IntTuple, groups: int, nd: int | None, relu: bool = False) -> Tensor:
     """The convolution ``name``; with ``relu`` (CPU devices, a bias of the output's dtype: see
     :func:`conv_relu`) its output data is ``relu(conv + bias)``, made in one pass (kernels/bias_act.cu)."""
-    xp = x._device.xp
+    xp = x.device.xp
     nd = _conv_check(name, x, weight, bias, nd, False, groups)
     stride_t, pad_t = _ntuple("stride", stride, nd, 1), _ntuple("padding", padding, nd, 0)
     dil_t = _ntuple("dilation", dilation, nd, 1)
@@ -576,7 +576,7 @@ def _conv_nd(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: 
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return _result(name, out, x._device, parents, backward)
+    return op_result(name, out, x.device, parents, backward)
 
 
 def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, padding: IntTuple,
@@ -594,7 +594,7 @@ def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, 
     Raises:
         ValueError: as :func:`conv`.
     """
-    if x._device.xp is not np or bias is None or bias.dtype != np.result_type(x.dtype, weight.dtype):
+    if x.device.xp is not np or bias is None or bias.dtype != np.result_type(x.dtype, weight.dtype):
         return None
     name = "conv2d" if nd == 2 else "conv"
     kwargs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
@@ -612,7 +612,7 @@ def conv_relu(x: Tensor, weight: Tensor, bias: Tensor | None, stride: IntTuple, 
             return (xp.where(data > 0, g, g.dtype.type(0)),)
         return (_ck.relu_backward_into(xp, g, data, out),)
 
-    y = _result("relu", data, z._device, (z,), backward)
+    y = op_result("relu", data, z.device, (z,), backward)
     if y._node is not None:
         y._node.call = (_activations.relu, (z,), {})
     return y
@@ -696,7 +696,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         ValueError: ranks, channel counts or bias shape that do not match, an ``output_padding`` not
             below the stride or dilation, or an output with a non-positive size.
     """
-    xp = x._device.xp
+    xp = x.device.xp
     nd = _conv_check("conv_transpose", x, weight, bias, None, True, groups)
     stride_t, pad_t = _ntuple("stride", stride, nd, 1), _ntuple("padding", padding, nd, 0)
     dil_t, adj = _ntuple("dilation", dilation, nd, 1), _ntuple("output_padding", output_padding, nd, 0)
@@ -748,7 +748,7 @@ def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return _result("conv_transpose", out, x._device, parents, backward)
+    return op_result("conv_transpose", out, x.device, parents, backward)
 
 
 # -- pooling -------------------------------------------------------------------------------------
@@ -814,7 +814,7 @@ def _max_pool_twin_forward(cols: Any) -> Any:
 
 def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | None, padding: IntTuple,
               ceil_mode: bool, nd: int | None) -> Tensor:
-    xp = x._device.xp
+    xp = x.device.xp
     kernel, stride, pad, out_sp, padded = _pool_geometry(name, x, pool_size, strides, padding, ceil_mode, nd)
     data = x._data
     low = -np.inf if np.issubdtype(data.dtype, np.floating) else np.iinfo(data.dtype).min
@@ -875,13 +875,13 @@ def _max_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
                 xp.multiply(g, hit.reshape(out.shape), out=dst[tap])
         return (_crop(gpad, pad, spatial),)
 
-    return _result(name, out, x._device, (x,), backward)
+    return op_result(name, out, x.device, (x,), backward)
 
 
 def _avg_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | None, padding: IntTuple,
               ceil_mode: bool, count_include_pad: bool, nd: int | None) -> Tensor:
     _check_float(name, x)
-    xp = x._device.xp
+    xp = x.device.xp
     kernel, stride, pad, out_sp, padded = _pool_geometry(name, x, pool_size, strides, padding, ceil_mode, nd)
     data = x._data
     spatial = data.shape[2:]
@@ -929,7 +929,7 @@ def _avg_pool(name: str, x: Tensor, pool_size: IntTuple, strides: IntTuple | Non
             cur = nxt
         return (_crop(cur, pad, spatial),)
 
-    return _result(name, out, x._device, (x,), backward)
+    return op_result(name, out, x.device, (x,), backward)
 
 
 @_op("max_pool")

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import Tensor, op_result
 from ..device.host_buffers import host_empty
 from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
-from . import ops
-from .ops import _op
-from .tensor import Tensor, _result
+from . import core
+from .core import _op
 
 __all__ = ["elu", "gelu", "leaky_relu", "prelu", "relu", "selu", "swish"]
 
@@ -71,12 +71,12 @@ def _relu_launch(device: Any, name: str, arrays: tuple[Any, ...], n: int, out: A
 def relu(x: Tensor) -> Tensor:
     """Elementwise ``max(x, 0)`` (NaN stays NaN); the gradient is ``g`` where ``x > 0``, else 0.
 
-    The same values as :func:`mxlite.autograd.ops.relu`, in one kernel pass per direction for float16,
+    The same values as :func:`mxlite.ops.core.relu`, in one kernel pass per direction for float16,
     float32 and float64 (other dtypes go through ``ops.relu``).
     """
-    device = x._device
+    device = x.device
     if x.dtype.name not in _TYPES:
-        return ops.relu(x)
+        return core.relu(x)
     xp = device.xp
     data = x._data if x._data.flags.c_contiguous else xp.ascontiguousarray(x._data)
     compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
@@ -88,7 +88,7 @@ def relu(x: Tensor) -> Tensor:
             return (_relu_launch(device, "relu_backward", (g, data), data.size),)
         return (_relu_backward_twin(g, data),)
 
-    return _result("relu", out, device, (x,), backward)
+    return op_result("relu", out, device, (x,), backward)
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -96,30 +96,30 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def _positive(x: Tensor) -> Tensor:
     """The bool mask ``x > 0`` (no gradient)."""
-    return ops.greater(x, 0)
+    return core.greater(x, 0)
 
 
 def leaky_relu(x: Tensor, alpha: float) -> Tensor:
     """``x`` where positive, else ``alpha * x``."""
-    return ops.where(_positive(x), x, ops.multiply(x, alpha))
+    return core.where(_positive(x), x, core.multiply(x, alpha))
 
 
 def prelu(x: Tensor, alpha: Tensor) -> Tensor:
     """``x`` where positive, else ``alpha * x``; ``alpha`` (one value, or one per channel on axis 1) is learned."""
     if alpha.size > 1 and x.ndim >= 2:
-        alpha = ops.reshape(alpha, (1, alpha.size) + (1,) * (x.ndim - 2))
-    return ops.where(_positive(x), x, ops.multiply(x, alpha))
+        alpha = core.reshape(alpha, (1, alpha.size) + (1,) * (x.ndim - 2))
+    return core.where(_positive(x), x, core.multiply(x, alpha))
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
     """``x`` where positive, else ``alpha * (exp(x) - 1)`` (``exp`` of a clamped value: no overflow)."""
-    neg = ops.multiply(ops.expm1(ops.minimum(x, 0.0)), alpha)
-    return ops.where(_positive(x), x, neg)
+    neg = core.multiply(core.expm1(core.minimum(x, 0.0)), alpha)
+    return core.where(_positive(x), x, neg)
 
 
 def selu(x: Tensor) -> Tensor:
     """Self-normalising ELU: ``scale * elu(x, alpha)`` with Klambauer et al.'s constants."""
-    return ops.multiply(elu(x, _SELU_ALPHA), _SELU_SCALE)
+    return core.multiply(elu(x, _SELU_ALPHA), _SELU_SCALE)
 
 
 def gelu(x: Tensor, approximation: str = "erf") -> Tensor:
@@ -129,13 +129,13 @@ def gelu(x: Tensor, approximation: str = "erf") -> Tensor:
         ValueError: unknown ``approximation``.
     """
     if approximation == "erf":
-        return ops.multiply(ops.multiply(x, 0.5), ops.add(ops.erf(ops.multiply(x, 1 / math.sqrt(2.0))), 1.0))
+        return core.multiply(core.multiply(x, 0.5), core.add(core.erf(core.multiply(x, 1 / math.sqrt(2.0))), 1.0))
     if approximation == "tanh":
-        inner = ops.multiply(ops.add(x, ops.multiply(ops.power(x, 3.0), 0.044715)), math.sqrt(2 / math.pi))
-        return ops.multiply(ops.multiply(x, 0.5), ops.add(ops.tanh(inner), 1.0))
+        inner = core.multiply(core.add(x, core.multiply(core.power(x, 3.0), 0.044715)), math.sqrt(2 / math.pi))
+        return core.multiply(core.multiply(x, 0.5), core.add(core.tanh(inner), 1.0))
     raise ValueError(f"GELU: approximation must be 'erf' or 'tanh', got {approximation!r}")
 
 
 def swish(x: Tensor, beta: float = 1.0) -> Tensor:
     """``x * sigmoid(beta * x)``."""
-    return ops.multiply(x, ops.sigmoid(ops.multiply(x, beta)))
+    return core.multiply(x, core.sigmoid(core.multiply(x, beta)))

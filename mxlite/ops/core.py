@@ -5,7 +5,8 @@ CuPy data alike (through the device's ``xp``), broadcasts like NumPy, and, insid
 ``autograd.record()``, records a closure computing its inputs' gradients. Layer-level ops
 (convolution, pooling, normalisation, softmax, dropout, embedding) live in ``nn_ops.py``.
 
-An error raised inside an op names the op and its inputs' dtypes, shapes and devices.
+An error raised inside an op names the op and its inputs' dtypes, shapes and devices. These ops are also
+``mx.ops``'s own names (``mx.ops.add``, ``mx.ops.reshape``): the package re-exports them.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from .. import device as _device
+from ..autograd.tensor import NDTensor, Tensor, describe, index_key, op_result, unbroadcast
 from ..device import blas
 from ..device.copy import copy_between
 from ..profiler import hooks as _profiling
 from .special import erf_array
-from .tensor import NDTensor, Tensor, _describe, _index_key, _result, _unbroadcast
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "matmul", "dot",
@@ -40,7 +41,10 @@ __all__ = [
     "fix", "rint", "round", "isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or",
     "logical_xor", "mod", "arctan2", "hypot", "prod", "norm", "var", "std", "logsumexp", "cumsum", "tile",
     "repeat", "flip", "slice_axis", "slice", "take_along_axis", "argsort", "sort", "batch_dot",
-    "tensordot_last_first", "numpy_dot", "moveaxis",
+    "tensordot_last_first", "numpy_dot", "moveaxis", "as_tensor",
+    # the mx.nd face: MXNet 1.x's reshape codes, results never 0-d, comparisons and logic giving 1/0
+    "nd_reshape_shape", "nd_shape", "nd_equal", "nd_not_equal", "nd_greater", "nd_greater_equal", "nd_less",
+    "nd_less_equal", "nd_logical_and", "nd_logical_or", "nd_logical_xor", "nd_logical_not",
 ]
 
 
@@ -53,12 +57,12 @@ def _run(name: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
     """Run primitive ``fn`` on the device of its tensors, naming ``name`` in any error."""
     tensors = _tensors_in(args)
     if not tensors:
-        raise TypeError(f"{name}: expected at least one Tensor argument, got {[_describe(a) for a in args]}")
+        raise TypeError(f"{name}: expected at least one Tensor argument, got {[describe(a) for a in args]}")
     dev = tensors[0]._device
     for t in tensors[1:]:
         if t._device is not dev and t._device != dev:
             raise ValueError(
-                f"{name}: inputs live on different devices ({', '.join(_describe(x) for x in tensors)}); "
+                f"{name}: inputs live on different devices ({', '.join(describe(x) for x in tensors)}); "
                 "move them with .to(device) first"
             )
     try:
@@ -74,7 +78,7 @@ def _named_error(name: str, exc: Exception, tensors: list[Tensor]) -> Exception:
     """``exc`` again, its message naming the op and its inputs (once: an error named inside is passed on)."""
     if getattr(exc, "_mx_named", False):
         return exc
-    msg = f"{name}: {exc} (inputs: {', '.join(_describe(t) for t in tensors)})"
+    msg = f"{name}: {exc} (inputs: {', '.join(describe(t) for t in tensors)})"
     try:
         new = type(exc)(msg)
     except Exception:  # an exception type whose constructor takes other arguments
@@ -199,11 +203,11 @@ def _binary_core(name: str, a: Tensor, b: Tensor, fwd: Callable, bwd: Callable) 
     def backward(g: Any) -> tuple[Any, Any]:
         ga, gb = bwd(g, x, y, out)
         return (
-            None if ga is None else _unbroadcast(ga, x.shape),
-            None if gb is None else _unbroadcast(gb, y.shape),
+            None if ga is None else unbroadcast(ga, x.shape),
+            None if gb is None else unbroadcast(gb, y.shape),
         )
 
-    return _result(name, out, a._device, (a, b), backward)
+    return op_result(name, out, a._device, (a, b), backward)
 
 
 def add(a: Any, b: Any) -> Tensor:
@@ -258,7 +262,7 @@ def _unary(name: str, x: Tensor, fwd: Callable, bwd: Callable) -> Tensor:
     """``bwd(g, x_data, out_data)`` gives the input gradient."""
     data = x._data
     out = fwd(data)
-    return _result(name, out, x._device, (x,), lambda g: (bwd(g, data, out),))
+    return op_result(name, out, x._device, (x,), lambda g: (bwd(g, data, out),))
 
 
 @_op("negative")
@@ -351,9 +355,9 @@ def where(cond: Tensor, x: Any, y: Any) -> Tensor:
 
     def backward(g: Any) -> tuple[Any, Any, Any]:
         zero = xp.zeros((), dtype=g.dtype)
-        return None, _unbroadcast(xp.where(c, g, zero), xs), _unbroadcast(xp.where(c, zero, g), ys)
+        return None, unbroadcast(xp.where(c, g, zero), xs), unbroadcast(xp.where(c, zero, g), ys)
 
-    return _result("where", out, cond._device, (cond, x, y), backward)
+    return op_result("where", out, cond._device, (cond, x, y), backward)
 
 
 # -- linear algebra --------------------------------------------------------------------------
@@ -404,9 +408,9 @@ def _matmul(a: Tensor, b: Tensor) -> Tensor:
     def backward(g: Any) -> tuple[Any, Any]:
         ga = blas.matmul(g, xp.swapaxes(y, -1, -2))
         gb = blas.matmul(xp.swapaxes(x, -1, -2), g)
-        return _unbroadcast(ga, x.shape), _unbroadcast(gb, y.shape)
+        return unbroadcast(ga, x.shape), unbroadcast(gb, y.shape)
 
-    return _result("matmul", out, a._device, (a, b), backward)
+    return op_result("matmul", out, a._device, (a, b), backward)
 
 
 dot = matmul
@@ -420,7 +424,67 @@ def reshape(x: Tensor, *shape: Any) -> Tensor:
         shape = tuple(shape[0])
     in_shape = x.shape
     out = x._data.reshape(shape)
-    return _result("reshape", out, x._device, (x,), lambda g: (g.reshape(in_shape),))
+    return op_result("reshape", out, x._device, (x,), lambda g: (g.reshape(in_shape),))
+
+
+def nd_reshape_shape(in_shape: tuple[int, ...], spec: Sequence[int], reverse: bool = False) -> tuple[int, ...]:
+    """The target shape of MXNet 1.x's ``reshape`` codes: 0 copy this dim, -1 infer, -2 copy all remaining,
+    -3 merge the next two input dims, -4 split one input dim into the next two entries (one may be -1).
+
+    Raises:
+        ValueError: a spec that does not fit ``in_shape`` (names both).
+    """
+    spec = list(spec)
+    if reverse:
+        if -4 in spec:
+            raise ValueError(f"reshape: reverse=True with the split code -4 is not supported, got {tuple(spec)}")
+        return tuple(reversed(nd_reshape_shape(tuple(reversed(in_shape)), list(reversed(spec)))))
+    out: list[int] = []
+    i = 0
+    k = 0
+    infer = -1
+    try:
+        while k < len(spec):
+            code = spec[k]
+            if code > 0:
+                out.append(code)
+                i += 1
+            elif code == 0:
+                out.append(in_shape[i])
+                i += 1
+            elif code == -1:
+                infer = len(out)
+                out.append(-1)
+                i += 1
+            elif code == -2:
+                out.extend(in_shape[i:])
+                i = len(in_shape)
+            elif code == -3:
+                out.append(in_shape[i] * in_shape[i + 1])
+                i += 2
+            elif code == -4:
+                a, b = spec[k + 1], spec[k + 2]
+                n = in_shape[i]
+                a = n // b if a == -1 else a
+                b = n // a if b == -1 else b
+                if a * b != n:
+                    raise ValueError(f"-4 splits {n} into {spec[k + 1]} x {spec[k + 2]}")
+                out.extend([a, b])
+                i += 1
+                k += 2
+            else:
+                raise ValueError(f"unknown code {code}")
+            k += 1
+    except IndexError:
+        raise ValueError(f"reshape: shape codes {tuple(spec)} need more axes than the input's {in_shape}") from None
+    total = int(np.prod(in_shape))
+    if infer >= 0:
+        known = int(np.prod([n for j, n in enumerate(out) if j != infer]))
+        out[infer] = total // known if known else 0
+    if int(np.prod(out)) != total:
+        raise ValueError(f"reshape: cannot reshape {in_shape} ({total} elements) with codes {tuple(spec)} "
+                         f"(gives {tuple(out)})")
+    return tuple(out)
 
 
 def flatten(x: Tensor) -> Tensor:
@@ -437,7 +501,7 @@ def transpose(x: Tensor, *axes: Any) -> Tensor:
     perm = tuple(int(a) + x.ndim if int(a) < 0 else int(a) for a in axes) if axes else tuple(reversed(range(x.ndim)))
     inverse = tuple(np.argsort(perm))
     out = x._data.transpose(perm)
-    return _result("transpose", out, x._device, (x,), lambda g: (g.transpose(inverse),))
+    return op_result("transpose", out, x._device, (x,), lambda g: (g.transpose(inverse),))
 
 
 def swapaxes(x: Tensor, axis1: int, axis2: int) -> Tensor:
@@ -466,14 +530,14 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     xp = x._device.xp
     in_shape = x.shape
     out = xp.array(xp.broadcast_to(x._data, tuple(shape)))
-    return _result("broadcast_to", out, x._device, (x,), lambda g: (_unbroadcast(g, in_shape),))
+    return op_result("broadcast_to", out, x._device, (x,), lambda g: (unbroadcast(g, in_shape),))
 
 
 @_op("getitem")
 def getitem(x: Tensor, key: Any) -> Tensor:
     """NumPy indexing (basic and advanced); repeated indices accumulate in the gradient."""
     xp = x._device.xp
-    key = _index_key(key, x._device)
+    key = index_key(key, x._device)
     data = x._data
     out = data[key]
     if not isinstance(out, type(data)):  # NumPy returns scalars for full integer indexing
@@ -484,7 +548,7 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         _scatter_add(xp, gx, key, g)
         return (gx,)
 
-    return _result("getitem", out, x._device, (x,), backward)
+    return op_result("getitem", out, x._device, (x,), backward)
 
 
 def _scatter_add(xp: Any, target: Any, key: Any, values: Any) -> None:
@@ -532,7 +596,7 @@ def _concat(tensors: list[Tensor], axis: int) -> Tensor:
     def backward(g: Any) -> list[Any]:
         return xp.split(g, bounds, axis=axis)
 
-    return _result("concat", out, tensors[0]._device, tuple(tensors), backward)
+    return op_result("concat", out, tensors[0]._device, tuple(tensors), backward)
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
@@ -554,7 +618,7 @@ def _stack(tensors: list[Tensor], axis: int) -> Tensor:
     def backward(g: Any) -> list[Any]:
         return [xp.take(g, i, axis=axis) for i in range(n)]
 
-    return _result("stack", out, tensors[0]._device, tuple(tensors), backward)
+    return op_result("stack", out, tensors[0]._device, tuple(tensors), backward)
 
 
 def split(x: Tensor, num_outputs: int, axis: int = 0) -> list[Tensor]:
@@ -594,8 +658,8 @@ def sum(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa:
     axes = _norm_axis(axis, x.ndim)
     shape = x.shape
     out = xp.asarray(x._data.sum(axis=axes, keepdims=keepdims))
-    return _result("sum", out, x._device, (x,),
-                   lambda g: (xp.broadcast_to(_expand_to(g, shape, axes, keepdims), shape).copy(),))
+    return op_result("sum", out, x._device, (x,),
+                     lambda g: (xp.broadcast_to(_expand_to(g, shape, axes, keepdims), shape).copy(),))
 
 
 @_op("mean")
@@ -610,7 +674,7 @@ def mean(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     def backward(g: Any) -> tuple[Any]:
         return (xp.broadcast_to(_expand_to(g, shape, axes, keepdims) / count, shape).astype(g.dtype),)
 
-    return _result("mean", out, x._device, (x,), backward)
+    return op_result("mean", out, x._device, (x,), backward)
 
 
 def _extreme(name: str, reduce: str, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
@@ -627,7 +691,7 @@ def _extreme(name: str, reduce: str, x: Tensor, axis: Any, keepdims: bool) -> Te
         count = mask.sum(axis=axes, keepdims=True)
         return ((_expand_to(g, shape, axes, keepdims) * mask / count).astype(g.dtype),)
 
-    return _result(name, out, x._device, (x,), backward)
+    return op_result(name, out, x._device, (x,), backward)
 
 
 @_op("max")
@@ -712,7 +776,7 @@ def to_device(x: Tensor, device: _device.Device) -> Tensor:
         return x
     src = x._device
     out = copy_between(x._data, src, device, copy=True)
-    return _result("to_device", out, device, (x,), lambda g: (copy_between(g, device, src, copy=True),))
+    return op_result("to_device", out, device, (x,), lambda g: (copy_between(g, device, src, copy=True),))
 
 
 @_op("astype")
@@ -723,7 +787,7 @@ def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
         return x
     in_dtype = x.dtype
     out = x._data.astype(dtype)
-    return _result("astype", out, x._device, (x,), lambda g: (g.astype(in_dtype),))
+    return op_result("astype", out, x._device, (x,), lambda g: (g.astype(in_dtype),))
 
 
 # -- more elementwise math (NumPy's names) -----------------------------------------------------
@@ -898,7 +962,7 @@ def prod(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
         inverse = np.argsort(keep + list(axes))
         return (xp.transpose(others, tuple(inverse)) * ge,)
 
-    return _result("prod", out, x._device, (x,), backward)
+    return op_result("prod", out, x._device, (x,), backward)
 
 
 def norm(x: Tensor, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
@@ -969,7 +1033,7 @@ def cumsum(x: Tensor, axis: int | None = None) -> Tensor:
     def backward(g: Any) -> tuple[Any]:
         return (xp.flip(xp.cumsum(xp.flip(g, ax), axis=ax), ax).reshape(shape),)
 
-    return _result("cumsum", out, x._device, (x,), backward)
+    return op_result("cumsum", out, x._device, (x,), backward)
 
 
 # -- more shape ops ----------------------------------------------------------------------------
@@ -990,7 +1054,7 @@ def tile(x: Tensor, reps: Any) -> Tensor:
         gs = g.reshape(split_shape).sum(axis=tuple(range(0, 2 * nd, 2)))
         return (gs.reshape(x.shape),)
 
-    return _result("tile", out, x._device, (x,), backward)
+    return op_result("tile", out, x._device, (x,), backward)
 
 
 @_op("repeat")
@@ -1007,7 +1071,7 @@ def repeat(x: Tensor, repeats: int, axis: int | None = None) -> Tensor:
         split = g.shape[:ax] + (data.shape[ax], repeats) + g.shape[ax + 1:]
         return (g.reshape(split).sum(axis=ax + 1).reshape(shape),)
 
-    return _result("repeat", out, x._device, (x,), backward)
+    return op_result("repeat", out, x._device, (x,), backward)
 
 
 def flip(x: Tensor, axis: Any = None) -> Tensor:
@@ -1045,7 +1109,7 @@ def take_along_axis(x: Tensor, indices: Any, axis: int) -> Tensor:
         _scatter_add(xp, gx, tuple(grids), g)
         return (gx,)
 
-    return _result("take_along_axis", out, x._device, (x,), backward)
+    return op_result("take_along_axis", out, x._device, (x,), backward)
 
 
 def _open_grid(xp: Any, shape: tuple[int, ...]) -> list[Any]:
@@ -1112,93 +1176,3 @@ def moveaxis(x: Tensor, source: int, destination: int) -> Tensor:
     order = [i for i in range(x.ndim) if i != source % x.ndim]
     order.insert(destination % x.ndim, source % x.ndim)
     return transpose(x, tuple(order))
-
-
-# -- Tensor methods and operators --------------------------------------------------------------
-def _install_methods() -> None:
-    def r(fn: Callable) -> Callable:
-        return lambda self, other: fn(other, self)
-
-    T = Tensor
-    T.__add__ = add
-    T.__radd__ = r(add)
-    T.__sub__ = subtract
-    T.__rsub__ = r(subtract)
-    T.__mul__ = multiply
-    T.__rmul__ = r(multiply)
-    T.__truediv__ = divide
-    T.__rtruediv__ = r(divide)
-    T.__pow__ = power
-    T.__rpow__ = r(power)
-    T.__matmul__ = matmul
-    T.__rmatmul__ = r(matmul)
-    T.__neg__ = negative
-    T.__pos__ = lambda self: self
-    T.__abs__ = abs
-    T.__eq__ = equal
-    T.__ne__ = not_equal
-    T.__gt__ = greater
-    T.__ge__ = greater_equal
-    T.__lt__ = less
-    T.__le__ = less_equal
-    T.__hash__ = object.__hash__
-    T.__getitem__ = getitem
-    T.reshape = reshape
-    T.transpose = transpose
-    T.swapaxes = swapaxes
-    T.expand_dims = expand_dims
-    T.squeeze = squeeze
-    T.broadcast_to = broadcast_to
-    T.flatten = flatten
-    T.sum = sum
-    T.mean = mean
-    T.max = max
-    T.min = min
-    T.exp = exp
-    T.log = log
-    T.sqrt = sqrt
-    T.square = square
-    T.tanh = tanh
-    T.sigmoid = sigmoid
-    T.relu = relu
-    T.abs = abs
-    T.clip = clip
-    T.argmax = argmax
-    T.argmin = argmin
-    T.astype = astype
-    T.one_hot = one_hot
-    T.T = property(lambda self: transpose(self))
-    for name in ("prod", "norm", "var", "std", "tile", "repeat", "flip", "slice_axis", "sign", "round", "floor",
-                 "ceil", "trunc", "sin", "cos", "sort", "argsort", "cumsum", "log1p", "expm1", "reciprocal",
-                 "take_along_axis", "moveaxis", "logsumexp"):
-        setattr(T, name, globals()[name])
-    T.__mod__ = mod
-    T.__rmod__ = r(mod)
-    T.__invert__ = logical_not
-    T.__and__ = logical_and
-    T.__or__ = logical_or
-    T.__xor__ = logical_xor
-    T.dot = lambda self, other: numpy_dot(self, other)
-    T.square = square
-    T.flatten = flatten
-    T.zeros_like = zeros_like
-    T.ones_like = ones_like
-    # The mx.nd face: comparisons and logic give 1/0 in the operands' dtype, as MXNet 1.x's NDArray
-    for dunder, fn in (("__eq__", nd_equal), ("__ne__", nd_not_equal), ("__gt__", nd_greater),
-                       ("__ge__", nd_greater_equal), ("__lt__", nd_less), ("__le__", nd_less_equal),
-                       ("__and__", nd_logical_and), ("__or__", nd_logical_or), ("__xor__", nd_logical_xor),
-                       ("__invert__", nd_logical_not)):
-        setattr(NDTensor, dunder, _with_nd_face(fn))
-
-
-def _with_nd_face(fn: Callable) -> Callable:
-    """An NDTensor method calling ``fn`` whose result has the ``mx.nd`` face."""
-    def method(self: Tensor, *args: Any) -> Tensor:
-        return nd_shape(fn(self, *args))
-
-    method.__name__ = fn.__name__
-    method.__doc__ = fn.__doc__
-    return method
-
-
-_install_methods()

@@ -1,6 +1,6 @@
 """Batch normalisation's arithmetic, and ``kernels/norm.cu``, which runs it in one launch per direction.
 
-Purpose: :func:`mxlite.autograd.nn_ops.batch_norm` composed of array operations is about 30 CuPy
+Purpose: :func:`mxlite.ops.nn_ops.batch_norm` composed of array operations is about 30 CuPy
 calls forward and 27 backward per layer on a GPU, each a launch and, on the host, the cost of a call
 into CuPy: in a small CNN the host's dispatch, not the GPU, sets the pace. On GPUs
 (:func:`enabled`) one kernel launch per direction does the same arithmetic (:func:`forward_kernel`,

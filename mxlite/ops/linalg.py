@@ -3,7 +3,7 @@
 Every function takes Tensors (NumPy arrays and lists are copied onto the device of the Tensor operands, else the
 current device), works on the trailing two axes with any leading axes as a batch, and runs on the operands' device:
 NumPy's LAPACK on CPU devices, CuPy's cuSOLVER/cuBLAS on GPUs. Inside ``autograd.record()`` each records its
-backward closure beside its forward, as the ops of ``ops.py`` do; the formulas are the standard matrix-calculus ones
+backward closure beside its forward, as the ops of ``core.py`` do; the formulas are the standard matrix-calculus ones
 and each is checked against finite differences in float64 (``tests/test_linalg.py``).
 
 Conventions shared by all functions:
@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import Tensor, op_result, unbroadcast
 from ..device.blas import matmul as _mm
-from . import ops as _ops
+from . import core as _core
+from .core import _run
 from .creation import array as _array
-from .ops import _run
-from .tensor import Tensor, _result, _unbroadcast
 
 __all__ = ["norm", "solve", "inv", "cholesky", "det", "slogdet", "lstsq", "svd", "eigh", "qr", "pinv",
            "gemm", "gemm2", "potrf", "potri", "trmm", "trsm", "syrk", "sumlogdiag", "extractdiag", "makediag",
@@ -174,7 +174,7 @@ def _outputs(op: str, arrays: Sequence[Array], a: Tensor, parents: tuple[Tensor,
             cot[i] = g
             return backward(cot)
 
-        outs.append(_result(op, data, a._device, parents, one))
+        outs.append(op_result(op, data, a.device, parents, one))
     return outs
 
 
@@ -211,14 +211,14 @@ def inverse(A: Any) -> Tensor:  # noqa: N803 - MXNet's name
 
 def _inv(op: str, a: Tensor) -> Tensor:
     _need_square(op, a)
-    xp = a._device.xp
+    xp = a.device.xp
     y = _lapack(xp, "inv", _data(a, _dtype(op, a)))
 
     def backward(g: Array) -> tuple[Array]:
         yt = _mT(y)
         return (_grad_as(-_mm(_mm(yt, g), yt), a),)
 
-    return _result(op, y, a._device, (a,), backward)
+    return op_result(op, y, a.device, (a,), backward)
 
 
 def _inv_transpose_checked(op: str, xp: Any, a: Array) -> Array:
@@ -247,14 +247,14 @@ def det(a: Any) -> Tensor:
 
 def _det(a: Tensor) -> Tensor:
     _need_square("det", a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("det", a))
     out = xp.asarray(_lapack(xp, "det", data, check=False))
 
     def backward(g: Array) -> tuple[Array]:
         return (_grad_as((g * out)[..., None, None] * _inv_transpose_checked("det", xp, data), a),)
 
-    return _result("det", out, a._device, (a,), backward)
+    return op_result("det", out, a.device, (a,), backward)
 
 
 def slogdet(a: Any) -> tuple[Tensor, Tensor]:
@@ -272,14 +272,14 @@ def slogdet(a: Any) -> tuple[Tensor, Tensor]:
 
 def _slogdet(a: Tensor) -> tuple[Tensor, Tensor]:
     _need_square("slogdet", a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("slogdet", a))
     sign, logdet = (xp.asarray(r) for r in _lapack(xp, "slogdet", data, check=False))
 
     def backward(g: Array) -> tuple[Array]:
         return (_grad_as(g[..., None, None] * _inv_transpose_checked("slogdet", xp, data), a),)
 
-    return Tensor(sign, a._device), _result("slogdet", logdet, a._device, (a,), backward)
+    return Tensor(sign, a.device), op_result("slogdet", logdet, a.device, (a,), backward)
 
 
 def solve(a: Any, b: Any) -> Tensor:
@@ -305,7 +305,7 @@ def _solve(a: Tensor, b: Tensor) -> Tensor:
     if b.ndim == 0 or rows != m:
         raise _named(ValueError(f"solve: b must have shape (..., {m}) or (..., {m}, K) to match a of shape {a.shape} "
                                 f"(b with one dimension fewer than a holds vectors), got b of shape {b.shape}"))
-    xp = a._device.xp
+    xp = a.device.xp
     dtype = _dtype("solve", a, b)
     ad, bd = _data(a, dtype), _data(b, dtype)
     bm = bd[..., None] if vector else bd
@@ -323,10 +323,10 @@ def _solve(a: Tensor, b: Tensor) -> Tensor:
         gm = g[..., None] if vector else g
         gb = _lapack(xp, "solve", _mT(ab), gm, check=False)
         ga = -_mm(gb, _mT(x))
-        gb = _unbroadcast(gb, bm.shape)
-        return _grad_as(_unbroadcast(ga, a.shape), a), _grad_as(gb[..., 0] if vector else gb, b)
+        gb = unbroadcast(gb, bm.shape)
+        return _grad_as(unbroadcast(ga, a.shape), a), _grad_as(gb[..., 0] if vector else gb, b)
 
-    return _result("solve", out, a._device, (a, b), backward)
+    return op_result("solve", out, a.device, (a, b), backward)
 
 
 # -- Cholesky -----------------------------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def potrf(A: Any, lower: bool = True) -> Tensor:  # noqa: N803 - MXNet's names
 
 def _cholesky(op: str, a: Tensor, lower: bool) -> Tensor:
     _need_square(op, a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype(op, a))
     # The upper factor of a is the transpose of the lower factor of a^T (which reads a's upper triangle).
     low = _lapack(xp, "cholesky", data if lower else _mT(data))
@@ -371,7 +371,7 @@ def _cholesky(op: str, a: Tensor, lower: bool) -> Tensor:
         s = _mT(_lapack(xp, "solve", lt, _mT(_lapack(xp, "solve", lt, p, check=False)), check=False))
         return (_grad_as(0.5 * (s + _mT(s)), a),)                             # L^-T Phi L^-1, symmetrised
 
-    return _result(op, out, a._device, (a,), backward)
+    return op_result(op, out, a.device, (a,), backward)
 
 
 def potri(A: Any, lower: bool = True) -> Tensor:  # noqa: N803
@@ -391,7 +391,7 @@ def potri(A: Any, lower: bool = True) -> Tensor:  # noqa: N803
 
 def _potri(a: Tensor, lower: bool) -> Tensor:
     _need_square("potri", a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("potri", a))
     low = xp.tril(data) if lower else _mT(xp.triu(data))  # upper U is handled as L = U^T: (L L^T)^-1 either way
     low_inv = _lapack(xp, "solve", low, _eye_like(xp, low))
@@ -402,7 +402,7 @@ def _potri(a: Tensor, lower: bool) -> Tensor:
         gl = -xp.tril(_solve_right(xp, _mT(low), w, check=False))            # -tril(out (g + g^T) L^-T)
         return (_grad_as(gl if lower else _mT(gl), a),)
 
-    return _result("potri", out, a._device, (a,), backward)
+    return op_result("potri", out, a.device, (a,), backward)
 
 
 # -- triangular products and solves (MXNet 1.x) --------------------------------------------------------------------
@@ -442,7 +442,7 @@ def _triangular(op: str, a: Tensor, b: Tensor, transpose: bool, rightside: bool,
         side = "columns" if rightside else "rows"
         raise _named(ValueError(f"{op}: B must have {m} {side} to match the triangular A of shape {a.shape} "
                                 f"(rightside={rightside}), got B of shape {b.shape}"))
-    xp = a._device.xp
+    xp = a.device.xp
     dtype = _dtype(op, a, b)
     mask = _tri(xp, _data(a, dtype), lower)
     mat = _mT(mask) if transpose else mask                                   # op(A)
@@ -463,7 +463,7 @@ def _triangular(op: str, a: Tensor, b: Tensor, transpose: bool, rightside: bool,
         ga = _tri(xp, _mT(gm) if transpose else gm, lower)
         return _grad_as(ga, a), _grad_as(gb, b)
 
-    return _result(op, out, a._device, (a, b), backward)
+    return op_result(op, out, a.device, (a, b), backward)
 
 
 # -- products (MXNet 1.x) ------------------------------------------------------------------------------------------
@@ -507,15 +507,15 @@ def _gemm(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bool, a
     if row == ndim - 2:
         return _run(op, _gemm_core, (op, a, b, c, ta, tb, alpha, beta), {})
     # MXNet's swapaxes/gemm/swapaxes, differentiable through the swaps.
-    a, b, c = (None if t is None else _ops.swapaxes(t, row, ndim - 2) for t in (a, b, c))
-    return _ops.swapaxes(_run(op, _gemm_core, (op, a, b, c, ta, tb, alpha, beta), {}), row, ndim - 2)
+    a, b, c = (None if t is None else _core.swapaxes(t, row, ndim - 2) for t in (a, b, c))
+    return _core.swapaxes(_run(op, _gemm_core, (op, a, b, c, ta, tb, alpha, beta), {}), row, ndim - 2)
 
 
 def _gemm_core(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bool, alpha: float,
                beta: float) -> Tensor:
     parents = (a, b) if c is None else (a, b, c)
     _need_same_batch(op, dict(zip("ABC", parents)))
-    xp = a._device.xp
+    xp = a.device.xp
     dtype = _dtype(op, *parents)
     opa = _mT(_data(a, dtype)) if ta else _data(a, dtype)
     opb = _mT(_data(b, dtype)) if tb else _data(b, dtype)
@@ -538,7 +538,7 @@ def _gemm_core(op: str, a: Tensor, b: Tensor, c: Tensor | None, ta: bool, tb: bo
             grads.append(_grad_as(beta * g, c))
         return tuple(grads)
 
-    return _result(op, xp.asarray(out), a._device, parents, backward)
+    return op_result(op, xp.asarray(out), a.device, parents, backward)
 
 
 def syrk(A: Any, transpose: bool = False, alpha: float = 1.0) -> Tensor:  # noqa: N803
@@ -554,7 +554,7 @@ def syrk(A: Any, transpose: bool = False, alpha: float = 1.0) -> Tensor:  # noqa
 
 def _syrk(a: Tensor, transpose: bool, alpha: float) -> Tensor:
     _need_matrix("syrk", a, "A")
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("syrk", a))
     out = _symmetrize_lower(xp, alpha * (_mm(_mT(data), data) if transpose else _mm(data, _mT(data))))
 
@@ -562,7 +562,7 @@ def _syrk(a: Tensor, transpose: bool, alpha: float) -> Tensor:
         gs = g + _mT(g)
         return (_grad_as(alpha * (_mm(data, gs) if transpose else _mm(gs, data)), a),)
 
-    return _result("syrk", out, a._device, (a,), backward)
+    return op_result("syrk", out, a.device, (a,), backward)
 
 
 # -- diagonals and triangles (MXNet 1.x) ---------------------------------------------------------------------------
@@ -589,7 +589,7 @@ def _trian_index(n: int, offset: int, lower: bool) -> tuple[np.ndarray, np.ndarr
 
 def _gather(op: str, a: Tensor, rows: np.ndarray, cols: np.ndarray) -> Tensor:
     """``a[..., rows, cols]`` (the entries listed, along a new last axis), differentiable."""
-    xp = a._device.xp
+    xp = a.device.xp
     ri, ci = xp.asarray(rows), xp.asarray(cols)
     data = _data(a, _dtype(op, a))
     shape = data.shape
@@ -599,17 +599,17 @@ def _gather(op: str, a: Tensor, rows: np.ndarray, cols: np.ndarray) -> Tensor:
         ga[..., ri, ci] = g                                        # the listed entries are distinct
         return (_grad_as(ga, a),)
 
-    return _result(op, data[..., ri, ci], a._device, (a,), backward)
+    return op_result(op, data[..., ri, ci], a.device, (a,), backward)
 
 
 def _scatter(op: str, a: Tensor, rows: np.ndarray, cols: np.ndarray, n: int) -> Tensor:
     """An (..., n, n) zero matrix with the last axis of ``a`` written at ``(rows, cols)``, differentiable."""
-    xp = a._device.xp
+    xp = a.device.xp
     ri, ci = xp.asarray(rows), xp.asarray(cols)
     data = _data(a, _dtype(op, a))
     out = xp.zeros(data.shape[:-1] + (n, n), dtype=data.dtype)
     out[..., ri, ci] = data
-    return _result(op, out, a._device, (a,), lambda g: (_grad_as(g[..., ri, ci], a),))
+    return op_result(op, out, a.device, (a,), lambda g: (_grad_as(g[..., ri, ci], a),))
 
 
 def _need_offset(op: str, a: Tensor, offset: int) -> int:
@@ -704,7 +704,7 @@ def sumlogdiag(A: Any) -> Tensor:  # noqa: N803
     """
     (A,) = _tensors(A)
     _need_square("sumlogdiag", A, "A")
-    return _ops.sum(_ops.log(extractdiag(A)), axis=-1)
+    return _core.sum(_core.log(extractdiag(A)), axis=-1)
 
 
 # -- decompositions (MXNet 2.x np.linalg) ---------------------------------------------------------------------------
@@ -730,7 +730,7 @@ def svd(a: Any) -> tuple[Tensor, Tensor, Tensor]:
 
 def _svd(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     _need_matrix("svd", a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("svd", a))
     u, s, vt = _lapack(xp, "svd", data, False)
     sign = _sign_by_largest(xp, vt)
@@ -796,11 +796,11 @@ def eigh(a: Any, UPLO: str = "L", upper: bool | None = None) -> tuple[Tensor, Te
 
 def _eigh(a: Tensor, uplo: str) -> tuple[Tensor, Tensor]:
     _need_square("eigh", a)
-    xp = a._device.xp
+    xp = a.device.xp
     w, v = _lapack(xp, "eigh", _data(a, _dtype("eigh", a)), uplo)
     v = v * _sign_by_largest(xp, _mT(v))[..., None, :]
     back = _no_gradient("eigh", "MXNet's np.linalg.eigh has none either")
-    return _result("eigh", w, a._device, (a,), back), _result("eigh", v, a._device, (a,), back)
+    return op_result("eigh", w, a.device, (a,), back), op_result("eigh", v, a.device, (a,), back)
 
 
 def qr(a: Any, mode: str = "reduced") -> Any:
@@ -823,15 +823,15 @@ def qr(a: Any, mode: str = "reduced") -> Any:
 
 def _qr(a: Tensor, mode: str) -> Any:
     _need_matrix("qr", a)
-    xp = a._device.xp
+    xp = a.device.xp
     data = _data(a, _dtype("qr", a))
     if mode == "r":
         r = _lapack(xp, "qr", data, "r")
-        return _result("qr", r, a._device, (a,), _no_gradient("qr", "only mode='reduced' has one (as in MXNet)"))
+        return op_result("qr", r, a.device, (a,), _no_gradient("qr", "only mode='reduced' has one (as in MXNet)"))
     q, r = _lapack(xp, "qr", data, mode)
     if mode == "complete":
         back = _no_gradient("qr", "only mode='reduced' has one (as in MXNet)")
-        return _result("qr", q, a._device, (a,), back), _result("qr", r, a._device, (a,), back)
+        return op_result("qr", q, a.device, (a,), back), op_result("qr", r, a.device, (a,), back)
 
     def backward(cot: list[Array | None]) -> tuple[Array]:
         return (_grad_as(_qr_grad(xp, data, q, r, *cot), a),)
@@ -900,7 +900,7 @@ def _lstsq(a: Tensor, b: Tensor, rcond: Any) -> tuple[Tensor, Tensor, Tensor, Te
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise _named(ValueError(f"lstsq: a must be one matrix (M, N) and b of shape (M,) or (M, K) with the same "
                                 f"M; got a {a.shape}, b {b.shape}"))
-    xp = a._device.xp
+    xp = a.device.xp
     dtype = _dtype("lstsq", a, b)
     ad, bd = _data(a, dtype), _data(b, dtype)
     m, n = a.shape
@@ -916,10 +916,10 @@ def _lstsq(a: Tensor, b: Tensor, rcond: Any) -> tuple[Tensor, Tensor, Tensor, Te
         residuals = xp.zeros((0,), dtype=dtype)
     back = _no_gradient("lstsq", "MXNet's np.linalg.lstsq has none either")
     parents = (a, b)
-    return (_result("lstsq", x[:, 0] if b.ndim == 1 else x, a._device, parents, back),
-            _result("lstsq", residuals, a._device, parents, back),
-            Tensor(xp.asarray(rank), a._device),
-            _result("lstsq", s, a._device, parents, back))
+    return (op_result("lstsq", x[:, 0] if b.ndim == 1 else x, a.device, parents, back),
+            op_result("lstsq", residuals, a.device, parents, back),
+            Tensor(xp.asarray(rank), a.device),
+            op_result("lstsq", s, a.device, parents, back))
 
 
 def pinv(a: Any, rcond: Any = 1e-15, hermitian: bool = False) -> Tensor:
@@ -941,12 +941,12 @@ def pinv(a: Any, rcond: Any = 1e-15, hermitian: bool = False) -> Tensor:
 
 def _pinv(a: Tensor, rcond: Any) -> Tensor:
     _need_matrix("pinv", a)
-    xp = a._device.xp
+    xp = a.device.xp
     dtype = _dtype("pinv", a)
     data = _data(a, dtype)
     back = _no_gradient("pinv", "MXNet's np.linalg.pinv has none either")
     if data.size == 0:
-        return _result("pinv", xp.zeros(data.shape[:-2] + data.shape[-2:][::-1], dtype=dtype), a._device, (a,), back)
+        return op_result("pinv", xp.zeros(data.shape[:-2] + data.shape[-2:][::-1], dtype=dtype), a.device, (a,), back)
     u, s, vt = _lapack(xp, "svd", data, False)
     if rcond is None:                                                       # NumPy 2's default
         rc = float(np.finfo(dtype).eps) * max(data.shape[-2:])
@@ -954,7 +954,7 @@ def _pinv(a: Tensor, rcond: Any) -> Tensor:
         rc = rcond._data.astype(dtype)[..., None] if isinstance(rcond, Tensor) else float(rcond)
     keep = s > rc * s.max(axis=-1, keepdims=True)
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(dtype)
-    return _result("pinv", _mm(_mT(vt), s_inv[..., :, None] * _mT(u)), a._device, (a,), back)
+    return op_result("pinv", _mm(_mT(vt), s_inv[..., :, None] * _mT(u)), a.device, (a,), back)
 
 
 # -- norms --------------------------------------------------------------------------------------------------------
@@ -976,13 +976,13 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
     """
     (x,) = _tensors(x)
     if not np.issubdtype(x.dtype, np.floating):
-        x = _ops.astype(x, np.float64)
+        x = _core.astype(x, np.float64)
     ord = {"inf": np.inf, "-inf": -np.inf}.get(ord, ord) if isinstance(ord, str) else ord  # noqa: A001
     if axis is None:
         flat = ord is None or (ord in ("f", "fro") and x.ndim == 2) or (ord == 2 and x.ndim == 1)
         if flat:
             out = _euclidean(x, tuple(range(x.ndim)))
-            return _ops.reshape(out, (1,) * x.ndim) if keepdims else out
+            return _core.reshape(out, (1,) * x.ndim) if keepdims else out
         axes = tuple(range(x.ndim))
     else:
         axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -997,7 +997,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> T
             shape = list(out.shape)
             for ax in sorted(axes):
                 shape.insert(ax, 1)
-            out = _ops.reshape(out, tuple(shape))
+            out = _core.reshape(out, tuple(shape))
     else:
         raise _named(ValueError(f"norm: improper number of dimensions to norm: {len(axes)} axes of x {x.shape} "
                                 f"(axis={axis}, ord={ord!r}); give axis=None with ord=None, one axis (vectors) or "
@@ -1009,16 +1009,16 @@ def _euclidean(x: Tensor, axes: tuple[int, ...], keepdims: bool = False) -> Tens
     """``sqrt(sum(x**2))`` over ``axes``; over no elements, the sum alone (0, in the graph), so the backward pass
     does not divide by the zero norm of nothing."""
     if any(x.shape[ax] == 0 for ax in axes):
-        return _ops.sum(x, axis=axes, keepdims=keepdims)
-    return _ops.sqrt(_ops.sum(_ops.square(x), axis=axes, keepdims=keepdims))
+        return _core.sum(x, axis=axes, keepdims=keepdims)
+    return _core.sqrt(_core.sum(_core.square(x), axis=axes, keepdims=keepdims))
 
 
 def _largest(values: Tensor, axis: int, keepdims: bool = False) -> Tensor:
     """The maximum of non-negative ``values`` along ``axis``; 0 along an empty axis (NumPy's ``initial=0``), where
     the sum, also 0, keeps the result in the graph."""
     if values.shape[axis] == 0:
-        return _ops.sum(values, axis=axis, keepdims=keepdims)
-    return _ops.max(values, axis=axis, keepdims=keepdims)
+        return _core.sum(values, axis=axis, keepdims=keepdims)
+    return _core.max(values, axis=axis, keepdims=keepdims)
 
 
 def _smallest(values: Tensor, axis: int, ord: Any, x: Tensor, keepdims: bool = False) -> Tensor:  # noqa: A002
@@ -1032,7 +1032,7 @@ def _smallest(values: Tensor, axis: int, ord: Any, x: Tensor, keepdims: bool = F
         raise _named(ValueError(f"norm: ord={ord!r} takes a minimum over an empty axis of x (shape {x.shape}), "
                                 "and the minimum of no values is undefined (as in NumPy); ord None, 'fro', 'nuc', "
                                 "1, 2 and inf give 0 for an empty array"))
-    return _ops.min(values, axis=axis, keepdims=keepdims)
+    return _core.min(values, axis=axis, keepdims=keepdims)
 
 
 def _vector_norm(x: Tensor, ord: Any, ax: int, keepdims: bool) -> Tensor:  # noqa: A002
@@ -1041,30 +1041,30 @@ def _vector_norm(x: Tensor, ord: Any, ax: int, keepdims: bool) -> Tensor:  # noq
     if isinstance(ord, str):
         raise _named(ValueError(f"norm: invalid norm order {ord!r} for vectors"))
     if ord == np.inf:
-        return _largest(_ops.abs(x), ax, keepdims)
+        return _largest(_core.abs(x), ax, keepdims)
     if ord == -np.inf:
-        return _smallest(_ops.abs(x), ax, ord, x, keepdims)
+        return _smallest(_core.abs(x), ax, ord, x, keepdims)
     if ord == 0:
-        return _ops.sum(_ops.astype(_ops.not_equal(x, 0), x.dtype), axis=ax, keepdims=keepdims)
+        return _core.sum(_core.astype(_core.not_equal(x, 0), x.dtype), axis=ax, keepdims=keepdims)
     if ord == 1:
-        return _ops.sum(_ops.abs(x), axis=ax, keepdims=keepdims)
+        return _core.sum(_core.abs(x), axis=ax, keepdims=keepdims)
     p = float(ord)
-    return _ops.power(_ops.sum(_ops.power(_ops.abs(x), p), axis=ax, keepdims=keepdims), 1.0 / p)
+    return _core.power(_core.sum(_core.power(_core.abs(x), p), axis=ax, keepdims=keepdims), 1.0 / p)
 
 
 def _matrix_norm(x: Tensor, ord: Any, row: int, col: int) -> Tensor:  # noqa: A002
     if ord in (2, -2, "nuc"):
         order = [i for i in range(x.ndim) if i not in (row, col)] + [row, col]
-        s = svd(_ops.transpose(x, tuple(order)))[1]
-        return _largest(s, -1) if ord == 2 else _smallest(s, -1, ord, x) if ord == -2 else _ops.sum(s, axis=-1)
+        s = svd(_core.transpose(x, tuple(order)))[1]
+        return _largest(s, -1) if ord == 2 else _smallest(s, -1, ord, x) if ord == -2 else _core.sum(s, axis=-1)
     if ord in (None, "fro", "f"):
         return _euclidean(x, (row, col))
     if ord in (1, -1):   # column sums: sum over the rows' axis, then the extreme over the columns
-        sums = _ops.sum(_ops.abs(x), axis=row)
+        sums = _core.sum(_core.abs(x), axis=row)
         col -= 1 if col > row else 0
         return _largest(sums, col) if ord == 1 else _smallest(sums, col, ord, x)
     if ord in (np.inf, -np.inf):
-        sums = _ops.sum(_ops.abs(x), axis=col)
+        sums = _core.sum(_core.abs(x), axis=col)
         row -= 1 if row > col else 0
         return _largest(sums, row) if ord == np.inf else _smallest(sums, row, ord, x)
     raise _named(ValueError(f"norm: invalid norm order {ord!r} for matrices (None, 'fro', 'nuc', 1, -1, 2, -2, "

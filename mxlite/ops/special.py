@@ -2,7 +2,7 @@
 
 NumPy has no ``erf``; :func:`erf_array` computes it with W. J. Cody's rational approximations on
 NumPy arrays (within a few float64 ulp of ``math.erf``) and with CuPy's special function on GPUs.
-:func:`mxlite.autograd.ops.erf` is the differentiable op built on it.
+:func:`mxlite.ops.core.erf` is the differentiable op built on it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One recurrent layer in one direction over a whole sequence, as one autograd op on fused cell kernels.
 
-Purpose: :func:`recurrence` runs what ``mxlite/rnn/_steps.py`` composes step by step (RNN with tanh
+Purpose: :func:`recurrence` runs what ``mxlite/gluon/rnn/_steps.py`` composes step by step (RNN with tanh
 or relu, LSTM, GRU; MXNet's gate order and formulas) with a handful of launches per time step
 instead of a dozen recorded ops: the input projection of the whole sequence is one GEMM before the
 time loop; each step is one GEMM (``h @ W_h^T``; on CPU devices against W_h laid out once per pass,
@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd import is_recording
+from ..autograd.tensor import Tensor, grad_out, op_result
 from ..device import blas
 from ..device.kernels import (
     HostEntry,
@@ -53,9 +55,7 @@ from ..device.kernels import (
     register_kernel_names,
 )
 from ..device.threads import blas_threads_limited
-from . import _state
-from .ops import _op
-from .tensor import Tensor, _result, grad_out
+from .core import _op
 
 __all__ = ["GATES", "KERNEL_FILE", "NUM_STATES", "recurrence"]
 
@@ -618,7 +618,7 @@ def _recurrence(mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tenso
         raise ValueError(f"clip bounds the LSTM cell state; {mode} has none, got clip={clip}")
     lengths = None if valid_length is None else _lengths(x.device, valid_length, length, batch)
     parents = (x, *states, *(w for w in weights if w is not None))
-    record = _state.is_recording() and any(p._requires_grad() for p in parents)
+    record = is_recording() and any(p._requires_grad() for p in parents)
     layer = _Layer(mode, x._data, x.device, [s._data for s in states], weights, lengths, reverse, clip)
     outputs, finals = layer.forward(save=record)
     device = x.device
@@ -648,14 +648,14 @@ def _one_node(name: str, device: Any, dtype: Any, parents: Sequence[Tensor], bac
         return backward(grads)
 
     with device.use():
-        anchor = _result(name, xp.zeros((), dtype=dtype), device, tuple(parents), run)
+        anchor = op_result(name, xp.zeros((), dtype=dtype), device, tuple(parents), run)
 
     def view(data: Any, key: str) -> Tensor:
         def hand_over(g: Any) -> tuple[Any]:
             handed[key] = g
             return (xp.zeros((), dtype=dtype),)
 
-        return _result(f"{name}_view", data, device, (anchor,), hand_over)
+        return op_result(f"{name}_view", data, device, (anchor,), hand_over)
 
     keys = ("h", "c")[:len(finals)]
     return view(outputs, "out"), [view(f, k) for f, k in zip(finals, keys)]

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.tensor import Tensor, grad_out, op_result
 from ..device import cudnn as _cudnn
 from ..device import device_of
-from .tensor import Tensor, _result, grad_out
 
 __all__ = ["batch_norm_backward", "batch_norm_forward", "conv"]
 
@@ -24,7 +24,7 @@ __all__ = ["batch_norm_backward", "batch_norm_forward", "conv"]
 def conv(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int, ...],
          pad: tuple[int, ...], dilation: tuple[int, ...], out_sp: tuple[int, ...]) -> Tensor | None:
     """The convolution of ``x`` by ``weight`` (+ ``bias``) as cuDNN graphs, or None (the GEMM path runs)."""
-    device = x._device
+    device = x.device
     xd, wd = x._data, weight._data
     if not 1 <= len(pad) <= 3 or not _cudnn.eligible(xd, wd) or not _cudnn.available(device):
         return None
@@ -55,7 +55,7 @@ def conv(name: str, x: Tensor, weight: Tensor, bias: Tensor | None, stride: tupl
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return _result(name, out, device, parents, backward)
+    return op_result(name, out, device, parents, backward)
 
 
 def batch_norm_forward(xp: Any, x: Any, shape3: tuple[int, int, int], gamma: Any, beta: Any, running_mean: Any,

@@ -20,7 +20,7 @@ the other. :func:`stack_recurrence` cuts the sequence into chunks of time steps 
 
 Every task writes only its own outputs, and the chunks depend on the sequence length alone, so the
 results are the same bits on any number of threads (on one, the tasks run in order). They equal
-those of :func:`mxlite.autograd.rnn_ops.recurrence` called layer by layer up to rounding: the input
+those of :func:`mxlite.ops.rnn_ops.recurrence` called layer by layer up to rounding: the input
 projections and input gradients here are GEMMs over a chunk's rows instead of the whole sequence's,
 and OpenBLAS may round a row of a small product differently from the same row inside a larger one
 (seen in the last bits at a few rows per chunk; at 32 rows and more the bits agreed in the cases tried).
@@ -40,12 +40,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..autograd import is_recording
+from ..autograd.tensor import Tensor
 from ..device import parallel
-from . import _state
+from .core import _op
 from .nn_ops import _dropout_mask
-from .ops import _op
 from .rnn_ops import GATES, NUM_STATES, _check, _Layer, _lengths, _one_node, _step_gemms
-from .tensor import Tensor
 
 __all__ = ["bidirectional_recurrence", "stack_recurrence"]
 
@@ -64,7 +64,7 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
                      dropout: float = 0.0) -> tuple[Tensor, list[Tensor]]:
     """Layers ``0 .. L-1`` of a unidirectional recurrence over a whole sequence, as one autograd node.
 
-    The same computation as :func:`mxlite.autograd.rnn_ops.recurrence` applied layer by layer, each
+    The same computation as :func:`mxlite.ops.rnn_ops.recurrence` applied layer by layer, each
     layer's outputs (after dropout, when ``dropout`` > 0) the next one's input: MXNet's fused ``RNN`` op
     without a second direction.
 
@@ -77,7 +77,7 @@ def stack_recurrence(mode: str, x: Tensor, states: Sequence[Tensor], weights: Se
         clip: LSTM only: cell-state bounds ``(min, max)`` (a None side is open), or None.
         valid_length: optional per-sample lengths ``(N,)``, as for ``recurrence``.
         dropout: drop probability in ``[0, 1]`` for the input of every layer but the first (inverted
-            dropout, the masks drawn as :func:`mxlite.autograd.nn_ops.dropout` draws them, layer by
+            dropout, the masks drawn as :func:`mxlite.ops.nn_ops.dropout` draws them, layer by
             layer); 0 for none. Applied whenever given: the caller decides whether it is training.
 
     Returns:
@@ -171,7 +171,7 @@ def _stack(mode: str, x: Tensor, states: list[Tensor], weights: list[tuple[Tenso
     length, batch = x.shape[0], x.shape[1]
     lengths = None if valid_length is None else _lengths(device, valid_length, length, batch)
     parents = (x, *states, *(t for w in weights for t in w if t is not None))
-    record = _state.is_recording() and any(p._requires_grad() for p in parents)
+    record = is_recording() and any(p._requires_grad() for p in parents)
     layers: list[_Layer] = []
     # Per layer: with dropout, above the first, the mask its input is made with (outputs of the layer below * mask,
     # in a buffer of its own); None where the input is the array below as it is.
@@ -291,7 +291,7 @@ def bidirectional_recurrence(mode: str, x: Tensor, states: Sequence[Tensor],
                              valid_length: Any = None) -> tuple[Tensor, list[Tensor]]:
     """Both directions of one bidirectional recurrent layer as one autograd node, the two side by side.
 
-    The same computation as :func:`mxlite.autograd.rnn_ops.recurrence` run forwards and in reverse over
+    The same computation as :func:`mxlite.ops.rnn_ops.recurrence` run forwards and in reverse over
     ``x`` and the outputs concatenated (MXNet's fused ``RNN`` op, one bidirectional layer). The two
     directions are independent, so on CPU devices their work (each one's projection and time loop, and in
     the backward its loop, input gradient and weight gradients) runs as tasks side by side when a second
@@ -338,7 +338,7 @@ def _bidirectional(mode: str, x: Tensor, states: list[Tensor], weights: list[tup
     device, xp = x.device, x.device.xp
     lengths = None if valid_length is None else _lengths(device, valid_length, x.shape[0], x.shape[1])
     parents = (x, *states, *(t for w in weights for t in w if t is not None))
-    record = _state.is_recording() and any(p._requires_grad() for p in parents)
+    record = is_recording() and any(p._requires_grad() for p in parents)
     with device.use():
         layers = [_Layer(mode, x._data, device, [s._data[d] for s in states], weights[d], lengths, d == 1, clip)
                   for d in (0, 1)]
