@@ -48,9 +48,9 @@
 // Work split: block b handles planes b, b + gridDim.x, ..., except that a block of one thread handles
 // a run of consecutive planes (plane_run): the serial host build deals blocks out to its threads one at
 // a time, and with every other plane on another thread, two threads would write the two ends of every
-// plane's output, sharing cache lines (2x2 max pooling of 128 x 32 x 32 x 32 was slower on two threads
-// than on one). A block of one thread (blockDim.x == 1:
-// the serial host build CPU devices run, mxlite/_hostcuda) walks the plane in the twin's order: a
+// plane's output, sharing cache lines (2x2 max pooling of 128 x 32 x 32 x 32 dealt that way is slower on two
+// threads than on one). A block of one thread (blockDim.x == 1:
+// the serial host build CPU devices run, mxlite/device/_hostcuda) walks the plane in the twin's order: a
 // tap at a time, a line of ow positions at a time, so the inner loops are unit-stride (or strided)
 // copies and adds over a plane that stays in cache, and g++ vectorises them. A block of several
 // threads gives each thread whole elements instead: im2col one output element per thread, col2im a
@@ -60,7 +60,7 @@
 //
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
 // instantiation, by `nvcc --ptx -arch=sm_80` in the test suite, and by g++ for the host
-// (mxlite/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
+// (mxlite/device/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
 
 #include <cuda_fp16.h>
 

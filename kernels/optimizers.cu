@@ -71,7 +71,7 @@
 //
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
 // instantiation, and by `nvcc --ptx -arch=sm_80` (same options) in the test suite. CPU devices run
-// this same source built by g++ with one thread per block (mxlite/_hostcuda: the serial build), so
+// this same source built by g++ with one thread per block (mxlite/device/_hostcuda: the serial build), so
 // every kernel must also be correct for blockDim.x == 1.
 
 #include <cuda_fp16.h>
@@ -141,7 +141,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Adds the sum of `x` over the block to *out: one atomic per block (blockDim.x 1 or a multiple of 32).
-// A one-thread block (the serial host build CPU devices run, mxlite/_hostcuda) adds its own sum.
+// A one-thread block (the serial host build CPU devices run, mxlite/device/_hostcuda) adds its own sum.
 __device__ void block_sum_into(double *out, float x) {
     if (blockDim.x == 1) {
         atomicAdd(out, (double)x);

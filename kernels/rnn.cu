@@ -55,13 +55,13 @@
 //
 // Work split: block b handles rows b, b + gridDim.x, ... (a row is one sample of the batch); the threads
 // of a block share the H columns of a row. A one-thread block (the serial host build CPU devices run,
-// mxlite/_hostcuda) walks a row's columns in a unit-stride loop that g++ vectorises, the transcendentals
+// mxlite/device/_hostcuda) walks a row's columns in a unit-stride loop that g++ vectorises, the transcendentals
 // included (they are straight-line arithmetic, not library calls). Optional buffers (saved gates, the
 // output y) are tested once per launch, outside the element loop.
 //
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for each
 // instantiation, by `nvcc --ptx -arch=sm_80` in the test suite, and by g++ for the host
-// (mxlite/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
+// (mxlite/device/_hostcuda: serial build for CPU devices, fiber build for the emulated GPUs).
 
 #include <cuda_fp16.h>
 

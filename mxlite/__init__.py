@@ -27,7 +27,7 @@ from .device.context import Context, current_context
 from .device.threads import get_num_threads, set_num_threads
 from .formats import mxnet_symbol as sym  # MXNet's mx.sym: load, load_json, var, Group, Symbol
 from .gluon import data, loss, metric, model_zoo, nn, rnn  # also reachable as mx.nn, mx.loss, ...
-from .gluon import utils as parallel  # the name of gluon.utils before it joined the gluon package
+from .gluon import utils as parallel  # mx.parallel: gluon.utils (split_and_load, DataParallelExecutor)
 from .gluon.trainer import Trainer
 from .gluon.utils import DataParallelExecutor, split_and_load, split_data
 from .ops import nn_ops, random, sparse

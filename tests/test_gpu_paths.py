@@ -349,7 +349,7 @@ def test_device_to_host_reads_run_under_the_arrays_device(fake_gpus):
 
 
 def test_comm_and_kvstore_copy_through_the_device_layer():
-    """Architecture: device-to-device copies live in mxlite/_copy.py, not in autograd."""
+    """Architecture: device-to-device copies live in mxlite/device/copy.py, not in autograd."""
     import mxlite.autograd.tensor as tensor_module
     import mxlite.comm.base as base
     import mxlite.comm.compression as compression

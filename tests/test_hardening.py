@@ -585,7 +585,7 @@ def test_unclear_the_error_for_a_damaged_mxnet_file_stays_short(tmp_path):
     # (here two 2 MB names made equal: "the name ... is given to two arrays"; a control character
     # becomes 4 characters). Expected: every quoted value is cut to a readable length; the message
     # still names the file and the problem, in under 1,000 characters.
-    from mxlite.formats import mxnet_params as _mxnet_format  # (mxlite/_mxnet_format.py before the restructuring)
+    from mxlite.formats import mxnet_params as _mxnet_format
     first, second = "\x01" * 2_000_000, "\x02" * 2_000_000
     data = _mxnet_format.encode([np.zeros(2, np.float32), np.ones(2, np.float32)], [first, second])
     path = tmp_path / "damaged.params"
