@@ -35,7 +35,7 @@
 //
 // Every kernel takes its length n and loops grid-stride, so any grid size is correct.
 // Expected macros: none. Compiled by cupy.RawModule (NVRTC) with name_expressions for every
-// instantiation (mxlite/comm/compression/kernels.py: _ALL_NAMES), and by `nvcc --ptx -arch=sm_80` in
+// instantiation (mxlite/comm/compression/kernels.py: KERNELS), and by `nvcc --ptx -arch=sm_80` in
 // the test suite (tests/test_project.py).
 
 #include <cuda_fp16.h>

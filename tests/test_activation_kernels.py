@@ -13,7 +13,6 @@ import pytest
 
 import mxlite as mx
 from mxlite import ops
-from mxlite.device import kernels as _kernels
 from mxlite.ops import activations
 
 DTYPES = [np.float32, np.float64, np.float16]
@@ -47,7 +46,7 @@ def _run(device, x, g):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n", SIZES, ids=str)
 def test_host_build_gives_the_twins_bits(n, dtype):
-    if not _kernels.cpu_kernels_enabled(activations.KERNEL_FILE, activations._ALL_NAMES):
+    if not activations.KERNELS.cpu_enabled():
         pytest.skip("the host build of kernels/activation.cu is not available")
     x, g = _data(n, dtype)
     y, gx = _run(mx.cpu(0), x, g)
@@ -71,7 +70,7 @@ def test_twins_agree_with_the_composed_relu():
 
 
 def test_the_twins_serve_without_the_host_build(monkeypatch):
-    monkeypatch.setattr(activations, "cpu_kernels_enabled", lambda *a: False)
+    monkeypatch.setattr(activations.KERNELS, "cpu_enabled", lambda: False)
     x, g = _data(1000, np.float32)
     y, gx = _run(mx.cpu(0), x, g)
     np.testing.assert_array_equal(_bits(y), _bits(activations._relu_forward_twin(x)))

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.device import kernels as _kernels
 from mxlite.ops import _attention_kernels as ak
 from mxlite.ops import _philox
 from tests.test_cpu_threads import _assert_same_bits, _per_thread_count, spread_always  # noqa: F401 - a fixture
@@ -22,7 +21,7 @@ DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def _host_available():
-    return _kernels.cpu_kernels_enabled(ak.KERNEL_FILE, ak._ALL_NAMES)
+    return ak.KERNELS.cpu_enabled()
 
 
 def _storage(x, dtype):

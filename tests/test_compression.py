@@ -1,4 +1,4 @@
-"""Gradient compression (mxlite/comm/compression.py, kernels/compression.cu).
+"""Gradient compression (mxlite/comm/compression/, kernels/compression.cu).
 
 CPU: the NumPy twins against hand-computed bytes, residuals and bit patterns; ``reduce`` over
 local devices against hand-computed sums; ``create``'s validation. MPI: ``reduce`` over two real

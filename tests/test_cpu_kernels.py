@@ -220,7 +220,7 @@ def test_cpu_launches_use_one_thread_per_block(monkeypatch):
             return kernel(grid, block, args, *rest, **kw)
         return launch
 
-    monkeypatch.setattr(_fused, "get_kernel", spy)
+    monkeypatch.setattr(_kernels, "get_kernel", spy)  # what every KernelFile launches through
     monkeypatch.setenv(_kernels.CPU_KERNELS_ENV, "compiled")
     arena = Arena(mx.cpu(0), np.float32)
     slots = [arena.add(0, (_fused.CHUNK + 5,)), arena.add(1, (3,))]

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.device.kernels import cpu_kernels_enabled
 from mxlite.ops import _philox
 
 
@@ -64,7 +63,7 @@ def test_kernel_gives_the_twins_bits_on_gpus(emu, dtype, shape, rate):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_kernel_gives_the_twins_bits_on_cpu_devices(dtype):
-    if not cpu_kernels_enabled(_philox.KERNEL_FILE, _philox._ALL_NAMES):
+    if not _philox.KERNELS.cpu_enabled():
         pytest.skip("no host build of the kernels (g++ and the cpu extra)")
     _check_kernel(mx.cpu(), dtype, (1001,), 0.3)
 

@@ -564,7 +564,7 @@ def _project_module(filename: str, names: tuple[str, ...]) -> HostModule:
 
 
 def test_optimizers_cu_compiles_and_sgd_matches_numpy() -> None:
-    from mxlite.optimizer._fused import CHUNK, THREADS, ArenaPlan, Segment, all_kernel_names
+    from mxlite.optimizer._fused import CHUNK, KERNELS, ArenaPlan, Segment, all_kernel_names
 
     module = _project_module("optimizers.cu", all_kernel_names())
     module.compile()
@@ -587,7 +587,7 @@ def test_optimizers_cu_compiles_and_sgd_matches_numpy() -> None:
     m_ref = mu * mom - lr * G
     w_ref = w + m_ref
     kernel = module.get_function("sgd_update<float>")
-    kernel((len(plan.chunk_seg),), (THREADS,),
+    kernel((len(plan.chunk_seg),), (KERNELS.block_threads,),
            (w, grad, mom, np.uint64(0), plan.chunk_seg, plan.chunk_start, plan.chunk_end, plan.grad_shift(), hp,
             rescale, clip, mu, np.float32(0)))  # nesterov flag off: plain momentum
     np.testing.assert_array_equal(mom, m_ref)
@@ -595,11 +595,11 @@ def test_optimizers_cu_compiles_and_sgd_matches_numpy() -> None:
 
 
 def test_compression_cu_compiles_and_quantize_2bit_matches_numpy() -> None:
-    from mxlite.comm.compression import _ALL_NAMES
+    from mxlite.comm.compression import KERNELS
 
-    module = _project_module("compression.cu", _ALL_NAMES)
+    module = _project_module("compression.cu", KERNELS.names())
     module.compile()
-    for name in _ALL_NAMES:
+    for name in KERNELS.names():
         module.get_function(name)
     rng = np.random.default_rng(4)
     n = 10007

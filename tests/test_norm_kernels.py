@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.device import kernels as _kernels
 from mxlite.ops import _norm_kernels as nk
 from mxlite.ops import nn_ops
 
@@ -88,7 +87,7 @@ def _compare(got, want, what):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_host_build_gives_the_twins_bits(shape, dtype, mode):
-    if not _kernels.cpu_kernels_enabled(nk.KERNEL_FILE, nk._ALL_NAMES):
+    if not nk.KERNELS.cpu_enabled():
         pytest.skip("the host build of kernels/norm.cu is not available (MXLITE_CPU_KERNELS or no g++/headers)")
     batch_stats, fix_gamma = mode
     x, g, params = _problem(SHAPES[shape], dtype)

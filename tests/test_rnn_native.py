@@ -14,14 +14,13 @@ import pytest
 
 import mxlite as mx
 from mxlite.device import blas
-from mxlite.device import kernels as _kernels
 from mxlite.ops import rnn_ops
 
 
 @pytest.fixture
 def native_calls(monkeypatch):
     """Counts the native calls; skipped where the host build is missing."""
-    if not _kernels.cpu_kernels_enabled(rnn_ops.KERNEL_FILE, rnn_ops._ALL_NAMES):
+    if not rnn_ops.KERNELS.cpu_enabled():
         pytest.skip("needs the host build of the kernels")
     calls = []
     original = rnn_ops._NativeSteps.__call__

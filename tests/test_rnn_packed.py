@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import mxlite as mx
-from mxlite.device import kernels as _kernels
 from mxlite.ops import rnn_ops
 
-pytestmark = pytest.mark.skipif(not _kernels.cpu_kernels_enabled(rnn_ops.KERNEL_FILE, rnn_ops._ALL_NAMES),
+pytestmark = pytest.mark.skipif(not rnn_ops.KERNELS.cpu_enabled(),
                                 reason="needs the host build of kernels/rnn.cu")
 
 SHAPES = [(1, 1, 1), (5, 7, 12), (8, 16, 32), (9, 33, 31), (17, 100, 65), (3, 5, 48), (32, 256, 1024),
@@ -106,7 +105,7 @@ def test_rows_with_a_stride_and_an_output_with_a_stride():
 def test_the_build_reports_which_loop_it_uses():
     import ctypes
 
-    library = _kernels._host_module(rnn_ops.KERNEL_FILE, rnn_ops._ALL_NAMES).library()
+    library = rnn_ops.KERNELS.host_library()
     flag = ctypes.c_int(-1)
     assert library.mxlite_packed_vectorised(ctypes.byref(flag), None, 0) == 0
     assert flag.value in (0, 1)

@@ -14,7 +14,6 @@ import pytest
 
 import mxlite as mx
 from mxlite import ops
-from mxlite.device import kernels as _kernels
 from mxlite.ops import _loss_kernels as lk
 from mxlite.ops import nn_ops
 
@@ -44,7 +43,7 @@ def _problem(shape, dtype, seed=0):
 
 
 def _host_available():
-    return _kernels.cpu_kernels_enabled(lk.KERNEL_FILE, lk._ALL_NAMES)
+    return lk.KERNELS.cpu_enabled()
 
 
 def _run_kernels(device, x, label, dense, g, threads):
@@ -140,7 +139,7 @@ def test_twin_matches_a_float64_reference(sparse):
 
 def test_the_twin_serves_cpu_devices_without_the_host_build(monkeypatch):
     x, label, _, g = _problem((6, 13), np.float32, seed=3)
-    monkeypatch.setattr(lk, "cpu_kernels_enabled", lambda *a: False)
+    monkeypatch.setattr(lk.KERNELS, "cpu_enabled", lambda: False)
     loss, saved = lk.forward(np, x, label, None)
     _compare((loss, saved, lk.backward(np, g, x, label, None, saved)), _twin(x, label, None, g), "twin path")
 

@@ -13,6 +13,12 @@ file takes a minute or more). CuPy keeps every compiled module in its on-disk ke
 compile-kernels`` fills that cache ahead of time. :func:`register_kernel_names` lists, per file, every
 variant mxlite may launch (the host build, ``mxlite compile-kernels`` and the tests compile them all).
 
+Each kernel file is declared once, by the module that launches it, as a :class:`KernelFile`: its name
+expressions (template instantiations over its dtypes, whose C types come from :data:`C_TYPES`, and any
+other names), its GPU block size (:data:`BLOCK_THREADS` unless declared) and the choice between the
+compiled kernels and the NumPy twins on CPU devices. The declaration registers its names; the module
+launches with ``KERNELS.function(name, device)``.
+
 CPU devices run the same source compiled by g++ with one thread per block (the serial build of
 :mod:`mxlite.device._hostcuda`): the kernels' own arithmetic, vectorised, at memory speed; a launch
 spreads its blocks over up to :func:`mxlite.device.threads.get_num_threads` threads, with the same
@@ -39,13 +45,15 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import _hostcuda, env, threads
 from ._hostcuda import HostCudaLaunchError, launch
 from .devices import Device
 
-__all__ = ["CPU_KERNELS_ENV", "NVRTC_OPTIONS", "HostEntry", "build_cpu_kernels", "cpu_kernels_enabled",
-           "cpu_kernels_status", "cpu_kernels_to_build", "get_kernel", "host_entry", "kernel_names", "kernel_source",
-           "register_kernel_names"]
+__all__ = ["BLOCK_THREADS", "CPU_KERNELS_ENV", "C_TYPES", "NVRTC_OPTIONS", "HostEntry", "KernelFile",
+           "build_cpu_kernels", "cpu_kernels_enabled", "cpu_kernels_status", "cpu_kernels_to_build", "get_kernel",
+           "host_entry", "instantiations", "kernel_names", "kernel_source", "register_kernel_names"]
 
 CPU_KERNELS_ENV = "MXLITE_CPU_KERNELS"
 _CPU_MODES = ("auto", "compiled", "numpy")
@@ -310,3 +318,115 @@ def cpu_kernels_status() -> str:
 def _warn_twins_once(reason: str, advice: str) -> None:
     warnings.warn(f"CPU devices run the NumPy twins of the compiled kernels (slower): {reason}. {advice}; "
                   f"{CPU_KERNELS_ENV}=numpy silences this warning.", RuntimeWarning, stacklevel=3)
+
+
+# -- one declaration per kernel file -------------------------------------------------------------------
+# The kernels' C type for each NumPy dtype they take (their template argument ``T``).
+C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+# The NumPy dtype a kernel accumulates a storage dtype in (its template argument ``A``; the dtype itself if absent).
+_ACCUMULATE_IN = {"float16": "float32", "bfloat16": "float32"}
+BLOCK_THREADS = 256  # threads per GPU block unless a file declares otherwise: 8 warps, good occupancy on sm_80+
+
+
+def instantiations(templates: Sequence[str], arguments: Sequence[str]) -> tuple[str, ...]:
+    """The name expressions ``template<arguments>`` of every template (outer loop) and argument list (inner)."""
+    return tuple(f"{template}<{argument}>" for template in templates for argument in arguments)
+
+
+class KernelFile:
+    """The declaration of one ``kernels/<filename>``: the name expressions mxlite may launch from it (registered
+    with :func:`register_kernel_names` on construction), the NumPy dtypes its templates take, its GPU block size,
+    and whether a device runs it compiled or the NumPy twins.
+
+    ``templates`` are instantiated for each dtype, as ``template<T>`` or, with ``accumulator``, as
+    ``template<T, A>`` (``A``: float for half-precision ``T``, else ``T``); ``names`` (a tuple, or a callable read
+    when asked, for a list that grows) follow them.
+
+    Attributes:
+        filename: the kernel file, e.g. ``'conv.cu'``.
+        type_names: ``{NumPy dtype name: C type}`` for the dtypes its kernels take.
+        block_threads: threads per block of its GPU launches (:data:`BLOCK_THREADS` unless declared).
+    """
+
+    def __init__(self, filename: str, dtypes: Sequence[str] = (), templates: Sequence[str] = (), *,
+                 accumulator: bool = False, names: Sequence[str] | Callable[[], Sequence[str]] = (),
+                 block_threads: int = BLOCK_THREADS) -> None:
+        self.filename = filename
+        self.type_names = {dtype: C_TYPES[dtype] for dtype in dtypes}
+        self.block_threads = block_threads
+        self._accumulator = accumulator
+        self._templates = instantiations(templates, [self.template_arguments(dtype) for dtype in dtypes])
+        self._names = names if callable(names) else (lambda listed=tuple(names): listed)
+        register_kernel_names(filename, self.names)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name expression of this file mxlite may launch, in declaration order."""
+        return (*self._templates, *self._names())
+
+    def supports(self, dtype: Any) -> bool:
+        """Whether its templates take arrays of ``dtype`` (a dtype, or its name)."""
+        return _dtype_name(dtype) in self.type_names
+
+    def type_name(self, dtype: Any) -> str:
+        """The C type of ``dtype`` (a dtype, or its name) in this file's kernels.
+
+        Raises:
+            ValueError: its kernels take no ``dtype``.
+        """
+        name = _dtype_name(dtype)
+        if name not in self.type_names:
+            raise ValueError(f"{self.filename} has no kernels for dtype {name} (it takes {', '.join(self.type_names)})")
+        return self.type_names[name]
+
+    def template_arguments(self, dtype: Any) -> str:
+        """The template argument list for ``dtype``: ``'T'``, or ``'T, A'`` for a file declared with an accumulator.
+
+        Raises:
+            ValueError: its kernels take no ``dtype``.
+        """
+        storage = self.type_name(dtype)
+        if not self._accumulator:
+            return storage
+        name = _dtype_name(dtype)
+        return f"{storage}, {C_TYPES[_ACCUMULATE_IN.get(name, name)]}"
+
+    def function(self, name_expression: str, device: Device) -> Any:
+        """The kernel ``name_expression`` (e.g. ``'relu_forward<float>'``) on ``device`` (:func:`get_kernel`).
+
+        Raises:
+            ValueError: ``name_expression`` is not declared for this file.
+        """
+        return get_kernel(self.filename, name_expression, device, self.names())
+
+    def cpu_enabled(self) -> bool:
+        """Whether CPU devices run this file compiled for the host, else its NumPy twins (:func:`cpu_kernels_enabled`,
+        whose errors it raises)."""
+        return cpu_kernels_enabled(self.filename, self.names())
+
+    def compiled_on(self, device: Device) -> bool:
+        """Whether ``device`` runs this file's kernels: every GPU; a CPU device when :meth:`cpu_enabled`."""
+        return device.is_gpu or self.cpu_enabled()
+
+    def block_for(self, device: Device) -> int:
+        """Threads per block of a launch on ``device``: :attr:`block_threads` on a GPU, 1 on a CPU device (the serial
+        host build runs one thread per block)."""
+        return self.block_threads if device.is_gpu else 1
+
+    def host_entry(self, symbol: str, argtypes: list[Any]) -> HostEntry | None:
+        """``symbol`` of this file's serial host build (:func:`host_entry`, whose errors it raises), or None."""
+        return host_entry(self.filename, symbol, self.names(), argtypes)
+
+    def host_library(self) -> Any:
+        """The ctypes library of this file's serial host build (built first if needed).
+
+        Raises:
+            mxlite.device._hostcuda.HostCudaError: the host build is not possible or failed.
+        """
+        return _host_module(self.filename, self.names()).library()
+
+    def __repr__(self) -> str:
+        return f"KernelFile({self.filename!r}, {len(self.names())} names)"
+
+
+def _dtype_name(dtype: Any) -> str:
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name

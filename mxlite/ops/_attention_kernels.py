@@ -21,19 +21,18 @@ bfloat16 (bfloat16 given as uint16 bit patterns, or a dtype named bfloat16); ``b
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..device import Device, device_of
-from ..device.kernels import cpu_kernels_enabled, get_kernel, kernel_names, register_kernel_names
+from ..device.kernels import KernelFile
 from . import _philox
 from ._loss_kernels import log_ge1
 from .rnn_ops import _exp_parts
 
-__all__ = ["KERNEL_FILE", "KEY_BLOCK", "LANES", "MAX_HEAD", "Dropout", "Geometry", "Masking", "backward",
+__all__ = ["KERNELS", "KERNEL_FILE", "KEY_BLOCK", "LANES", "MAX_HEAD", "Dropout", "Geometry", "Masking", "backward",
            "backward_twin", "bf16_to_float32", "compiled", "dropout_state", "float32_to_bf16", "forward",
            "forward_twin", "keep_matrix", "lane_dot", "supported", "survivors", "type_name"]
 
@@ -41,12 +40,9 @@ KERNEL_FILE = "attention.cu"
 KEY_BLOCK = 64  # kernels/attention.cu: kKeys, the keys per block of the online softmax
 LANES = 8  # kernels/attention.cu: kLanes
 MAX_HEAD = 256  # kernels/attention.cu: kMaxHead
-_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-_KERNELS = ("attention_forward", "attention_backward_dq", "attention_backward_dkv")
-_ALL_NAMES = tuple(f"{kernel}<{t}>" for kernel in _KERNELS for t in _TYPES.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
 _ROWS = 16  # kernels/attention.cu: kRows, rows per thread block
-_GPU_THREADS = 128
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float16", "bfloat16"),
+                     ("attention_forward", "attention_backward_dq", "attention_backward_dkv"), block_threads=128)
 _MAX_BLOCKS = 65535  # blocks loop over tiles past it
 _NULL = np.uint64(0)  # an 8-byte zero is a null pointer argument
 
@@ -99,18 +95,20 @@ def type_name(dtype: Any) -> str | None:
     """The kernels' storage type for ``dtype`` ('float', '__half', '__nv_bfloat16'; uint16 arrays are taken as
     bfloat16 bit patterns), or None when they have none."""
     name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    return _TYPES.get(name, "__nv_bfloat16" if name == "uint16" else None)
+    if name == "uint16":
+        name = "bfloat16"
+    return KERNELS.type_name(name) if KERNELS.supports(name) else None
 
 
 def supported(dtype: Any, dk: int, dv: int) -> bool:
     """Whether the kernels take ``dtype`` (float32, float16, bfloat16) with head dimensions ``dk``, ``dv`` (<= 256)."""
     name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    return name in _TYPES and 0 < dk <= MAX_HEAD and 0 < dv <= MAX_HEAD
+    return KERNELS.supports(name) and 0 < dk <= MAX_HEAD and 0 < dv <= MAX_HEAD
 
 
 def compiled(device: Device) -> bool:
     """Whether the kernels run on ``device``: every GPU; a CPU device when the host build is enabled and built."""
-    return device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+    return KERNELS.compiled_on(device)
 
 
 # -- the twin -------------------------------------------------------------------------------------------------
@@ -287,9 +285,9 @@ def _mask_args(masking: Masking) -> tuple[Any, Any, np.int32]:
 def _launch(name: str, device: Device, dtype: Any, tiles: int, threads: int | None, args: tuple[Any, ...]) -> None:
     if tiles == 0:
         return  # a grid of 0 blocks is a CUDA error
-    function = get_kernel(KERNEL_FILE, f"{name}<{type_name(dtype)}>", device, _ALL_NAMES)
+    function = KERNELS.function(f"{name}<{type_name(dtype)}>", device)
     if threads is None:
-        threads = _GPU_THREADS if device.is_gpu else 1
+        threads = KERNELS.block_for(device)
     with device.use():
         function((min(tiles, _MAX_BLOCKS),), (threads,), args)
 
@@ -342,11 +340,6 @@ def backward(xp: Any, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, geo
     return dq, dk, dv
 
 
-@functools.cache
-def _random_names() -> tuple[str, ...]:
-    return kernel_names()[_philox.KERNEL_FILE]
-
-
 def dropout_state(device: Device, rng: Any, geometry: Geometry) -> Any:
     """The (key, offset) state a dropout of ``geometry``'s weights reads on ``device``, taken from mxlite's random
     stream: on a GPU a copy of its Philox state (``mxlite.ops._philox``), whose offset is then moved past
@@ -360,6 +353,6 @@ def dropout_state(device: Device, rng: Any, geometry: Geometry) -> Any:
         saved = state.copy()
         used = _philox.counters(g.batch_heads * g.tq * g.tk)
         if used:
-            get_kernel(_philox.KERNEL_FILE, "philox_advance", device, _random_names())(
+            _philox.KERNELS.function("philox_advance", device)(
                 (1,), (1,), (state, np.uint64(used)))
     return saved

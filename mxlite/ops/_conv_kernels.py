@@ -4,7 +4,7 @@ Purpose: :mod:`.conv` moves convolution and pooling data with these kernels wher
 (:func:`enabled`) and with its NumPy code otherwise; that NumPy code (``_ConvGeom.im2col``,
 ``_scatter_taps``, ``_max_pool``'s backward) is each kernel's twin, and the kernels give its
 results bit for bit. A CPU device runs the serial host build (one thread per block, a plane of one
-sample and channel per block, vectorised) when :func:`mxlite._kernels.cpu_kernels_enabled` allows
+sample and channel per block, vectorised) when :func:`mxlite.device.kernels.cpu_kernels_enabled` allows
 it; a GPU runs the same source through CuPy instead of the composed CuPy operations.
 
 Geometry: :func:`geometry` packs ``(n, c, image, kernel, stride, dilation, out_sp, pad)`` into 20 ints,
@@ -26,23 +26,21 @@ from typing import Any
 import numpy as np
 
 from ..device import device_of
-from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
-from .activations import _ALL_NAMES as _ACT_NAMES
-from .activations import KERNEL_FILE as _ACT_FILE
+from ..device.kernels import KernelFile
+from .activations import KERNELS as _ACT_KERNELS
 from .activations import _relu_backward_twin, _relu_forward_twin
 from .activations import _relu_launch as _act_launch
 
-__all__ = ["BIAS_ACT_FILE", "KERNEL_FILE", "bias_relu", "bias_relu_enabled", "col2im", "enabled", "geometry", "im2col",
-           "max_pool_backward", "max_pool_forward", "max_pool_scatter", "relu_backward_into"]
+__all__ = ["BIAS_ACT_FILE", "BIAS_ACT_KERNELS", "KERNELS", "KERNEL_FILE", "bias_relu", "bias_relu_enabled", "col2im",
+           "enabled", "geometry", "im2col", "max_pool_backward", "max_pool_forward", "max_pool_scatter",
+           "relu_backward_into"]
 
 KERNEL_FILE = "conv.cu"
-_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
-_KERNELS = ("im2col", "col2im", "max_pool_backward", "max_pool_forward", "max_pool_scatter")
-_ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
+_DTYPES = ("float32", "float64", "float16")
+KERNELS = KernelFile(KERNEL_FILE, _DTYPES,
+                     ("im2col", "col2im", "max_pool_backward", "max_pool_forward", "max_pool_scatter"))
 _MAX_ND = 3  # spatial axes the kernels take; more go to the NumPy code
 _MAX_BLOCKS = 65535  # blocks loop over planes past it
-_MAX_THREADS = 256  # threads per block on a GPU (fewer for small planes)
 _LAYOUTS = ("per_sample", "merged", "taps_first")
 
 Geometry = tuple[int, ...]  # n, c, then (d, h, w) of image, kernel, output, stride, dilation, pad: 20 ints
@@ -52,15 +50,15 @@ def enabled(xp: Any, dtype: Any, nd: int) -> bool:
     """Whether the kernels handle ``dtype`` data with ``nd`` spatial axes under ``xp`` (NumPy or CuPy).
 
     On a CPU device only when the serial host build is allowed and ready
-    (:func:`~mxlite._kernels.cpu_kernels_enabled`; ``MXLITE_CPU_KERNELS=numpy`` keeps the NumPy code).
+    (:func:`~mxlite.device.kernels.cpu_kernels_enabled`; ``MXLITE_CPU_KERNELS=numpy`` keeps the NumPy code).
 
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
         mxlite.device._hostcuda.HostCudaError: ``MXLITE_CPU_KERNELS=compiled`` and the host build is impossible.
     """
-    if nd > _MAX_ND or np.dtype(dtype).name not in _TYPE_NAMES:
+    if nd > _MAX_ND or not KERNELS.supports(dtype):
         return False
-    return xp is not np or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+    return xp is not np or KERNELS.cpu_enabled()
 
 
 def geometry(n: int, c: int, image: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -140,10 +138,10 @@ def _launch(name: str, geom: Geometry, layout: str, accumulate: bool, buffers: t
         return
     device = device_of(buffers[0])
     dtype = next(b.dtype for b in buffers if b.dtype.kind == "f")
-    function = get_kernel(KERNEL_FILE, f"{name}<{_TYPE_NAMES[dtype.name]}>", device, _ALL_NAMES)
+    function = KERNELS.function(f"{name}<{KERNELS.type_name(dtype)}>", device)
     work = {"im2col": taps * positions, "max_pool_forward": positions}.get(name, size)
-    if threads is None:  # a GPU block per plane, sized to its work; CPU devices: one thread per block
-        threads = 1 if not device.is_gpu else min(_MAX_THREADS, max(32, -(-work // 32) * 32))
+    if threads is None:  # a GPU block per plane, sized to its work (at most the declared block); CPU devices: 1
+        threads = 1 if not device.is_gpu else min(KERNELS.block_threads, max(32, -(-work // 32) * 32))
     blocks = n * c
     if threads == 1 and not device.is_gpu:  # a run of planes per block (kernels/conv.cu: "Work split")
         blocks = max(1, min(blocks, blocks * work // _CPU_RUN))
@@ -287,8 +285,7 @@ def max_pool_scatter(xp: Any, first: Any, grad: Any, geom: Geometry, accumulate:
 
 # -- a convolution's bias and ReLU in one pass (kernels/bias_act.cu) -------------------------------------
 BIAS_ACT_FILE = "bias_act.cu"
-_BIAS_ACT_NAMES = tuple(f"bias_relu_forward<{t}>" for t in _TYPE_NAMES.values())
-register_kernel_names(BIAS_ACT_FILE, lambda: _BIAS_ACT_NAMES)
+BIAS_ACT_KERNELS = KernelFile(BIAS_ACT_FILE, _DTYPES, ("bias_relu_forward",))
 _CPU_ROWS = 1 << 16  # elements of the planes one block of the host build takes at least (a share of L2)
 
 
@@ -305,9 +302,9 @@ def bias_relu_enabled(xp: Any, dtype: Any) -> bool:
     Raises:
         ValueError: ``MXLITE_CPU_KERNELS`` has an unknown value.
     """
-    if np.dtype(dtype).name not in _TYPE_NAMES:
+    if not BIAS_ACT_KERNELS.supports(dtype):
         return False
-    return xp is not np or cpu_kernels_enabled(BIAS_ACT_FILE, _BIAS_ACT_NAMES)
+    return xp is not np or BIAS_ACT_KERNELS.cpu_enabled()
 
 
 def bias_relu(xp: Any, y: Any, bias: Any, threads: int | None = None) -> Any:
@@ -328,9 +325,9 @@ def bias_relu(xp: Any, y: Any, bias: Any, threads: int | None = None) -> Any:
     if planes * plane == 0:
         return y
     device = device_of(y)
-    function = get_kernel(BIAS_ACT_FILE, f"bias_relu_forward<{_TYPE_NAMES[y.dtype.name]}>", device, _BIAS_ACT_NAMES)
+    function = BIAS_ACT_KERNELS.function(f"bias_relu_forward<{BIAS_ACT_KERNELS.type_name(y.dtype)}>", device)
     if device.is_gpu:
-        blocks, threads = min(planes, _MAX_BLOCKS), threads or _MAX_THREADS
+        blocks, threads = min(planes, _MAX_BLOCKS), threads or BIAS_ACT_KERNELS.block_threads
     else:  # a block per group of planes of about _CPU_ROWS elements, for the thread pool to deal out
         blocks, threads = min(planes, _MAX_BLOCKS, max(1, planes * plane // _CPU_ROWS)), 1
     bias = _contiguous(xp, bias)
@@ -343,7 +340,7 @@ def relu_backward_into(xp: Any, g: Any, y: Any, out: Any) -> Any:
     """``out`` = ``g`` where ``y`` > 0, else 0 (the gradient through :func:`bias_relu` of its output ``y``):
     kernels/activation.cu's ``relu_backward`` where it runs, else its twin. All C-contiguous, one dtype."""
     device = device_of(y)
-    if np.dtype(y.dtype).name not in _TYPE_NAMES or (xp is np and not cpu_kernels_enabled(_ACT_FILE, _ACT_NAMES)):
+    if not _ACT_KERNELS.supports(y.dtype) or (xp is np and not _ACT_KERNELS.cpu_enabled()):
         out[...] = _relu_backward_twin(g, y)
         return out
     _act_launch(device, "relu_backward", (g, y), y.size, out=out)

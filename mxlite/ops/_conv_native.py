@@ -25,7 +25,7 @@ import numpy as np
 
 from ..device import blas
 from ..device import threads as _threads
-from ..device.kernels import HostEntry, array_address, host_entry
+from ..device.kernels import HostEntry, array_address
 from . import _conv_kernels as _ck
 
 __all__: list[str] = []
@@ -68,9 +68,8 @@ def _entry(what: str, dtype: np.dtype) -> tuple[HostEntry, tuple[int, bool]] | N
     key = (what, dtype.name)
     if key not in _ENTRIES:
         gemm = blas.host_gemm(dtype)
-        entry = None if gemm is None else host_entry(
-            _ck.KERNEL_FILE, f"mxlite_conv_{what}_{_TYPE_NAMES[dtype.name]}", _ck._ALL_NAMES,
-            [ctypes.c_void_p, ctypes.c_longlong])
+        entry = None if gemm is None else _ck.KERNELS.host_entry(
+            f"mxlite_conv_{what}_{_TYPE_NAMES[dtype.name]}", [ctypes.c_void_p, ctypes.c_longlong])
         _ENTRIES[key] = None if entry is None else (entry, gemm)
     return _ENTRIES[key]
 

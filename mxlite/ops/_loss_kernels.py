@@ -26,18 +26,16 @@ import numpy as np
 
 from ..device import device_of
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
+from ..device.kernels import KernelFile
 from .rnn_ops import _EXP, _exp_parts
 
-__all__ = ["KERNEL_FILE", "LANES", "backward", "backward_twin", "forward", "forward_twin", "lane_reduce",
+__all__ = ["KERNELS", "KERNEL_FILE", "LANES", "backward", "backward_twin", "forward", "forward_twin", "lane_reduce",
            "log_ge1", "supported"]
 
 KERNEL_FILE = "softmax_ce.cu"
 LANES = 8  # kernels/softmax_ce.cu: kLanes
-_TYPES = {"float32": "float", "float64": "double"}
-_ALL_NAMES = tuple(f"softmax_ce_{d}<{t}>" for d in ("forward", "backward") for t in _TYPES.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
-_MAX_THREADS = 256  # kernels/softmax_ce.cu: kMaxThreads
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float64"), ("softmax_ce_forward", "softmax_ce_backward"))
+_MAX_THREADS = KERNELS.block_threads  # kernels/softmax_ce.cu: kMaxThreads
 _MAX_BLOCKS = 65535  # blocks loop over rows past it
 _NULL = np.uint64(0)  # an 8-byte zero is a null pointer argument
 # (atanh(u)/u - 1)/u^2 to u^6/9 (float) or u^18/21 (double): 1/(2n+1) rounded to double, then to the dtype
@@ -48,7 +46,7 @@ _SQRT2 = {np.dtype(np.float32): np.float32(1.4142135623730951), np.dtype(np.floa
 
 def supported(dtype: Any) -> bool:
     """Whether the kernels take logits of ``dtype`` (float32, float64)."""
-    return np.dtype(dtype).name in _TYPES
+    return KERNELS.supports(dtype)
 
 
 def threads_for(classes: int) -> int:
@@ -147,7 +145,7 @@ def backward_twin(g: np.ndarray, x: np.ndarray, label: np.ndarray | None, dense:
 
 # -- the kernels (or, on a CPU device without the host build, the twin) ----------------------------------
 def _compiled(device: Any) -> bool:
-    return device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+    return KERNELS.compiled_on(device)
 
 
 def _launch(name: str, x: Any, args: tuple[Any, ...], threads: int | None) -> None:
@@ -155,7 +153,7 @@ def _launch(name: str, x: Any, args: tuple[Any, ...], threads: int | None) -> No
     rows, classes = x.shape
     if rows == 0:
         return  # a grid of 0 blocks is a CUDA error
-    function = get_kernel(KERNEL_FILE, f"{name}<{_TYPES[x.dtype.name]}>", device, _ALL_NAMES)
+    function = KERNELS.function(f"{name}<{KERNELS.type_name(x.dtype)}>", device)
     if threads is None:
         threads = threads_for(classes) if device.is_gpu else 1
     with device.use():

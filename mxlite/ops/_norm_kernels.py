@@ -29,19 +29,18 @@ import numpy as np
 
 from ..device import device_of
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
+from ..device.kernels import KernelFile
 from . import _cudnn_ops
 from ._loss_kernels import lane_reduce
 
-__all__ = ["KERNEL_FILE", "backward", "backward_kernel", "blocked_sums", "enabled", "forward", "forward_kernel",
-           "per_channel", "threads_for"]
+__all__ = ["KERNELS", "KERNEL_FILE", "backward", "backward_kernel", "blocked_sums", "enabled", "forward",
+           "forward_kernel", "per_channel", "threads_for"]
 
 KERNEL_FILE = "norm.cu"
-# data dtype -> (T, A) of the kernels: the arithmetic is float32 for float16 data, as the composed path's
-_PAIRS = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("__half", "float")}
-_ALL_NAMES = tuple(f"batch_norm_{d}<{t}, {a}>" for d in ("forward", "backward") for t, a in _PAIRS.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
-_MAX_THREADS = 256  # kernels/norm.cu: kMaxThreads
+# The kernels take <T, A>: the arithmetic A is float32 for float16 data, as in the composed path.
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float64", "float16"), ("batch_norm_forward", "batch_norm_backward"),
+                     accumulator=True)
+_MAX_THREADS = KERNELS.block_threads  # kernels/norm.cu: kMaxThreads
 _MAX_BLOCKS = 65535  # blocks loop over channels past it
 
 Sums = Callable[[Any], Any]  # (outer, channels, inner) -> (channels,)
@@ -52,9 +51,9 @@ def enabled(xp: Any, dtype: Any, params: tuple[Any, ...]) -> bool:
     for float16/32/64 data whose parameters are C-contiguous arrays of the arithmetic's dtype (float32
     for float16 data), on a GPU, and on a CPU device through the serial host build where
     :func:`mxlite.device.kernels.cpu_kernels_enabled` allows it. Anything else composes array operations."""
-    if np.dtype(dtype).name not in _PAIRS:
+    if not KERNELS.supports(dtype):
         return False
-    if xp is np and not cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES):
+    if xp is np and not KERNELS.cpu_enabled():
         return False
     acc = np.promote_types(dtype, np.float32)
     return all(p.dtype == acc and p.flags.c_contiguous for p in params)
@@ -149,8 +148,7 @@ def _scalars(acc: str, count: int, eps: float, momentum: float) -> tuple[np.gene
 def _launch(name: str, args: tuple[Any, ...], channels: int, count: int, threads: int | None) -> None:
     data = args[0]
     device = device_of(data)
-    t, a = _PAIRS[data.dtype.name]
-    function = get_kernel(KERNEL_FILE, f"{name}<{t}, {a}>", device, _ALL_NAMES)
+    function = KERNELS.function(f"{name}<{KERNELS.template_arguments(data.dtype)}>", device)
     if threads is None:
         threads = threads_for(count) if device.is_gpu else 1
     with device.use():

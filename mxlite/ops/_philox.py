@@ -24,17 +24,16 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..device.kernels import get_kernel, register_kernel_names
+from ..device.kernels import KernelFile
 from . import random as _random
 
-__all__ = ["KERNEL_FILE", "counters", "dropout_mask", "dropout_mask_twin", "philox4x32", "reseed", "state", "uniforms"]
+__all__ = ["KERNELS", "KERNEL_FILE", "counters", "dropout_mask", "dropout_mask_twin", "philox4x32", "reseed", "state",
+           "uniforms"]
 
 KERNEL_FILE = "random.cu"
-# mask dtype -> (T, A) of dropout_mask: scale travels as float32 for float32 and float16 masks
-_PAIRS = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("__half", "float")}
-_ALL_NAMES = tuple(f"dropout_mask<{t}, {a}>" for t, a in _PAIRS.values()) + ("philox_advance",)
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
-_THREADS = 256
+# dropout_mask<T, A>: scale travels as float32 (A) for float32 and float16 masks
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float64", "float16"), ("dropout_mask",), accumulator=True,
+                     names=("philox_advance",))
 _MAX_BLOCKS = 65535
 _HOST_BLOCKS = 64  # one-thread blocks of the serial host build (a CPU device in tests)
 _KEY_STREAM = 2  # a SeedSequence word that sets these keys apart from the devices' other streams
@@ -141,7 +140,7 @@ def dropout_mask(device: Device, shape: tuple[int, ...], rate: float, dtype: Any
         TypeError: a dtype other than float16, float32 or float64.
     """
     name = np.dtype(dtype).name
-    if name not in _PAIRS:
+    if not KERNELS.supports(name):
         raise TypeError(f"dropout masks are float16, float32 or float64; got {name}")
     rng_state = state(device) if rng_state is None else rng_state
     n = int(np.prod(shape, dtype=np.int64))
@@ -152,11 +151,11 @@ def dropout_mask(device: Device, shape: tuple[int, ...], rate: float, dtype: Any
         if used == 0:
             return mask
         if device.is_gpu:
-            grid, block = min(_MAX_BLOCKS, -(-used // _THREADS)), _THREADS
+            grid = min(_MAX_BLOCKS, -(-used // KERNELS.block_threads))
         else:
-            grid, block = min(_HOST_BLOCKS, used), 1
-        t, a = _PAIRS[name]
-        get_kernel(KERNEL_FILE, f"dropout_mask<{t}, {a}>", device, _ALL_NAMES)(
+            grid = min(_HOST_BLOCKS, used)
+        block = KERNELS.block_for(device)
+        KERNELS.function(f"dropout_mask<{KERNELS.template_arguments(name)}>", device)(
             (grid,), (block,), (rng_state, mask, np.int64(n), np.float32(rate), _scale(rate, dtype)))
-        get_kernel(KERNEL_FILE, "philox_advance", device, _ALL_NAMES)((1,), (1,), (rng_state, np.uint64(used)))
+        KERNELS.function("philox_advance", device)((1,), (1,), (rng_state, np.uint64(used)))
     return mask

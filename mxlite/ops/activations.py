@@ -20,21 +20,18 @@ import numpy as np
 
 from ..autograd.tensor import Tensor, op_result
 from ..device.host_buffers import host_empty
-from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
+from ..device.kernels import KernelFile
 from . import core
 from .core import _op
 
 __all__ = ["elu", "gelu", "leaky_relu", "prelu", "relu", "selu", "swish"]
 
 KERNEL_FILE = "activation.cu"
-_TYPES = {"float32": "float", "float64": "double", "float16": "__half"}
-_ALL_NAMES = tuple(f"relu_{d}<{t}>" for d in ("forward", "backward") for t in _TYPES.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float64", "float16"), ("relu_forward", "relu_backward"))
 _MAX_BLOCKS = 65535
 # Elements per block: on a CPU device 64 Ki (256 KiB of float32, a share of L2; a 4 M-element layer is 64
 # blocks for the thread pool to deal out); on a GPU 4 Ki (256 threads, 16 elements each).
 _CPU_CHUNK, _GPU_CHUNK = 1 << 16, 1 << 12
-_GPU_THREADS = 256
 
 
 def _relu_forward_twin(x: np.ndarray) -> np.ndarray:
@@ -58,10 +55,10 @@ def _relu_launch(device: Any, name: str, arrays: tuple[Any, ...], n: int, out: A
         with device.use():
             out = xp.empty(first.shape, dtype=first.dtype)
     if n:
-        base, threads = (_GPU_CHUNK, _GPU_THREADS) if device.is_gpu else (_CPU_CHUNK, 1)
+        base, threads = (_GPU_CHUNK if device.is_gpu else _CPU_CHUNK), KERNELS.block_for(device)
         blocks = min(_MAX_BLOCKS, -(-n // base))
         chunk = -(-n // blocks)
-        function = get_kernel(KERNEL_FILE, f"{name}<{_TYPES[first.dtype.name]}>", device, _ALL_NAMES)
+        function = KERNELS.function(f"{name}<{KERNELS.type_name(first.dtype)}>", device)
         with device.use():
             function((blocks,), (threads,), (*arrays, out, np.int64(n), np.int64(chunk)))
     return out
@@ -75,11 +72,11 @@ def relu(x: Tensor) -> Tensor:
     float32 and float64 (other dtypes go through ``ops.relu``).
     """
     device = x.device
-    if x.dtype.name not in _TYPES:
+    if not KERNELS.supports(x.dtype):
         return core.relu(x)
     xp = device.xp
     data = x._data if x._data.flags.c_contiguous else xp.ascontiguousarray(x._data)
-    compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+    compiled = KERNELS.compiled_on(device)
     out = _relu_launch(device, "relu_forward", (data,), data.size) if compiled else _relu_forward_twin(data)
 
     def backward(g: Any) -> tuple[Any]:

@@ -46,29 +46,19 @@ import numpy as np
 from ..autograd import is_recording
 from ..autograd.tensor import Tensor, grad_out, op_result
 from ..device import blas
-from ..device.kernels import (
-    HostEntry,
-    array_address,
-    cpu_kernels_enabled,
-    get_kernel,
-    host_entry,
-    register_kernel_names,
-)
+from ..device.kernels import HostEntry, KernelFile, array_address
 from ..device.threads import blas_threads_limited
 from .core import _op
 
-__all__ = ["GATES", "KERNEL_FILE", "NUM_STATES", "recurrence"]
+__all__ = ["GATES", "KERNELS", "KERNEL_FILE", "NUM_STATES", "recurrence"]
 
 KERNEL_FILE = "rnn.cu"
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}  # gate blocks of H rows in the weights
 NUM_STATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 2, "gru": 1}
 _SAVED = {"rnn_relu": 0, "rnn_tanh": 0, "lstm": 4, "gru": 4}  # H-wide blocks saved per step for backward
-_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "__half"}
-_KERNELS = ("lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward")
-_ALL_NAMES = tuple(f"{k}<{t}>" for k in _KERNELS for t in _TYPE_NAMES.values())
-register_kernel_names(KERNEL_FILE, lambda: _ALL_NAMES)
+KERNELS = KernelFile(KERNEL_FILE, ("float32", "float64", "float16"),
+                     ("lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward"))
 _MAX_BLOCKS = 65535  # a block per row; blocks loop over rows past it
-_MAX_THREADS = 256  # threads per block on a GPU (fewer for a narrow hidden size)
 # CPU devices: a cell step with fewer units (rows x hidden) than this runs on the calling thread. Such a
 # launch takes about 0.1 ms (32 x 256 LSTM units), which the host pool would still spread over a second
 # thread; on the 2-core development machine the word LMs of benchmarks/bench_train.py ran 4-6% faster
@@ -308,11 +298,11 @@ class _Cells:
 
     def __init__(self, device: Any, dtype: Any, threads: int | None = None) -> None:
         name = np.dtype(dtype).name
-        if name not in _TYPE_NAMES:
+        if not KERNELS.supports(name):
             raise TypeError(f"recurrent kernels take float16, float32 or float64 data, got {name}")
-        self.device, self.type_name = device, _TYPE_NAMES[name]
+        self.device, self.type_name = device, KERNELS.type_name(name)
         self.math = np.float64 if name == "float64" else np.float32
-        self.compiled = device.is_gpu or cpu_kernels_enabled(KERNEL_FILE, _ALL_NAMES)
+        self.compiled = KERNELS.compiled_on(device)
         self.threads = threads
         self._functions: dict[str, Any] = {}  # kernel name -> launchable, looked up once per call of the op
 
@@ -327,11 +317,12 @@ class _Cells:
             return  # a grid of 0 blocks is a CUDA error
         function = self._functions.get(kernel)
         if function is None:
-            function = get_kernel(KERNEL_FILE, f"{kernel}<{self.type_name}>", self.device, _ALL_NAMES)
+            function = KERNELS.function(f"{kernel}<{self.type_name}>", self.device)
             self._functions[kernel] = function
         threads = self.threads
         if threads is None:
-            threads = min(_MAX_THREADS, max(32, -(-hidden // 32) * 32)) if self.device.is_gpu else 1
+            # on a GPU: the declared block, fewer for a narrow hidden size
+            threads = min(KERNELS.block_threads, max(32, -(-hidden // 32) * 32)) if self.device.is_gpu else 1
         args = (*[_NULL if b is None else b for b in buffers], *[np.int32(i) for i in ints],
                 *[self.math(r) for r in reals])
         if not self.device.is_gpu and rows * hidden < _CPU_SPREAD_UNITS:
@@ -389,8 +380,8 @@ def _native_steps(layer: _Layer, direction: str, arrays: Sequence[Any]) -> _Nati
     lengths = layer.lengths
     if lengths is not None and (lengths.dtype != np.int32 or not lengths.flags.c_contiguous):
         return None
-    entry = host_entry(KERNEL_FILE, f"mxlite_rnn_{direction}_steps_{_TYPE_NAMES[layer.dtype.name]}", _ALL_NAMES,
-                       [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
+    entry = KERNELS.host_entry(f"mxlite_rnn_{direction}_steps_{KERNELS.type_name(layer.dtype)}",
+                               [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
     if entry is None:
         return None
     struct = _ForwardSteps if direction == "forward" else _BackwardSteps
@@ -476,11 +467,11 @@ def _packed_entries(type_name: str) -> tuple[HostEntry, HostEntry]:
     """kernels/rnn.cu's ``mxlite_pack_panels_<T>`` and ``mxlite_packed_product_<T>`` for ``float32``/``float64``."""
     entries = _PACKED_ENTRIES.get(type_name)
     if entries is None:
-        c = _TYPE_NAMES[type_name]
+        c = KERNELS.type_name(type_name)
         i64, ptr = ctypes.c_longlong, ctypes.c_void_p
-        pack = host_entry(KERNEL_FILE, f"mxlite_pack_panels_{c}", _ALL_NAMES, [ptr, i64, ctypes.c_int, i64, i64, ptr])
-        product = host_entry(KERNEL_FILE, f"mxlite_packed_product_{c}", _ALL_NAMES,
-                             [i64, i64, i64, ptr, i64, ptr, ptr, i64, ctypes.c_int])
+        pack = KERNELS.host_entry(f"mxlite_pack_panels_{c}", [ptr, i64, ctypes.c_int, i64, i64, ptr])
+        product = KERNELS.host_entry(f"mxlite_packed_product_{c}",
+                                     [i64, i64, i64, ptr, i64, ptr, ptr, i64, ctypes.c_int])
         if pack is None or product is None:
             raise RuntimeError(f"the host build of {KERNEL_FILE} lacks the packed product's entries")
         entries = _PACKED_ENTRIES[type_name] = (pack, product)
@@ -586,7 +577,7 @@ def _check(mode: str, x: Tensor, states: list[Tensor], weights: tuple[Tensor | N
     for name, t in [("h2h_weight", h2h_weight), *named]:
         if t is not None and t.dtype != x.dtype:
             raise ValueError(f"{name} is {t.dtype} but x is {x.dtype}; cast them to one dtype")
-    if x.dtype.name not in _TYPE_NAMES:
+    if not KERNELS.supports(x.dtype):
         raise TypeError(f"recurrent layers take float16, float32 or float64 data, got {x.dtype}")
     return length, batch, features, hidden
 

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..device.kernels import cpu_kernels_enabled, get_kernel, register_kernel_names
+from ..device.kernels import KernelFile
 from .optimizer import MultiPrecisionState, Optimizer, _xp
 
-__all__ = ["CHUNK", "FUSED_DTYPES", "GPU_CHUNK", "GRAD_TYPES", "HP", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin",
+__all__ = ["CHUNK", "FUSED_DTYPES", "GPU_CHUNK", "GRAD_TYPES", "HP", "KERNELS", "TWIN_CHUNK", "ArenaPlan", "ChunkTwin",
            "FusedRule", "Launcher", "Segment", "all_kernel_names", "betas_eps", "chunk_for", "chunk_grad",
            "chunk_views", "clip_arg", "compiled_on_cpu", "decay_add_square", "descend_by_root", "effective_grad",
            "from_structure", "fused_rule", "grad_ok", "lr_wd_params", "lr_wd_row", "momentum_state", "one_kernel",
@@ -103,11 +103,12 @@ def serial_norm(x: Any) -> Any:
     return np.float32(math.sqrt(total))
 
 
-THREADS = 256  # threads per block on a GPU: 8 warps, 4-5 resident blocks per SM at the kernels' registers
 HP = 4  # floats per parameter in the per-launch table (kernels/optimizers.cu: seg_hp)
 
 _KERNEL_FILE = "optimizers.cu"
-_TYPE_NAMES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+# Its GPU blocks: the default 256 threads, 8 warps, 4-5 resident blocks per SM at the kernels' registers.
+KERNELS = KernelFile(_KERNEL_FILE, ("float32", "float16", "bfloat16"), names=lambda: all_kernel_names())
+_TYPE_NAMES = KERNELS.type_names
 # Gradient types a kernel reads besides its storage type: the narrow wires' sums (mxlite/comm/narrow.py), one
 # pair per `INSTANTIATE(T, G)` line of kernels/optimizers.cu.
 GRAD_TYPES = {"float32": ("float16", "bfloat16"), "float16": ("bfloat16",), "bfloat16": ("float16",)}
@@ -203,7 +204,6 @@ def all_kernel_names() -> tuple[str, ...]:
               for w, gs in GRAD_TYPES.items() for g in gs))
 
 
-register_kernel_names(_KERNEL_FILE, lambda: all_kernel_names())
 
 
 def _kernels_without_grad() -> frozenset[str]:
@@ -414,7 +414,7 @@ class Launcher:
         """Launch ``kernel<T>(*buffers, *chunk tables, seg_hp, [sums], *scalars)``; None buffers pass null."""
         types = self.type_name if kernel in _kernels_without_grad() or self.grad_type_name == self.type_name else (
             f"{self.type_name}, {self.grad_type_name}")
-        function = get_kernel(_KERNEL_FILE, f"{kernel}<{types}>", self.device, all_kernel_names())
+        function = KERNELS.function(f"{kernel}<{types}>", self.device)
         null = np.uint64(0)  # an 8-byte zero is a null pointer argument (e.g. no master weights)
         args = [b if b is not None else null for b in buffers]
         args += self._tables
@@ -423,14 +423,14 @@ class Launcher:
         args += [np.float32(x) for x in scalars]
         if len(self.plan.chunk_seg) == 0:  # only empty parameters: a grid of 0 blocks is a CUDA error
             return
-        block = THREADS if self.device.is_gpu else 1  # the host build runs one thread per block
+        block = KERNELS.block_for(self.device)  # the host build runs one thread per block
         with self.device.use():
             function((len(self.plan.chunk_seg),), (block,), tuple(args))
 
 
 def compiled_on_cpu() -> bool:
     """Whether CPU devices run the fused updates as compiled kernels (``mxlite.device.kernels.cpu_kernels_enabled``)."""
-    return cpu_kernels_enabled(_KERNEL_FILE, all_kernel_names())
+    return KERNELS.cpu_enabled()
 
 
 # -- what rules launch with -----------------------------------------------------------------------

@@ -74,7 +74,7 @@ from __future__ import annotations
 from ...device.copy import copy_between  # noqa: F401 - the exchange's copies go through the device layer (codecs)
 from .codecs import Codec
 from .kernels import (
-                      _ALL_NAMES,
+                      KERNELS,
                       dequantize_2bit,
                       from_wire,
                       quantize_2bit,
@@ -88,4 +88,4 @@ from .kernels import (
 from .params import TYPES, create
 
 __all__ = ["Codec", "create", "quantize_2bit", "dequantize_2bit", "topk_count", "topk_select", "threshold_select",
-           "threshold_select_on_device", "scatter_add_message", "to_wire", "from_wire", "TYPES", "_ALL_NAMES"]
+           "threshold_select_on_device", "scatter_add_message", "to_wire", "from_wire", "TYPES", "KERNELS"]

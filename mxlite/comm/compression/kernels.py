@@ -15,27 +15,26 @@ from typing import Any
 import numpy as np
 
 from ...device import Device, device_of
-from ...device.kernels import get_kernel, register_kernel_names
+from ...device.kernels import C_TYPES, KernelFile, instantiations
 
 __all__ = ["quantize_2bit", "dequantize_2bit", "topk_count", "topk_select", "threshold_select", "to_wire",
            "from_wire", "scatter_add_message", "threshold_select_on_device"]
 
 _KERNEL_FILE = "compression.cu"
-_TYPE_NAMES = {"float32": "float", "float16": "__half"}
+_DTYPES = ("float32", "float16")  # the residuals' and gradients' dtypes
 _WIRE_NAMES = {"float16": "f16_wire", "bfloat16": "bf16_wire"}
-_ALL_NAMES = (
-    *(f"quantize_2bit<{t}>" for t in _TYPE_NAMES.values()),
+_C_TYPES = tuple(C_TYPES[d] for d in _DTYPES)
+KERNELS = KernelFile(_KERNEL_FILE, _DTYPES, names=(
+    *instantiations(("quantize_2bit",), _C_TYPES),
     "dequantize_2bit",
-    *(f"residual_accumulate<{t}>" for t in _TYPE_NAMES.values()),
+    *instantiations(("residual_accumulate",), _C_TYPES),
     "take_and_zero",
     "scatter_add",
     "compact_take",
     "scatter_add_message",
-    *(f"to_wire<{t}, {w}>" for t in _TYPE_NAMES.values() for w in _WIRE_NAMES.values()),
-    *(f"from_wire<{w}>" for w in _WIRE_NAMES.values()),
-)
-register_kernel_names(_KERNEL_FILE, lambda: _ALL_NAMES)
-_THREADS = 256  # threads per block: a multiple of the warp size with good occupancy on sm_80+
+    *(f"to_wire<{t}, {w}>" for t in _C_TYPES for w in _WIRE_NAMES.values()),
+    *instantiations(("from_wire",), tuple(_WIRE_NAMES.values())),
+))
 _MAX_BLOCKS = 65535  # enough blocks to fill any current GPU; the kernels loop grid-stride past it
 _MAX_INDEX = 2**31 - 1  # sparse messages carry int32 indices
 _MAX_FLOAT = np.float32(np.finfo(np.float32).max)  # |r| above it (inf) or unordered (NaN): not finite
@@ -414,17 +413,17 @@ def _words(n: int) -> int:
 
 
 def _type_name(array: Any) -> str:
-    return _TYPE_NAMES[np.dtype(array.dtype).name]
+    return KERNELS.type_name(array.dtype)
 
 
 def _launch(name: str, device: Device, items: int, args: tuple[Any, ...]) -> None:
     """Launch kernel ``name`` of compression.cu on ``device`` over ``items`` work items (none: no launch)."""
     if items <= 0:
         return
-    function = get_kernel(_KERNEL_FILE, name, device, _ALL_NAMES)
-    blocks = min(_MAX_BLOCKS, -(-items // _THREADS))
+    function = KERNELS.function(name, device)
+    blocks = min(_MAX_BLOCKS, -(-items // KERNELS.block_threads))
     with device.use():
-        function((blocks,), (_THREADS,), args)
+        function((blocks,), (KERNELS.block_threads,), args)
 
 
 def _positive(value: Any, name: str) -> np.float32:
