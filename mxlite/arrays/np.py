@@ -22,9 +22,8 @@ from ..ops import random as _random
 from ..ops.creation import arange as _arange
 from ..ops.creation import array as _array
 from ..ops.creation import full as _full
-from . import nd as _nd
+from . import _nd_ops
 from ._common import device_arg, shape_arg, tensor, tensors
-from .nd import _impl as _ndi
 
 ndarray = Tensor
 float16, float32, float64 = _onp.float16, _onp.float32, _onp.float64
@@ -79,7 +78,7 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
 def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0, device: Any = None, ctx: Any = None) -> Any:
     """``num`` evenly spaced values from ``start`` to ``stop`` (float32 by default)."""
-    out = _ndi.linspace(start, stop, num, endpoint, dtype=dtype, device=device_arg(device, ctx, "np.linspace"))
+    out = _nd_ops.linspace(start, stop, num, endpoint, dtype=dtype, device=device_arg(device, ctx, "np.linspace"))
     if retstep:
         return out, (stop - start) / max(num - 1 if endpoint else num, 1)
     return out
@@ -88,7 +87,7 @@ def linspace(start: float, stop: float, num: int = 50, endpoint: bool = True, re
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, device: Any = None,  # noqa: N803
         ctx: Any = None) -> Tensor:
     """A 2-D array with ones on diagonal ``k``."""
-    return _ndi.eye(N, M or 0, k, dtype=dtype, device=device_arg(device, ctx, "np.eye"))
+    return _nd_ops.eye(N, M or 0, k, dtype=dtype, device=device_arg(device, ctx, "np.eye"))
 
 
 def identity(n: int, dtype: Any = None, device: Any = None, ctx: Any = None) -> Tensor:
@@ -98,17 +97,17 @@ def identity(n: int, dtype: Any = None, device: Any = None, ctx: Any = None) -> 
 
 def zeros_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
     """Zeros with ``a``'s shape, dtype and device."""
-    return _ndi.full_like(a, 0, dtype)
+    return _nd_ops.full_like(a, 0, dtype)
 
 
 def ones_like(a: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
     """Ones with ``a``'s shape, dtype and device."""
-    return _ndi.full_like(a, 1, dtype)
+    return _nd_ops.full_like(a, 1, dtype)
 
 
 def full_like(a: Any, fill_value: float, dtype: Any = None, **kwargs: Any) -> Tensor:
     """``fill_value`` with ``a``'s shape, dtype and device."""
-    return _ndi.full_like(a, fill_value, dtype)
+    return _nd_ops.full_like(a, fill_value, dtype)
 
 
 empty_like = zeros_like
@@ -121,13 +120,13 @@ def _size(size: Any) -> tuple[int, ...]:
 def _uniform(low: float = 0.0, high: float = 1.0, size: Any = None, dtype: Any = None, device: Any = None,
              ctx: Any = None, out: Tensor | None = None) -> Tensor:
     """Samples of U[low, high) of ``size`` (float32 by default)."""
-    return _nd._into(out, _random.uniform(low, high, _size(size), dtype, device_arg(device, ctx, "np.random")))
+    return _nd_ops.into(out, _random.uniform(low, high, _size(size), dtype, device_arg(device, ctx, "np.random")))
 
 
 def _normal(loc: float = 0.0, scale: float = 1.0, size: Any = None, dtype: Any = None, device: Any = None,
             ctx: Any = None, out: Tensor | None = None) -> Tensor:
     """Samples of N(loc, scale²) of ``size`` (float32 by default)."""
-    return _nd._into(out, _random.normal(loc, scale, _size(size), dtype, device_arg(device, ctx, "np.random")))
+    return _nd_ops.into(out, _random.normal(loc, scale, _size(size), dtype, device_arg(device, ctx, "np.random")))
 
 
 def _randint(low: int, high: int | None = None, size: Any = None, dtype: Any = None, device: Any = None,
@@ -135,7 +134,7 @@ def _randint(low: int, high: int | None = None, size: Any = None, dtype: Any = N
     """Integers uniform in ``[low, high)`` (``[0, low)`` when ``high`` is None), int64 by default."""
     if high is None:
         low, high = 0, low
-    return _nd._into(out, _random.randint(low, high, _size(size), dtype or _onp.int64,
+    return _nd_ops.into(out, _random.randint(low, high, _size(size), dtype or _onp.int64,
                                           device_arg(device, ctx, "np.random")))
 
 
@@ -164,7 +163,7 @@ def _gamma(shape: Any, scale: Any = 1.0, size: Any = None, dtype: Any = None, de
            out: Tensor | None = None) -> Tensor:
     """Samples of the gamma distribution of shape ``shape`` and scale ``scale`` (mean ``shape * scale``),
     float32 by default; array parameters broadcast as NumPy's."""
-    return _nd._into(out, _draw("gamma", (shape, scale), size, dtype, device, ctx))
+    return _nd_ops.into(out, _draw("gamma", (shape, scale), size, dtype, device, ctx))
 
 
 def _exponential(scale: Any = 1.0, size: Any = None, dtype: Any = None, device: Any = None, ctx: Any = None,
@@ -172,7 +171,7 @@ def _exponential(scale: Any = 1.0, size: Any = None, dtype: Any = None, device: 
     """Samples of the exponential distribution of mean ``scale``, float32 by default (NumPy's parameter)."""
     rate = (_ops.reciprocal(tensor(scale).astype(_onp.float64)) if isinstance(scale, (Tensor, _onp.ndarray, list))
             else 1.0 / scale)
-    return _nd._into(out, _draw("exponential", (rate,), size, dtype, device, ctx))
+    return _nd_ops.into(out, _draw("exponential", (rate,), size, dtype, device, ctx))
 
 
 def _choice(a: Any, size: Any = None, replace: bool = True, p: Any = None, device: Any = None, ctx: Any = None,
@@ -187,7 +186,7 @@ def _choice(a: Any, size: Any = None, replace: bool = True, p: Any = None, devic
     """
     if not isinstance(a, (int, _onp.integer)):
         a = tensor(a)
-    return _nd._into(out, _random.choice(a, size, replace, p, device_arg(device, ctx, "np.random.choice")))
+    return _nd_ops.into(out, _random.choice(a, size, replace, p, device_arg(device, ctx, "np.random.choice")))
 
 
 def _multinomial(n: int, pvals: Any, size: Any = None, **kwargs: Any) -> Tensor:
@@ -206,13 +205,62 @@ random = SimpleNamespace(uniform=_uniform, normal=_normal, randint=_randint, ran
                          gamma=_gamma, exponential=_exponential)
 
 # -- elementwise -------------------------------------------------------------------------------
-for _name in ("exp", "log", "sqrt", "square", "tanh", "abs", "negative", "sin", "cos", "tan", "arcsin", "arccos",
-              "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "log1p", "expm1", "log2", "log10",
-              "reciprocal", "cbrt", "sign", "floor", "ceil", "trunc", "fix", "rint", "logical_not", "isnan", "isinf",
-              "isfinite", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "mod", "equal",
-              "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-              "logical_xor", "hypot", "arctan2", "true_divide", "clip"):
-    globals()[_name] = getattr(_ndi, _name)
+# mx.nd's elementwise operators; comparisons and logic give bool, as NumPy (mx.nd's give 1 and 0)
+exp = _nd_ops.exp
+log = _nd_ops.log
+sqrt = _nd_ops.sqrt
+square = _nd_ops.square
+tanh = _nd_ops.tanh
+abs = _nd_ops.abs
+negative = _nd_ops.negative
+sin = _nd_ops.sin
+cos = _nd_ops.cos
+tan = _nd_ops.tan
+arcsin = _nd_ops.arcsin
+arccos = _nd_ops.arccos
+arctan = _nd_ops.arctan
+sinh = _nd_ops.sinh
+cosh = _nd_ops.cosh
+arcsinh = _nd_ops.arcsinh
+arccosh = _nd_ops.arccosh
+arctanh = _nd_ops.arctanh
+log1p = _nd_ops.log1p
+expm1 = _nd_ops.expm1
+log2 = _nd_ops.log2
+log10 = _nd_ops.log10
+reciprocal = _nd_ops.reciprocal
+cbrt = _nd_ops.cbrt
+sign = _nd_ops.sign
+floor = _nd_ops.floor
+ceil = _nd_ops.ceil
+trunc = _nd_ops.trunc
+fix = _nd_ops.fix
+rint = _nd_ops.rint
+logical_not = _nd_ops.elementwise_unary(_ops.logical_not)
+isnan = _nd_ops.isnan
+isinf = _nd_ops.isinf
+isfinite = _nd_ops.isfinite
+add = _nd_ops.add
+subtract = _nd_ops.subtract
+multiply = _nd_ops.multiply
+divide = _nd_ops.divide
+power = _nd_ops.power
+maximum = _nd_ops.maximum
+minimum = _nd_ops.minimum
+mod = _nd_ops.mod
+equal = _nd_ops.elementwise_binary(_ops.equal)
+not_equal = _nd_ops.elementwise_binary(_ops.not_equal)
+greater = _nd_ops.elementwise_binary(_ops.greater)
+greater_equal = _nd_ops.elementwise_binary(_ops.greater_equal)
+less = _nd_ops.elementwise_binary(_ops.less)
+less_equal = _nd_ops.elementwise_binary(_ops.less_equal)
+logical_and = _nd_ops.elementwise_binary(_ops.logical_and)
+logical_or = _nd_ops.elementwise_binary(_ops.logical_or)
+logical_xor = _nd_ops.elementwise_binary(_ops.logical_xor)
+hypot = _nd_ops.hypot
+arctan2 = _nd_ops.arctan2
+true_divide = _nd_ops.true_divide
+clip = _nd_ops.clip
 
 
 def where(condition: Any, x: Any, y: Any) -> Tensor:
@@ -460,7 +508,7 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str = "clip", out:
     a = tensor(a)
     if axis is None:
         a, axis = _ops.reshape(a, (-1,)), 0
-    return _ndi.take(a, indices, axis, mode)
+    return _nd_ops.take(a, indices, axis, mode)
 
 
 def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
@@ -477,7 +525,7 @@ def dot(a: Any, b: Any, out: Any = None) -> Tensor:
 
 def matmul(a: Any, b: Any, out: Any = None) -> Tensor:
     """Matrix product of the last two axes, batch axes broadcast."""
-    return _ndi.matmul(a, b)
+    return _nd_ops.matmul(a, b)
 
 
 def outer(a: Any, b: Any) -> Tensor:

@@ -14,9 +14,8 @@ from ..device.context import current_context
 from ..ops import attention as _attention
 from ..ops import nn_ops as _nn
 from ..ops.creation import array
-from . import nd as _nd
+from . import _nd_ops
 from ._common import reshape_npx, shape_arg, tensor, tensors, waitall
-from .nd import _impl as _ndi
 
 __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_relu", "pick", "one_hot", "topk",
            "batch_dot", "reshape", "waitall", "load", "save", "set_np", "reset_np", "is_np_array", "cpu", "gpu",
@@ -29,13 +28,13 @@ __all__ = ["softmax", "log_softmax", "relu", "sigmoid", "activation", "leaky_rel
 def softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
             use_length: bool = False, dtype: Any = None) -> Tensor:
     """Softmax along ``axis`` (of ``data / temperature`` when given)."""
-    return _ndi.softmax(data, axis, temperature)
+    return _nd_ops.softmax(data, axis, temperature)
 
 
 def log_softmax(data: Any, axis: int = -1, length: Any = None, temperature: float | None = None,
                 use_length: bool = False, dtype: Any = None) -> Tensor:
     """Log-softmax along ``axis``, computed stably."""
-    return _ndi.log_softmax(data, axis, temperature)
+    return _nd_ops.log_softmax(data, axis, temperature)
 
 
 def relu(data: Any) -> Tensor:
@@ -50,38 +49,38 @@ def sigmoid(data: Any) -> Tensor:
 
 def relu6(data: Any) -> Tensor:
     """``min(max(x, 0), 6)``."""
-    return _ndi.relu6(data)
+    return _nd_ops.relu6(data)
 
 
 def activation(data: Any, act_type: str = "relu") -> Tensor:
     """An activation by name ('relu', 'sigmoid', 'tanh', 'softrelu', 'softsign', 'log_sigmoid', 'mish')."""
-    return _ndi.Activation(data, act_type)
+    return _nd_ops.Activation(data, act_type)
 
 
 def leaky_relu(data: Any, gamma: Any = None, act_type: str = "leaky", slope: float = 0.25, **kwargs: Any) -> Tensor:
     """MXNet's ``LeakyReLU`` family ('leaky', 'prelu', 'elu', 'selu', 'gelu')."""
-    return _ndi.LeakyReLU(data, gamma, act_type, slope)
+    return _nd_ops.LeakyReLU(data, gamma, act_type, slope)
 
 
 def pick(data: Any, index: Any, axis: int = -1, mode: str = "clip", keepdims: bool = False) -> Tensor:
     """One entry per position along ``axis``: ``out[i] = data[i, index[i]]`` for ``axis=1``."""
-    return _ndi.pick(data, index, axis, keepdims)
+    return _nd_ops.pick(data, index, axis, keepdims)
 
 
 def one_hot(data: Any, depth: int, on_value: float = 1.0, off_value: float = 0.0, dtype: Any = _onp.float32) -> Tensor:
     """``(..., depth)`` array with ``on_value`` at each index."""
-    return _ndi.one_hot(data, depth, on_value, off_value, dtype)
+    return _nd_ops.one_hot(data, depth, on_value, off_value, dtype)
 
 
 def topk(data: Any, axis: int = -1, k: int = 1, ret_typ: str = "indices", is_ascend: bool = False,
          dtype: Any = _onp.int64) -> Any:
     """The ``k`` largest (smallest when ``is_ascend``) entries along ``axis``; indices are int64 (MXNet 2.x)."""
-    return _ndi.topk(data, axis, k, ret_typ, is_ascend, dtype)
+    return _nd_ops.topk(data, axis, k, ret_typ, is_ascend, dtype)
 
 
 def batch_dot(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
     """Batched matrix product of 3-D arrays, optionally transposed."""
-    return _ndi.batch_dot(a, b, transpose_a, transpose_b)
+    return _nd_ops.batch_dot(a, b, transpose_a, transpose_b)
 
 
 def reshape(a: Any, newshape: Any, reverse: bool = False, order: str = "C") -> Tensor:
@@ -103,12 +102,12 @@ def batch_flatten(data: Any) -> Tensor:
 def fully_connected(x: Any, weight: Any, bias: Any = None, num_hidden: int = 0, no_bias: bool = True,
                     flatten: bool = True) -> Tensor:
     """``x · weightᵀ + bias``."""
-    return _ndi.FullyConnected(x, weight, bias, num_hidden, no_bias and bias is None, flatten)
+    return _nd_ops.FullyConnected(x, weight, bias, num_hidden, no_bias and bias is None, flatten)
 
 
 def dropout(data: Any, p: float = 0.5, axes: Any = (), mode: str = "training", **kwargs: Any) -> Tensor:
     """Inverted dropout while training."""
-    return _ndi.Dropout(data, p, axes, mode)
+    return _nd_ops.Dropout(data, p, axes, mode)
 
 
 def layer_norm(data: Any, gamma: Any, beta: Any, axis: int = -1, eps: float = 1e-5) -> Tensor:
@@ -194,7 +193,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, mask: Any = N
 
 def stop_gradient(data: Any) -> Tensor:
     """``data`` cut from the graph."""
-    return _ndi.stop_gradient(data)
+    return _nd_ops.stop_gradient(data)
 
 
 def gamma(data: Any) -> Tensor:
@@ -216,7 +215,7 @@ def save(file: Any, arr: Any, *, format: str = "npz") -> None:
             MXNet has no type flag for.
         ValueError: an unknown ``format``.
     """
-    _nd._save(file, arr, format, np_shape=True, where="npx.save")
+    _nd_ops.save_arrays(file, arr, format, np_shape=True, where="npx.save")
 
 
 def load(file: Any, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
@@ -224,7 +223,7 @@ def load(file: Any, device: Any = None) -> list[Tensor] | dict[str, Tensor]:
 
     The same as :func:`mxlite.nd.load`: the format is told by the file's first bytes.
     """
-    return _ndi.load(file, device)
+    return _nd_ops.load(file, device)
 
 
 def set_np(shape: bool = True, array: bool = True, dtype: bool = False) -> None:
@@ -248,12 +247,28 @@ def is_np_shape() -> bool:
 # MXNet 2.x's npx operators that are mx.nd's operators under snake_case names, with the same arguments
 # (npx.slice(x, begin, end, step), npx.convolution(x, weight, bias, kernel=..., num_filter=...), ...); their
 # results keep NumPy's face
-_SAME_AS_ND = {"slice": "slice", "slice_like": "slice_like", "reshape_like": "reshape_like",
-               "broadcast_like": "broadcast_like", "arange_like": "arange_like", "gather_nd": "gather_nd",
-               "shape_array": "shape_array", "smooth_l1": "smooth_l1", "softsign": "softsign", "erf": "erf",
-               "add_n": "add_n", "sequence_last": "SequenceLast", "sequence_reverse": "SequenceReverse",
-               "convolution": "Convolution", "deconvolution": "Deconvolution", "pooling": "Pooling",
-               "batch_norm": "BatchNorm", "instance_norm": "InstanceNorm", "group_norm": "GroupNorm", "pad": "pad",
-               "norm": "norm", "cast": "cast"}
-globals().update({name: getattr(_ndi, nd_name) for name, nd_name in _SAME_AS_ND.items()})
-__all__ += list(_SAME_AS_ND)
+slice = _nd_ops.slice
+slice_like = _nd_ops.slice_like
+reshape_like = _nd_ops.reshape_like
+broadcast_like = _nd_ops.broadcast_like
+arange_like = _nd_ops.arange_like
+gather_nd = _nd_ops.gather_nd
+shape_array = _nd_ops.shape_array
+smooth_l1 = _nd_ops.smooth_l1
+softsign = _nd_ops.softsign
+erf = _nd_ops.erf
+add_n = _nd_ops.add_n
+sequence_last = _nd_ops.SequenceLast
+sequence_reverse = _nd_ops.SequenceReverse
+convolution = _nd_ops.Convolution
+deconvolution = _nd_ops.Deconvolution
+pooling = _nd_ops.Pooling
+batch_norm = _nd_ops.BatchNorm
+instance_norm = _nd_ops.InstanceNorm
+group_norm = _nd_ops.GroupNorm
+pad = _nd_ops.pad
+norm = _nd_ops.norm
+cast = _nd_ops.cast
+__all__ += ["slice", "slice_like", "reshape_like", "broadcast_like", "arange_like", "gather_nd", "shape_array",
+            "smooth_l1", "softsign", "erf", "add_n", "sequence_last", "sequence_reverse", "convolution",
+            "deconvolution", "pooling", "batch_norm", "instance_norm", "group_norm", "pad", "norm", "cast"]
