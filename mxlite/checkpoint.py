@@ -169,7 +169,8 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
     Raises:
         ValueError: a negative or non-int step, keep < 1, a Trainer updating parameters that are
             not ``net``'s (named), or (several processes) ranks given another step, folder, keep
-            or trainer (the message names the ranks).
+            or trainer, or whose trainers' last updates used other hyper-parameters (a change on one
+            rank at the last step; the message names the ranks and values).
         OSError: a file could not be written (the message names the rank with several processes).
     """
     comm = _world()
@@ -186,6 +187,8 @@ def save(directory: str | os.PathLike, net: Any, trainer: Any = None, step: int 
     folder = _agreed(comm, "checkpoint.save", arguments)[0]
     _check_arguments(comm, "checkpoint.save", [("directory", folder), ("step", step), ("keep", keep),
                                                ("trainer", trainer is not None)])
+    if trainer is not None:
+        trainer._confirm_hyperparameters("checkpoint.save")  # a change on one rank at the last step, named now
     final = os.path.join(folder, _step_name(step))
     staging: str | None = None
     try:

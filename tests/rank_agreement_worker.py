@@ -6,7 +6,7 @@ Captured steps (one emulated GPU per rank, kvstore 'dist_sync' over NCCL; an eag
 network trains beside it and both must hold the same bits after every step):
 
 * ``uneven``: every fifth step, rank 1's batch is smaller (an uneven last batch), so its step's signature
-  changes while rank 0 replays its captured step.
+  changes while rank 0 replays its captured step (``update_on_kvstore=False``: each rank divides by its own batch).
 * ``clear``: rank 1 calls ``mx.device.graphs.clear()`` at step 8 (its step graph is dropped, rank 0's lives);
   the ranks agree to capture again at their next agreement (every ``_graphs.AGREE_EVERY`` = 5 steps here).
 
@@ -16,7 +16,11 @@ Disagreements (CPU devices over MPI): each case is run in turn and every rank re
   rate, another hyper-parameter, or a parameter's ``grad_req`` (also with sharded states); then ranks that each
   freeze another layer after two steps (``grad_req='null'``), with and without sharded states.
 * ``lr_alone``: rank 0 alone calls ``set_learning_rate`` at step 3 (the rank that finds it raises, which ends
-  the job); ``lr_together``: both ranks do, and both change the momentum at step 6.
+  the job); ``lr_together``: both ranks do, and both change the momentum at step 6; ``lr_last``: rank 0 alone
+  calls it before the last step, then every rank saves a checkpoint.
+* ``batch``: rank 1 passes a smaller batch size once (every rank keeps dividing by the first step's, as MXNet's
+  store; with ``update_on_kvstore=False`` each rank divides by its own), then the ranks pass different batch
+  sizes at the first step.
 * ``save_alone``: with sharded states, rank 0 alone calls ``save_states`` (``if rank == 0:``) while rank 1
   goes on training.
 """
@@ -58,8 +62,9 @@ def _captured_pair(device):
         if graphed:
             net.hybridize(static_alloc=True, static_shape=True)
         nets.append(net)
+        # update_on_kvstore=False: each rank divides by its own batch size (else every rank keeps the first's)
         trainers.append(mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9},
-                                   kvstore="dist_sync", bucket_bytes=512))
+                                   kvstore="dist_sync", bucket_bytes=512, update_on_kvstore=False))
     return nets, trainers
 
 
@@ -165,18 +170,53 @@ def learning_rates(mode: str, out_dir: str) -> None:
     trainer = mx.Trainer(net.collect_params(), "sgd", params, kvstore="dist_sync")
 
     def change(step):
-        if step == 3 and (rank == 0 or mode == "lr_together"):
+        if step == (9 if mode == "lr_last" else 3) and (rank == 0 or mode == "lr_together"):
             trainer.set_learning_rate(0.05)
         if step == 6 and mode == "lr_together":
             trainer.optimizer.momentum = 0.5  # another hyper-parameter, changed by every rank together
 
     try:
         _train(net, trainer, 10, rank, change)
+        if mode == "lr_last":  # the job ends with a checkpoint: no later step would hear rank 0's change
+            mx.checkpoint.save(os.path.join(out_dir, "ckpt"), net, trainer, 10)
     except ValueError as exc:  # the rank that finds the disagreement: the uncaught error ends the job
         _write(out_dir, rank, {"error": str(exc)})
         raise
     _write(out_dir, rank, {"error": None, "weights": [p.data().asnumpy().tolist() for p in
                                                       net.collect_params().values()]})
+
+
+def _batch_run(rank: int, batches: list[int], **trainer_args) -> dict:
+    """Train the CPU MLP with this rank's ``batches`` (one a step): its weights, the warnings and the error got."""
+    net = _cpu_net()
+    trainer = mx.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="dist_sync", **trainer_args)
+    rng = np.random.default_rng(7 + rank)
+    loss_fn = mx.loss.SoftmaxCrossEntropyLoss()
+    error = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for batch in batches:
+                x = mx.array(rng.standard_normal((batch, 6)).astype(np.float32))
+                y = mx.array(rng.integers(0, 5, batch).astype(np.float32))
+                with mx.autograd.record():
+                    loss = loss_fn(net(x), y)
+                loss.backward()
+                trainer.step(batch)
+        except ValueError as exc:
+            error = str(exc)
+    return {"weights": [p.data().asnumpy().tolist() for p in net.collect_params().values()], "error": error,
+            "warnings": [str(w.message) for w in caught if "batch_size" in str(w.message)]}
+
+
+def batch_sizes(out_dir: str) -> None:
+    """Rank 1 steps once with a smaller batch (step 2), by default and with update_on_kvstore=False; then the
+    ranks pass different batch sizes at the first step."""
+    rank = mpi_module().COMM_WORLD.Get_rank()
+    uneven = [6, 6, 4 if rank == 1 else 6, 6]
+    _write(out_dir, rank, {"default": _batch_run(rank, uneven),
+                           "local": _batch_run(rank, uneven, update_on_kvstore=False),
+                           "first": _batch_run(rank, [6 if rank == 0 else 4, 6])})
 
 
 def save_alone(out_dir: str) -> None:
@@ -199,10 +239,12 @@ def main(mode: str, out_dir: str) -> None:
             captured(mode, out_dir)
         elif mode == "settings":
             settings(out_dir)
-        elif mode in ("lr_alone", "lr_together"):
+        elif mode in ("lr_alone", "lr_together", "lr_last"):
             learning_rates(mode, out_dir)
         elif mode == "save_alone":
             save_alone(out_dir)
+        elif mode == "batch":
+            batch_sizes(out_dir)
         else:
             raise ValueError(f"unknown mode {mode!r}")
     except Exception:

@@ -157,11 +157,46 @@ def test_a_learning_rate_changed_on_one_rank_only_is_named(tmp_path):
 
 @pytest.mark.mpi
 @needs_mpi
+def test_a_learning_rate_changed_on_one_rank_at_the_last_step_is_named_by_the_checkpoint(tmp_path):
+    result = mpirun(2, WORKER, "lr_last", str(tmp_path), timeout=120)
+    # named by checkpoint.save on every rank (or, if rank 0's message came in time, by rank 1's last step)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "'optimizer.lr' is 0.05 on rank 0 and 0.1 on rank 1" in result.stderr, result.stderr
+    errors = [json.loads((tmp_path / f"rank{r}.json").read_text())["error"] for r in range(2)
+              if (tmp_path / f"rank{r}.json").exists()]
+    assert any(e.startswith("ranks disagree on the optimizer's hyper-parameters at ") for e in errors), errors
+    assert not (tmp_path / "ckpt" / "latest").exists()
+
+
+@pytest.mark.mpi
+@needs_mpi
 def test_hyper_parameters_changed_on_every_rank_together_train_on(tmp_path):
     mpirun_ok(2, WORKER, "lr_together", str(tmp_path), timeout=120)
     ranks = _ranks_json(tmp_path)
     assert ranks[0]["error"] is None and ranks[1]["error"] is None
     assert ranks[0]["weights"] == ranks[1]["weights"]
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_batch_size_changed_on_one_rank_keeps_the_first_factor_as_mxnets_store(tmp_path):
+    mpirun_ok(2, WORKER, "batch", str(tmp_path), timeout=120)
+    ranks = _ranks_json(tmp_path)
+    # default (MXNet updates on its store, whose one optimizer keeps the first factor): the ranks stay alike
+    default = [r["default"] for r in ranks]
+    assert default[0]["error"] is None and default[0]["weights"] == default[1]["weights"]
+    assert default[0]["warnings"] == []
+    assert len(default[1]["warnings"]) == 2  # the change to 4, and back to 6
+    assert default[1]["warnings"][0].startswith("Possible change in the `batch_size` from previous `step` detected.")
+    assert "batch_size 4 on this rank; the gradient is still divided by 6" in default[1]["warnings"][0]
+    # update_on_kvstore=False: each rank divides the sum by its own batch size (MXNet's workers do too)
+    local = [r["local"] for r in ranks]
+    assert local[0]["weights"] != local[1]["weights"] and local[1]["warnings"] == []
+    # the first step's batch sizes differ: the same error on every rank, before any update
+    message = ("ranks disagree on the batch size of the first step (with several workers on a 'dist_*' kvstore "
+               "every step divides the summed gradient by it, as MXNet's store): 'batch_size' is 6.0 on rank 0 "
+               "and 4.0 on rank 1")
+    assert ranks[0]["first"]["error"] == message and ranks[1]["first"]["error"] == message
 
 
 @pytest.mark.mpi

@@ -163,7 +163,8 @@ class AgreementChannel:
       own entries at the step it names. A disagreement raises ValueError on this rank ("ranks disagree on WHAT
       at step S: 'lr' is 0.05 on rank 0 and 0.1 on rank 1"), after sending the message to every rank, which
       raise it at their next call. It comes a message late (usually the next step): the step at which the
-      ranks differed has run.
+      ranks differed has run. :meth:`confirm`, at a collective call that may end the job (a checkpoint), compares
+      the last values at once.
     * :meth:`meet`: every rank sends its entries to every other and waits for theirs, at most a given time: a
       rank that does not come by then is named in a RuntimeError (the ranks that came raise it), and entries
       that differ raise the same ValueError on every rank, as :func:`check_same_across_ranks`.
@@ -229,6 +230,20 @@ class AgreementChannel:
                 self._send_all({"kind": "disagree", "text": text})
                 raise ValueError(text)
         self._heard = later
+
+    def confirm(self, what: str, step: int, by: str, seconds: float, advice: str) -> None:
+        """At ``by``, a collective call every rank makes (one that may end the job, where no later :meth:`watch`
+        would hear a message): every rank's last watched values of ``what`` (this rank's at ``step``) are
+        compared at once (:meth:`meet`), so that a change made on one rank at the last step is named too.
+
+        Raises:
+            ValueError: the same on every rank: the ranks' steps or values differ ("ranks disagree on WHAT at the
+                last step (checked by BY): 'optimizer.lr' is 0.05 on rank 0 and 0.1 on rank 1").
+            RuntimeError: some ranks did not call it within ``seconds`` (as :meth:`meet`).
+        """
+        history = self._watched.get(what)
+        last = history[-1][2] if history else []
+        self.meet(f"{what} at the last step (checked by {by})", [("step", step), *last], seconds, advice)
 
     # -- collective calls ------------------------------------------------------------------------------------
     def meet(self, what: str, entries: Sequence[tuple[str, Any]], seconds: float, advice: str) -> None:

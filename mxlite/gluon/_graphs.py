@@ -289,6 +289,8 @@ class StepGraphs:
         self.collectives_released = False
         self._lockstep = 0  # agreements left, one per step with collectives, before the ranks go on alone
         self._since_agreement = 0  # steps with collectives since the ranks last agreed
+        self._join_lockstep = _LOCKSTEP  # agreements on joining left, one per step, before they space out
+        self._since_join_agreement = 0  # steps that could join the collectives since the ranks last agreed on it
 
     @staticmethod
     def wanted(params: Iterable[Any]) -> bool:
@@ -308,6 +310,29 @@ class StepGraphs:
                       f"not): {cause}", stacklevel=level)
 
     # -- steps with collectives: what the ranks agree on -------------------------------------------------------
+    def agree_to_join(self, collectives: Sequence[Any], wanted: bool) -> bool:
+        """Whether the next steps issue ``collectives`` (their buckets held back from backward), decided by every
+        rank together: True only when every rank's blocks are captured (``wanted``, this rank's).
+
+        Every rank calls it at each step whose collectives could join the step but do not yet, at the same point
+        (before the step issues any collective of its own). The ranks agree (one all-gather of a flag) at the
+        first :data:`_LOCKSTEP` such steps, at every step while some but not all ranks want to join (a rank that
+        captured its blocks later, after a smaller batch), and every :data:`AGREE_EVERY` steps otherwise; between
+        agreements nothing joins. A single process decides alone.
+        """
+        if all(comm.size == 1 for comm in _communicators(collectives)):
+            return wanted
+        self._since_join_agreement += 1
+        if not self._join_lockstep and self._since_join_agreement < AGREE_EVERY:
+            return False
+        self._since_join_agreement = 0
+        flags = _every_rank_status(collectives, int(wanted))
+        if all(flags):
+            self._join_lockstep = _LOCKSTEP  # for a later return to eager collectives
+            return True
+        self._join_lockstep = _LOCKSTEP if any(flags) else max(0, self._join_lockstep - 1)
+        return False
+
     def start_lockstep(self) -> None:
         """The Trainer's steps issue their collectives from now on (every rank at the same step): the ranks agree
         at each step with collectives until they all replay, so that they warm up and capture together."""

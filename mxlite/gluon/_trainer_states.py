@@ -68,7 +68,8 @@ class TrainerStates:
                 within :data:`SAVE_WAIT` seconds (half of ``MXLITE_COLLECTIVE_TIMEOUT`` when set) of this one
                 (``if rank == 0: trainer.save_states(f)``): names them; the job cannot go on (they wait
                 elsewhere), and the uncaught error ends it.
-            ValueError: the ranks called it after different numbers of updates (names them).
+            ValueError: the ranks called it after different numbers of updates, or with other hyper-parameters at
+                their last update (names them; sharded states over several processes).
         """
         self._save_states(fname, with_states=True)
 
@@ -81,6 +82,7 @@ class TrainerStates:
             return
         if self._states_shared_by_processes():
             self._meet_to_save()
+            self._confirm_hyperparameters("Trainer.save_states")
         self._gathered = self._gather_all_sharded()
         states: dict[Any, Any] = {}
         for index, param in enumerate(self._params) if with_states else ():
@@ -305,6 +307,21 @@ class TrainerStates:
             "with shard_optimizer_states each process holds a part of the optimizer states, so every rank must call "
             "save_states (each then writes the same whole states), not only rank 0 (`if rank == 0:` around it "
             "leaves it waiting for the others); or use mx.checkpoint.save, which every rank calls")
+
+    def _confirm_hyperparameters(self, by: str) -> None:
+        """At ``by``, a collective call every rank makes (``checkpoint.save``, a sharded ``save_states``): the
+        hyper-parameters of every rank's last update are compared at once (one small message to each rank), so a
+        change on one rank at the last step is named before the job ends; nothing with one process.
+
+        Raises:
+            ValueError: on every rank, naming the hyper-parameter, its values and the ranks (or the update counts).
+        """
+        if self._channel is None:
+            return
+        timeout = collective_timeout()
+        self._channel.confirm("the optimizer's hyper-parameters", self._updates_done, by,
+                              SAVE_WAIT if timeout is None else timeout / 2,
+                              f"every rank must call {by} after the same step")
 
     def _states_shared_by_processes(self) -> bool:
         """Whether sharded states span several processes, so that every rank gathers (and saves) the same states."""

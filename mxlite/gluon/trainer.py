@@ -11,7 +11,10 @@ Behaviour:
   and copied out, so all mirrors hold bit-identical sums); ``update`` runs the optimizer on
   each mirror with that mirror's own optimizer state.
 * The optimizer's ``rescale_grad`` becomes ``scale / batch_size`` at each step, where
-  ``scale`` is the ``rescale_grad`` given in ``optimizer_params`` (default 1).
+  ``scale`` is the ``rescale_grad`` given in ``optimizer_params`` (default 1). With several
+  processes on a 'dist_*' store, unless ``update_on_kvstore=False`` is given, ``batch_size`` is the
+  first step's (agreed by every rank at that step), as MXNet's store keeps its first factor: a later
+  change warns with MXNet's message, and the ranks' weights never drift apart.
 * A mirror whose gradient backward has not written since the last step is *stale*: ``step``
   raises naming the parameter and device, unless ``ignore_stale_grad=True`` (then stale
   parameters are skipped).
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -229,6 +233,10 @@ class Trainer(TrainerStates):
         self._collectives_in_step = False
         self._updates_done = 0  # updates applied (a step every rank counts alike), for the hyper-parameters' checks
         self._agreed_plans: dict[tuple[Any, ...], tuple[int, ...]] = {}  # devices -> the new plan the ranks agreed on
+        # MXNet's server keeps the first step's gradient factor (update_on_kvstore on a 'dist_*' store): the batch
+        # size every rank agreed on at its first step, and the last one passed (for the warning on a change).
+        self._first_batch: float | None = None
+        self._last_batch: float | None = None
         self._init_kvstore()  # as soon as the devices are known (deferred parameters know theirs)
         if all(p.is_initialized for p in self._params if p.grad_req != "null"):
             # Start in sync (rank 0's values) and hook the buckets before the first backward;
@@ -366,11 +374,14 @@ class Trainer(TrainerStates):
         Args:
             batch_size: samples that produced this worker's gradients. The gradient summed over
                 devices and workers is divided by ``batch_size`` (MXNet), or by
-                ``batch_size * num_workers`` with ``average_over_workers=True``.
+                ``batch_size * num_workers`` with ``average_over_workers=True``. With several processes
+                on a 'dist_*' store and ``update_on_kvstore`` not False, by the first step's batch size at
+                every step (MXNet's store keeps that factor; a change warns).
             ignore_stale_grad: skip, instead of rejecting, parameters whose gradient is stale.
 
         Raises:
-            ValueError: batch_size <= 0.
+            ValueError: batch_size <= 0; at the first step of several processes on a 'dist_*' store (see
+                ``batch_size``), ranks that passed different batch sizes (names the ranks and their sizes).
             UserWarning: a stale gradient (names the parameter and device), as MXNet raises;
                 also when updating on the store (where MXNet would push the old gradient).
         """
@@ -457,16 +468,21 @@ class Trainer(TrainerStates):
         eager): when the step is captured at all, its plans are current and every sync's collectives can be
         recorded (NCCL with one GPU per process, no codec, no sharding; see docs/graphs.md).
 
-        Once every rank's step issues them, they stay with the step (its graph, or eagerly in the same order)
-        until the ranks agree otherwise (a capture that failed somewhere, no rank able to capture, a new plan),
-        even while this rank's blocks are not captured: another rank may be replaying them."""
+        The ranks move them into the step together: at a step where they could join, every rank takes part in an
+        agreement (:meth:`StepGraphs.agree_to_join`) and they join only when every rank's blocks are captured; the
+        next backward then leaves them to the step on every rank. Once there, they stay with the step (its graph,
+        or eagerly in the same order) until the ranks agree otherwise (a capture that failed somewhere, no rank
+        able to capture, a new plan), even while this rank's blocks are not captured: another rank may be
+        replaying them."""
         syncs = [sync for _, sync in self._syncs.values() if sync is not None]
         graphs = self._step_graphs
         if (not syncs or graphs.collectives_failed or not all(sync.capturable() for sync in syncs)
                 or (self._collectives_in_step and graphs.collectives_released)
                 or self._plans_to_rebuild() or self._eager_step_reason() is not None):
             return []
-        return syncs if self._collectives_in_step or graphs.wanted(self._params) else []
+        if self._collectives_in_step or all(sync.held for sync in syncs):
+            return syncs  # every rank agreed to leave them to the step
+        return syncs if graphs.agree_to_join(syncs, graphs.wanted(self._params)) else []
 
     def _hold_collectives(self, joined: list[GradientSync]) -> None:
         """After a step: the next backward leaves the joined syncs' buckets to the step (its graph), the others
@@ -623,7 +639,7 @@ class Trainer(TrainerStates):
         self._ensure_sync()  # rank 0's initial values everywhere, before the store copies them
         self._num_workers = max(self._num_workers, self._kvstore.num_workers)
         self._watch_hyperparameters()
-        self._optimizer.rescale_grad = self._scale / (batch_size * self._workers_divisor())
+        self._optimizer.rescale_grad = self._scale / (self._dividing_batch(batch_size) * self._workers_divisor())
         todo = self._fresh_params(ignore_stale_grad)
         kv = self._kvstore
         for index, param in todo:
@@ -710,7 +726,7 @@ class Trainer(TrainerStates):
         self._watch_hyperparameters()
         # Each worker passes its own batch size; the sum over workers is divided by it (MXNet), or
         # also by num_workers (average_over_workers).
-        self._optimizer.rescale_grad = self._scale / (batch_size * workers)
+        self._optimizer.rescale_grad = self._scale / (self._dividing_batch(batch_size) * workers)
         opt = self._optimizer
         todo = self._fresh_params(ignore_stale_grad)
         fused = [p.grad_stype == "default" and fused_rule(opt, p.dtype) is not None for _, p in todo]
@@ -938,6 +954,40 @@ class Trainer(TrainerStates):
             raw_grad = grad if isinstance(grad, sparse.RowSparseTensor) else grad.array
             with data.device.use():
                 opt.update(index, weight, raw_grad, self._states[key])
+
+    def _keeps_first_batch(self) -> bool:
+        """Whether the gradient is divided by the first step's batch size at every step: several processes on a
+        'dist_*' store where MXNet updates on the store (``update_on_kvstore`` not False), whose one optimizer
+        keeps the factor it got first. Not with ``partial_sync`` (each mirror updates with its own share)."""
+        explicit_local = self._update_on_kvstore_arg is False and not self._update_on_kvstore
+        return (self._num_workers > 1 and self._kvstore is not None and "dist" in self._kvstore.type
+                and not explicit_local and not self._partial_sync)
+
+    def _dividing_batch(self, batch_size: float) -> float:
+        """The batch size this step divides the summed gradient by: ``batch_size``, or, where the ranks keep the
+        first step's factor (:meth:`_keeps_first_batch`), the first step's batch size, agreed by every rank at that
+        step (one small all-gather); a later change warns as MXNet does and is not applied.
+
+        Raises:
+            ValueError: at the first step the ranks passed different batch sizes (names the ranks and their sizes).
+        """
+        if not self._keeps_first_batch():
+            return batch_size
+        if self._first_batch is None:
+            comm = next((c for c, _ in self._syncs.values() if c.size > 1), None)
+            if comm is not None:
+                check_same_across_ranks(comm, "the batch size of the first step (with several workers on a 'dist_*' "
+                                        "kvstore every step divides the summed gradient by it, as MXNet's store)",
+                                        [("batch_size", float(batch_size))])
+            self._first_batch = self._last_batch = float(batch_size)
+        elif float(batch_size) != self._last_batch:
+            self._last_batch = float(batch_size)
+            warnings.warn("Possible change in the `batch_size` from previous `step` detected. Optimizer gradient "
+                          "normalizing factor will not change w.r.t new batch_size when update_on_kvstore=True and "
+                          f"when distributed kvstore is used (mxlite: batch_size {float(batch_size):g} on this rank; "
+                          f"the gradient is still divided by {self._first_batch:g}, the first step's; pass "
+                          "update_on_kvstore=False to divide by each step's own)", UserWarning, stacklevel=4)
+        return self._first_batch
 
     @staticmethod
     def _check_batch_size(batch_size: int) -> None:
